@@ -1,0 +1,7 @@
+"""fastlaunch: trace a NumPy function once per signature, replay its fused kernels from bytecode."""
+__version__ = "0.1.0"
+
+from .errors import TracingError  # noqa: E402
+from .jit import Compiled, Lowered, RetraceWarning, compile  # noqa: E402
+
+__all__ = ["compile", "Compiled", "Lowered", "TracingError", "RetraceWarning", "__version__"]

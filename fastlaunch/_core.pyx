@@ -1,0 +1,587 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False
+"""The replay path: match a call's signature, bind its arguments, run the bytecode.
+
+`Dispatcher.__call__` encodes the arguments into signature words and slot words in one pass,
+compares the words with each cached entry (a memcmp), and hands the slot words to that
+entry's `Program`, which allocates the outputs and runs the whole bytecode inside one
+`with nogil:` block.  Anything unusual (keyword arguments, a first call, an argument type
+the encoder does not know) goes to the Python `miss` callback, which traces and compiles.
+The interpreter knows only bytecode, slots and function pointers.
+"""
+from cpython.ref cimport PyObject, Py_INCREF
+from libc.stdint cimport int64_t, uint64_t, intptr_t
+from libc.stdlib cimport malloc, free, realloc
+from libc.string cimport memcmp, memcpy, memset
+
+cimport numpy as cnp
+import numpy as np
+
+from fastlaunch._launch cimport *
+
+cnp.import_array()
+
+# ---- signature encoding ------------------------------------------------------------------
+# One tag word per node of the argument tree; arrays add their shape (and strides, unless
+# C-contiguous).  The tags are private to this file: the Python side only stores and compares
+# the encoded bytes.
+cdef enum:
+    TAG_ARRAY = 1
+    TAG_FLOAT = 2
+    TAG_INT = 3
+    TAG_BOOL = 4
+    TAG_NPSCALAR = 5
+    TAG_STATIC = 6
+    TAG_TUPLE = 7
+    TAG_LIST = 8
+    TAG_DICT = 9
+    TAG_NONE = 10
+    TAG_NAMEDTUPLE = 11
+
+# encode() results
+cdef enum:
+    ENCODED = 0
+    NOT_ENCODABLE = 1      # the slow path must look at this argument
+
+cdef struct Words:
+    int64_t *data
+    Py_ssize_t n
+    Py_ssize_t cap
+    int64_t local[64]
+
+cdef inline void words_init(Words *w) noexcept:
+    w.data = w.local
+    w.n = 0
+    w.cap = 64
+
+cdef inline void words_release(Words *w) noexcept:
+    if w.data != w.local:
+        free(w.data)
+
+cdef inline int words_push(Words *w, int64_t v) except -1:
+    cdef int64_t *grown
+    if w.n == w.cap:
+        if w.data == w.local:
+            grown = <int64_t *>malloc(w.cap * 2 * sizeof(int64_t))
+            if grown != NULL:
+                memcpy(grown, w.local, w.n * sizeof(int64_t))
+        else:
+            grown = <int64_t *>realloc(w.data, w.cap * 2 * sizeof(int64_t))
+        if grown == NULL:
+            raise MemoryError()
+        w.data = grown
+        w.cap *= 2
+    w.data[w.n] = v
+    w.n += 1
+    return 0
+
+cdef union Bits:
+    double f
+    int64_t i
+
+cdef class _Encoding:
+    """Leaves, dict keys and static values seen while encoding one call (slow path only)."""
+    cdef public list leaves
+    cdef public list keys
+    cdef public list statics
+
+cdef int encode_value(object obj, Words *sig, Words *vals, list leaves, list keys) except -1:
+    cdef Bits bits
+    cdef cnp.ndarray arr
+    cdef int nd, flags, i
+    cdef int overflow = 0
+    cdef long long iv
+    cdef type t = type(obj)
+    if t is float:
+        bits.f = <double>obj
+        words_push(sig, TAG_FLOAT)
+        words_push(vals, bits.i)
+        leaves.append(obj)
+    elif t is bool:
+        words_push(sig, TAG_BOOL)
+        words_push(vals, 1 if obj is True else 0)
+        leaves.append(obj)
+    elif t is int:
+        try:
+            iv = obj
+        except OverflowError:
+            return NOT_ENCODABLE
+        words_push(sig, TAG_INT)
+        words_push(vals, iv)
+        leaves.append(obj)
+    elif cnp.PyArray_Check(obj):
+        arr = <cnp.ndarray>obj
+        flags = cnp.PyArray_FLAGS(arr)
+        if not (flags & cnp.NPY_ARRAY_ALIGNED) or not cnp.PyArray_ISNOTSWAPPED(arr):
+            return NOT_ENCODABLE
+        nd = cnp.PyArray_NDIM(arr)
+        contiguous = (flags & cnp.NPY_ARRAY_C_CONTIGUOUS) != 0
+        words_push(sig, TAG_ARRAY | (<int64_t>cnp.PyArray_TYPE(arr) << 8)
+                   | (<int64_t>nd << 24) | (<int64_t>contiguous << 40))
+        for i in range(nd):
+            words_push(sig, cnp.PyArray_DIMS(arr)[i])
+        if not contiguous:
+            for i in range(nd):
+                words_push(sig, cnp.PyArray_STRIDES(arr)[i])
+        words_push(vals, <int64_t><intptr_t>cnp.PyArray_DATA(arr))
+        leaves.append(obj)
+    elif t is tuple or t is list:
+        words_push(sig, (TAG_TUPLE if t is tuple else TAG_LIST) | (<int64_t>len(obj) << 8))
+        for item in obj:
+            if encode_value(item, sig, vals, leaves, keys) != ENCODED:
+                return NOT_ENCODABLE
+    elif t is dict:
+        words_push(sig, TAG_DICT | (<int64_t>len(obj) << 8))
+        keys.append(tuple(obj))
+        for item in obj.values():
+            if encode_value(item, sig, vals, leaves, keys) != ENCODED:
+                return NOT_ENCODABLE
+    elif obj is None:
+        words_push(sig, TAG_NONE)
+    elif isinstance(obj, tuple):
+        # a namedtuple: its class is part of the key
+        words_push(sig, TAG_NAMEDTUPLE | (<int64_t>len(obj) << 8))
+        keys.append(t)
+        for item in obj:
+            if encode_value(item, sig, vals, leaves, keys) != ENCODED:
+                return NOT_ENCODABLE
+    elif isinstance(obj, np.generic) and not isinstance(obj, (np.complexfloating, np.void,
+                                                               np.flexible, np.object_)):
+        words_push(sig, TAG_NPSCALAR | (<int64_t>np.dtype(type(obj)).num << 8))
+        if isinstance(obj, np.floating):
+            bits.f = float(obj)
+            words_push(vals, bits.i)
+        elif isinstance(obj, np.unsignedinteger):
+            words_push(vals, <int64_t><uint64_t>int(obj))
+        else:
+            words_push(vals, int(obj))
+        leaves.append(obj)
+    else:
+        return NOT_ENCODABLE
+    return ENCODED
+
+cdef int encode_args(tuple args, tuple static_positions, Words *sig, Words *vals,
+                     list leaves, list keys, list statics) except -1:
+    cdef Py_ssize_t i
+    for i in range(len(args)):
+        if static_positions and i in static_positions:
+            words_push(sig, TAG_STATIC)
+            statics.append(args[i])
+            continue
+        if encode_value(args[i], sig, vals, leaves, keys) != ENCODED:
+            return NOT_ENCODABLE
+    return ENCODED
+
+
+def encode(tuple args, tuple static_positions=()):
+    """(signature bytes, leaf objects, dict keys, static values), or None where the fast path
+    cannot take these arguments (unknown type, byte-swapped or misaligned array, huge int)."""
+    cdef Words sig, vals
+    cdef list leaves = [], keys = [], statics = []
+    words_init(&sig)
+    words_init(&vals)
+    try:
+        if encode_args(args, static_positions, &sig, &vals, leaves, keys, statics) != ENCODED:
+            return None
+        return (bytes((<char *>sig.data)[:sig.n * sizeof(int64_t)]), leaves, keys, statics)
+    finally:
+        words_release(&sig)
+        words_release(&vals)
+
+
+# ---- the interpreter ---------------------------------------------------------------------
+cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, int64_t *slots,
+                  int64_t *argwords, fl_kernel_fn *kernels, const int64_t *work) except -1 nogil:
+    """Execute the bytecode.  Returns a Status; never touches Python objects."""
+    cdef Py_ssize_t pc = 0, k
+    cdef int64_t op
+    cdef void *p
+    while pc < ncode:
+        op = code[pc]
+        if op == LAUNCH:
+            k = code[pc + 1]
+            fl_launch(kernels[k], code[pc + 2], work[k], &argwords[code[pc + 3]])
+        elif op == BIND:
+            for k in range(code[pc + 3]):
+                argwords[code[pc + 1] + k] = slots[lists[code[pc + 2] + k]]
+        elif op == ALLOC:
+            p = fl_mem_alloc(code[pc + 2])
+            if p == NULL:
+                return STATUS_NO_MEMORY
+            slots[code[pc + 1]] = <int64_t><intptr_t>p
+        elif op == FREE:
+            fl_mem_free(<void *><intptr_t>slots[code[pc + 1]])
+            slots[code[pc + 1]] = 0
+        else:
+            return STATUS_BAD_OPCODE
+        pc += op & 0xFF
+    return STATUS_OK
+
+
+cdef class Program:
+    """A verified program made executable: bytecode, kernel pointers, output layout."""
+    cdef int64_t *code
+    cdef Py_ssize_t ncode
+    cdef int64_t *lists
+    cdef fl_kernel_fn *kernels
+    cdef int64_t *work
+    cdef Py_ssize_t nslots, nargwords, nleaves
+    cdef int64_t *const_slots
+    cdef int64_t *const_ptrs
+    cdef Py_ssize_t nconsts
+    cdef int64_t *temp_slots
+    cdef Py_ssize_t ntemps
+    cdef int64_t *out_slots
+    cdef int *out_types
+    cdef int *out_ndims
+    cdef cnp.npy_intp *out_dims        # ndim entries per output, concatenated
+    cdef Py_ssize_t nouts
+    cdef int64_t *int_checks           # (leaf, lo, hi) triples: weak Python ints cast narrower
+    cdef Py_ssize_t nint_checks
+    cdef int64_t *mutated              # leaves written in place
+    cdef Py_ssize_t nmutated
+    cdef list results                  # per result leaf: (kind, index, as_scalar)
+    cdef int structure                 # 0: one leaf, 1: flat tuple, 2: call unflatten
+    cdef object unflatten
+    cdef object keepalive
+
+    def __cinit__(self):
+        self.code = NULL
+
+    def __init__(self, code, lists, Py_ssize_t nslots, Py_ssize_t nargwords, Py_ssize_t nleaves,
+                 kernel_addresses, kernel_work, consts, temp_slots, outputs, int_checks, mutated,
+                 results, int structure, unflatten, keepalive):
+        cdef Py_ssize_t i, j, pos
+        code = np.ascontiguousarray(code, np.int64)
+        lists = np.ascontiguousarray(lists, np.int64)
+        self.ncode = len(code)
+        self.code = _copy_words(code)
+        self.lists = _copy_words(lists)
+        self.nslots, self.nargwords, self.nleaves = nslots, nargwords, nleaves
+        self.kernels = <fl_kernel_fn *>malloc(max(1, len(kernel_addresses)) * sizeof(fl_kernel_fn))
+        for i, addr in enumerate(kernel_addresses):
+            self.kernels[i] = <fl_kernel_fn><intptr_t>addr
+        self.work = _copy_words(np.asarray(kernel_work, np.int64))
+        self.nconsts = len(consts)
+        self.const_slots = _copy_words(np.asarray([s for s, _ in consts], np.int64))
+        self.const_ptrs = _copy_words(np.asarray([a.ctypes.data for _, a in consts], np.int64))
+        self.ntemps = len(temp_slots)
+        self.temp_slots = _copy_words(np.asarray(temp_slots, np.int64))
+        self.nouts = len(outputs)
+        self.out_slots = _copy_words(np.asarray([o[0] for o in outputs], np.int64))
+        self.out_types = <int *>malloc(max(1, self.nouts) * sizeof(int))
+        self.out_ndims = <int *>malloc(max(1, self.nouts) * sizeof(int))
+        total = sum(len(o[2]) for o in outputs)
+        self.out_dims = <cnp.npy_intp *>malloc(max(1, total) * sizeof(cnp.npy_intp))
+        pos = 0
+        for i, (slot, dtype, shape) in enumerate(outputs):
+            self.out_types[i] = np.dtype(dtype).num
+            self.out_ndims[i] = len(shape)
+            for j in range(len(shape)):
+                self.out_dims[pos] = shape[j]
+                pos += 1
+        self.nint_checks = len(int_checks)
+        self.int_checks = _copy_words(np.asarray([x for t in int_checks for x in t], np.int64))
+        self.nmutated = len(mutated)
+        self.mutated = _copy_words(np.asarray(mutated, np.int64))
+        self.results = list(results)
+        self.structure = structure
+        self.unflatten = unflatten
+        self.keepalive = (consts, keepalive)
+
+    def __dealloc__(self):
+        if self.code != NULL:
+            free(self.code); free(self.lists); free(self.kernels); free(self.work)
+            free(self.const_slots); free(self.const_ptrs); free(self.temp_slots)
+            free(self.out_slots); free(self.out_types); free(self.out_ndims); free(self.out_dims)
+            free(self.int_checks); free(self.mutated)
+
+    cdef object invoke(self, int64_t *leaf_words, PyObject **leaf_objs):
+        cdef int64_t local_slots[64]
+        cdef int64_t local_args[128]
+        cdef int64_t *slots = local_slots
+        cdef int64_t *argwords = local_args
+        cdef Py_ssize_t i, dim_at = 0
+        cdef int status
+        cdef cnp.ndarray arr
+        cdef list outs
+        if self.nint_checks:
+            self._check_ints(leaf_words)
+        if self.nmutated:
+            self._check_mutated(leaf_obj_list(leaf_objs, self.nleaves))
+        if self.nslots > 64:
+            slots = <int64_t *>malloc(self.nslots * sizeof(int64_t))
+        if self.nargwords > 128:
+            argwords = <int64_t *>malloc(self.nargwords * sizeof(int64_t))
+        if slots == NULL or argwords == NULL:
+            _release(slots, local_slots, argwords, local_args)
+            raise MemoryError()
+        try:
+            memcpy(slots, leaf_words, self.nleaves * sizeof(int64_t))
+            for i in range(self.nconsts):
+                slots[self.const_slots[i]] = self.const_ptrs[i]
+            for i in range(self.ntemps):
+                slots[self.temp_slots[i]] = 0
+            outs = [None] * self.nouts
+            for i in range(self.nouts):
+                arr = cnp.PyArray_EMPTY(self.out_ndims[i], &self.out_dims[dim_at],
+                                        self.out_types[i], 0)
+                dim_at += self.out_ndims[i]
+                slots[self.out_slots[i]] = <int64_t><intptr_t>cnp.PyArray_DATA(arr)
+                outs[i] = arr
+            with nogil:
+                status = run_code(self.code, self.ncode, self.lists, slots, argwords,
+                                  self.kernels, self.work)
+            if status != STATUS_OK:
+                for i in range(self.ntemps):
+                    if slots[self.temp_slots[i]] != 0:
+                        fl_mem_free(<void *><intptr_t>slots[self.temp_slots[i]])
+                if status == STATUS_NO_MEMORY:
+                    raise MemoryError("fastlaunch: out of memory for a temporary buffer")
+                raise RuntimeError(f"fastlaunch: program failed with status {status}")
+            return self._pack(outs, leaf_objs)
+        finally:
+            _release(slots, local_slots, argwords, local_args)
+
+    cdef object _pack(self, list outs, PyObject **leaf_objs):
+        cdef Py_ssize_t n = len(self.results)
+        cdef list values
+        cdef tuple spec
+        if self.structure == 0:
+            return self._leaf(<tuple>self.results[0], outs, leaf_objs)
+        values = [self._leaf(<tuple>spec, outs, leaf_objs) for spec in self.results]
+        if self.structure == 1:
+            return tuple(values)
+        return self.unflatten(values)
+
+    cdef inline object _leaf(self, tuple spec, list outs, PyObject **leaf_objs):
+        kind = spec[0]
+        if kind == 0:
+            value = outs[spec[1]]
+            if spec[2]:
+                Py_INCREF(value)    # PyArray_Return steals a reference; Cython's declaration says not
+                return cnp.PyArray_Return(<cnp.ndarray>value)
+            return value
+        if kind == 1:
+            return <object>leaf_objs[<Py_ssize_t>spec[1]]
+        return spec[1]
+
+    cdef int _check_ints(self, int64_t *leaf_words) except -1:
+        cdef Py_ssize_t i
+        cdef int64_t v
+        for i in range(self.nint_checks):
+            v = leaf_words[self.int_checks[3 * i]]
+            if v < self.int_checks[3 * i + 1] or v > self.int_checks[3 * i + 2]:
+                raise OverflowError(
+                    f"Python integer {v} (argument leaf {self.int_checks[3 * i]}) out of bounds "
+                    f"[{self.int_checks[3 * i + 1]}, {self.int_checks[3 * i + 2]}] for the "
+                    f"dtype it is combined with")
+        return 0
+
+    cdef int _check_mutated(self, list leaves) except -1:
+        check_in_place_arguments(leaves, [self.mutated[i] for i in range(self.nmutated)])
+        return 0
+
+    def __call__(self, *args):
+        """Run with already-flattened leaves (tests and the slow path)."""
+        return call_program(self, args)
+
+
+def check_in_place_arguments(list leaves, list mutated):
+    """Arguments written in place must be writeable and share no memory with other arguments."""
+    for m in mutated:
+        arr = leaves[m]
+        if not arr.flags.writeable:
+            raise ValueError(f"argument leaf {m} is updated in place but is read-only")
+        for j, other in enumerate(leaves):
+            if j != m and isinstance(other, np.ndarray) and np.shares_memory(arr, other):
+                raise ValueError(
+                    f"argument leaf {m} is updated in place and overlaps argument leaf {j}; "
+                    f"fastlaunch treats arguments as distinct arrays: pass a copy")
+
+
+cdef list leaf_obj_list(PyObject **objs, Py_ssize_t n):
+    return [<object>objs[i] for i in range(n)]
+
+
+cdef inline void _release(int64_t *slots, int64_t *local_slots, int64_t *argwords,
+                          int64_t *local_args) noexcept:
+    if slots != local_slots and slots != NULL:
+        free(slots)
+    if argwords != local_args and argwords != NULL:
+        free(argwords)
+
+
+cdef int64_t *_copy_words(arr) except NULL:
+    cdef cnp.ndarray[cnp.int64_t, ndim=1] a = np.ascontiguousarray(arr, np.int64).reshape(-1)
+    cdef int64_t *out = <int64_t *>malloc(max(1, a.shape[0]) * sizeof(int64_t))
+    if out == NULL:
+        raise MemoryError()
+    if a.shape[0]:
+        memcpy(out, &a[0], a.shape[0] * sizeof(int64_t))
+    return out
+
+
+cdef object call_program(Program program, tuple leaves):
+    cdef Words sig, vals
+    cdef PyObject *objs_local[64]
+    cdef PyObject **objs = objs_local
+    cdef list leaf_list = []
+    cdef list keys = []
+    cdef Py_ssize_t i
+    words_init(&sig)
+    words_init(&vals)
+    try:
+        for leaf in leaves:
+            if encode_value(leaf, &sig, &vals, leaf_list, keys) != ENCODED:
+                raise TypeError(f"cannot pass {type(leaf).__name__} to a compiled program")
+        if len(leaf_list) != program.nleaves:
+            raise TypeError(f"program takes {program.nleaves} leaves, got {len(leaf_list)}")
+        if program.nleaves > 64:
+            objs = <PyObject **>malloc(program.nleaves * sizeof(PyObject *))
+        for i in range(program.nleaves):
+            objs[i] = <PyObject *>leaf_list[i]
+        return program.invoke(vals.data, objs)
+    finally:
+        if objs != objs_local:
+            free(objs)
+        words_release(&sig)
+        words_release(&vals)
+
+
+# ---- the dispatcher ----------------------------------------------------------------------
+cdef class Entry:
+    """One traced signature: its encoded words and the program that replays it."""
+    cdef bytes sig
+    cdef list keys
+    cdef list statics
+    cdef readonly Program program
+    cdef public object info
+
+    def __init__(self, bytes sig, list keys, list statics, Program program, info=None):
+        self.sig = sig
+        self.keys = keys
+        self.statics = statics
+        self.program = program
+        self.info = info
+
+    @property
+    def signature(self):
+        return self.sig
+
+
+cdef class Dispatcher:
+    """The compiled callable's fast path.  Subclassed in Python (fastlaunch.jit.Compiled)."""
+    cdef list _entries
+    cdef tuple _static_positions
+    cdef bint _replay
+
+    def __init__(self, static_positions=(), replay=True):
+        self._entries = []
+        self._static_positions = tuple(static_positions)
+        self._replay = replay
+
+    def _install(self, Entry entry):
+        self._entries.append(entry)
+
+    def _entries_list(self):
+        return list(self._entries)
+
+    def _forget(self):
+        self._entries = []
+
+    def _miss(self, args, kwargs):
+        raise NotImplementedError
+
+    def __call__(self, *args, **kwargs):
+        cdef Words sig, vals
+        cdef list leaves, keys = [], statics = []
+        cdef Entry entry
+        cdef PyObject *objs_local[64]
+        cdef PyObject **objs = objs_local
+        cdef Py_ssize_t i, n
+        if kwargs or not self._replay or not self._entries:
+            return self._miss(args, kwargs)
+        words_init(&sig)
+        words_init(&vals)
+        leaves = []
+        try:
+            if encode_args(args, self._static_positions, &sig, &vals, leaves, keys,
+                           statics) != ENCODED:
+                return self._miss(args, kwargs)
+            n = sig.n * sizeof(int64_t)
+            for entry in self._entries:
+                if len(entry.sig) != n or memcmp(<char *>entry.sig, sig.data, n) != 0:
+                    continue
+                if keys and keys != entry.keys:
+                    continue
+                if statics and statics != entry.statics:
+                    continue
+                if len(leaves) > 64:
+                    objs = <PyObject **>malloc(len(leaves) * sizeof(PyObject *))
+                    if objs == NULL:
+                        raise MemoryError()
+                for i in range(len(leaves)):
+                    objs[i] = <PyObject *>leaves[i]
+                return entry.program.invoke(vals.data, objs)
+            return self._miss(args, kwargs)
+        finally:
+            if objs != objs_local:
+                free(objs)
+            words_release(&sig)
+            words_release(&vals)
+
+
+def run_entry(Entry entry, tuple args, tuple static_positions=()):
+    """Run `entry` on args that are known to match it (the slow path, after tracing)."""
+    cdef Words sig, vals
+    cdef list leaves = [], keys = [], statics = []
+    cdef PyObject *objs_local[64]
+    cdef PyObject **objs = objs_local
+    cdef Py_ssize_t i
+    words_init(&sig)
+    words_init(&vals)
+    try:
+        if encode_args(args, static_positions, &sig, &vals, leaves, keys, statics) != ENCODED:
+            raise TypeError("arguments cannot be bound to a compiled program")
+        if len(leaves) > 64:
+            objs = <PyObject **>malloc(len(leaves) * sizeof(PyObject *))
+        for i in range(len(leaves)):
+            objs[i] = <PyObject *>leaves[i]
+        return entry.program.invoke(vals.data, objs)
+    finally:
+        if objs != objs_local:
+            free(objs)
+        words_release(&sig)
+        words_release(&vals)
+
+
+# ---- runtime controls --------------------------------------------------------------------
+def null_kernel_address():
+    return <intptr_t>fl_null_kernel
+
+def start_threads(int n=0):
+    """Start the worker pool (n threads including the caller; 0: all available CPUs)."""
+    return fl_pool_start(n)
+
+def stop_threads():
+    with nogil:
+        fl_pool_stop()
+
+def thread_count():
+    return fl_pool_threads()
+
+def set_parallel_threshold(int64_t work):
+    fl_set_parallel_threshold(work)
+
+def get_parallel_threshold():
+    return fl_get_parallel_threshold()
+
+def set_spin_us(int64_t us):
+    fl_set_spin_us(us)
+
+def memory_stats():
+    return {"cached_bytes": fl_mem_cached_bytes(), "live_bytes": fl_mem_live_bytes()}
+
+def trim_memory():
+    fl_mem_trim()

@@ -1,0 +1,701 @@
+"""Kernel description -> LLVM IR text for the CPU.
+
+ABI: `void @name(i64 start, i64 end, ptr args)`.  `args` holds one 8-byte word per kernel
+argument: a buffer pointer, or a scalar (int64 or float64 bits).  The entry loads the words
+and calls an always-inline body whose pointer parameters are `noalias`, so that LLVM knows the
+buffers are distinct and vectorises the loops.  Nothing here knows about Python call signatures.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ir import Op
+from ..kernel import (Compute, Const, DivMod, Index, IndexValue, Kernel, Load, Loop, Scalar,
+                      accumulator_dtype)
+from .llvm_text import FunctionWriter
+
+PLACEHOLDER_NAME = "__fastlaunch_kernel__"
+
+# C math functions behind transcendental ops.  The backend maps `fastlaunch_<fn>` to them.
+MATH_FUNCTIONS = {
+    Op.CBRT: "cbrt", Op.EXP: "exp", Op.EXP2: "exp2", Op.EXPM1: "expm1", Op.LOG: "log",
+    Op.LOG2: "log2", Op.LOG10: "log10", Op.LOG1P: "log1p", Op.SIN: "sin", Op.COS: "cos",
+    Op.TAN: "tan", Op.ARCSIN: "asin", Op.ARCCOS: "acos", Op.ARCTAN: "atan", Op.SINH: "sinh",
+    Op.COSH: "cosh", Op.TANH: "tanh", Op.ARCSINH: "asinh", Op.ARCCOSH: "acosh",
+    Op.ARCTANH: "atanh", Op.POW: "pow", Op.ARCTAN2: "atan2", Op.HYPOT: "hypot",
+    Op.NEXTAFTER: "nextafter",
+}
+MATH_ALIAS_PREFIX = "fastlaunch_"
+
+
+@dataclass(frozen=True)
+class MathTarget:
+    """Which vector variants of the math functions the target can call (glibc libmvec names).
+
+    `isas` is a tuple of (VFABI ISA letter, vector register bits), e.g. (("d", 256), ("e", 512));
+    `available` is the set of vector symbol names present in the loaded library.
+    """
+    isas: tuple = ()
+    available: frozenset = field(default_factory=frozenset)
+
+    def variants(self, cname: str, dtype: np.dtype, arity: int) -> list:
+        out = []
+        suffix = "f" if dtype == np.float32 else ""
+        for letter, bits in self.isas:
+            width = bits // (dtype.itemsize * 8)
+            vec = f"_ZGV{letter}N{width}{'v' * arity}_{cname}{suffix}"
+            if vec in self.available:
+                out.append((width, vec))
+        return out
+
+
+def llvm_type(dt: np.dtype) -> str:
+    dt = np.dtype(dt)
+    if dt.kind == "b":
+        return "i1"
+    if dt.kind in "iu":
+        return f"i{dt.itemsize * 8}"
+    return {2: "half", 4: "float", 8: "double"}[dt.itemsize]
+
+
+def memory_type(dt: np.dtype) -> str:
+    return "i8" if np.dtype(dt).kind == "b" else llvm_type(dt)
+
+
+def const_text(value, dt: np.dtype) -> str:
+    dt = np.dtype(dt)
+    if dt.kind == "b":
+        return "true" if bool(value) else "false"
+    if dt.kind in "iu":
+        return str(int(np.array(value, dt).astype(np.int64 if dt.kind == "i" else np.uint64)))
+    if dt.itemsize == 2:
+        return "0xH%04X" % np.array(value, np.float16).view(np.uint16)
+    # LLVM writes float and double constants as the hex bits of the (exact) double value
+    return "0x%016X" % struct.unpack("<Q", struct.pack("<d", float(np.array(value, dt))))[0]
+
+
+def _int_limits(dt):
+    info = np.iinfo(dt)
+    return int(info.min), int(info.max)
+
+
+class _Module:
+    """Declarations and attribute groups shared by the functions of one kernel module."""
+
+    def __init__(self, math: MathTarget):
+        self.math = math
+        self.decls: dict = {}
+        self.attrs: list = []
+        self.keep: list = []
+
+    def declare(self, name: str, signature: str):
+        self.decls.setdefault(name, signature)
+
+    def call_math(self, fw: FunctionWriter, cname: str, dt: np.dtype, args: list) -> str:
+        """Call a C math function; half goes through float, as NumPy's float16 loops do."""
+        if dt == np.float16:
+            wide = [fw.op(f"fpext half {a} to float") for a in args]
+            r = self.call_math(fw, cname, np.dtype(np.float32), wide)
+            return fw.op(f"fptrunc float {r} to half")
+        ty = llvm_type(dt)
+        scalar = MATH_ALIAS_PREFIX + cname + ("f" if dt == np.float32 else "")
+        params = ", ".join([ty] * len(args))
+        self.declare(scalar, f"declare {ty} @{scalar}({params}) #1")
+        variants = self.math.variants(cname, dt, len(args))
+        attr = ""
+        if variants:
+            mangled = []
+            for width, vec in variants:
+                vty = f"<{width} x {ty}>"
+                self.declare(vec, f"declare {vty} @{vec}({', '.join([vty] * len(args))}) #1")
+                self.keep.append(vec)
+                mangled.append(f"_ZGV_LLVM_N{width}{'v' * len(args)}_{scalar}({vec})")
+            text = '"vector-function-abi-variant"="' + ",".join(mangled) + '"'
+            if text not in self.attrs:
+                self.attrs.append(text)
+            attr = f" #{10 + self.attrs.index(text)}"
+        argtext = ", ".join(f"{ty} {a}" for a in args)
+        return fw.op(f"call {ty} @{scalar}({argtext}){attr}")
+
+    def intrinsic(self, fw: FunctionWriter, name: str, ret: str, args: list) -> str:
+        self.declare(name, f"declare {ret} @{name}({', '.join(t for t, _ in args)})")
+        return fw.op(f"call {ret} @{name}({', '.join(f'{t} {v}' for t, v in args)})")
+
+    def text(self) -> str:
+        lines = sorted(self.decls.values())
+        if self.keep:
+            keep = sorted(set(self.keep))
+            lines.append(f"@llvm.compiler.used = appending global [{len(keep)} x ptr] ["
+                         + ", ".join(f"ptr @{k}" for k in keep) + '], section "llvm.metadata"')
+        lines.append("declare i64 @llvm.umin.i64(i64, i64)")
+        lines.append("attributes #0 = { alwaysinline nounwind }")
+        lines.append("attributes #1 = { nounwind willreturn memory(none) }")
+        for i, a in enumerate(self.attrs):
+            lines.append(f"attributes #{10 + i} = {{ {a} }}")
+        return "\n".join(lines)
+
+
+def generate(kernel: Kernel, math: MathTarget = MathTarget(), name: str = PLACEHOLDER_NAME) -> str:
+    """The LLVM IR module text of one kernel, its entry named `name`."""
+    return _Emitter(kernel, math, name).module()
+
+
+class _Emitter:
+    def __init__(self, kernel: Kernel, math: MathTarget, name: str):
+        self.k = kernel
+        self.name = name
+        self.mod = _Module(math)
+        self.fw = FunctionWriter()
+
+    # ---- module / functions ------------------------------------------------------------
+    def module(self) -> str:
+        body = self.body_function()
+        return "\n".join([f"; fastlaunch kernel: {self.k.label}", self.entry_function(), body,
+                          self.mod.text(), ""])
+
+    def entry_function(self) -> str:
+        lines = [f"define void @{self.name}(i64 %start, i64 %end, ptr noalias nocapture readonly "
+                 f"%args) nounwind {{", "entry:"]
+        call_args = ["i64 %start", "i64 %end"]
+        for i, a in enumerate(self.k.args):
+            lines.append(f"  %w{i}.p = getelementptr inbounds i64, ptr %args, i64 {i}")
+            if a.kind == "buffer":
+                lines.append(f"  %w{i} = load ptr, ptr %w{i}.p, align 8")
+                call_args.append(f"ptr %w{i}")
+            else:
+                wt = "double" if a.dtype.kind == "f" else "i64"
+                lines.append(f"  %w{i} = load {wt}, ptr %w{i}.p, align 8")
+                call_args.append(f"{wt} %w{i}")
+        lines.append(f"  call void @{self.name}.body({', '.join(call_args)})")
+        lines += ["  ret void", "}"]
+        return "\n".join(lines)
+
+    def body_function(self) -> str:
+        params = ["i64 %start", "i64 %end"]
+        for i, a in enumerate(self.k.args):
+            if a.kind == "buffer":
+                params.append(f"ptr noalias %p{i}")
+            else:
+                params.append(f"{'double' if a.dtype.kind == 'f' else 'i64'} %s{i}.w")
+        fw = self.fw
+        self.scalars = {}
+        for i, a in enumerate(self.k.args):
+            if a.kind == "scalar":
+                self.scalars[i] = self.word_to_value(f"%s{i}.w", a.dtype)
+        if self.k.reduction is None:
+            fw.flat_range(list(self.k.space), "%start", "%end", [], self.map_body)
+        else:
+            fw.flat_range(list(self.k.space), "%start", "%end", [], self.reduce_body)
+        fw.emit("ret void")
+        return (f"define internal void @{self.name}.body({', '.join(params)}) #0 {{\nentry:\n"
+                + fw.text() + "\n}")
+
+    def word_to_value(self, word: str, dt: np.dtype) -> str:
+        fw = self.fw
+        if dt.kind == "f":
+            return word if dt.itemsize == 8 else fw.op(f"fptrunc double {word} to {llvm_type(dt)}")
+        if dt.kind == "b":
+            return fw.op(f"icmp ne i64 {word}, 0")
+        return word if dt.itemsize == 8 else fw.op(f"trunc i64 {word} to {llvm_type(dt)}")
+
+    # ---- loop bodies -------------------------------------------------------------------
+    def map_body(self, loops, vals):
+        memo: dict = {}
+        values = [(s, self.expr(s.value, loops, memo)) for s in self.k.stores]
+        # all loads of an iteration come before its stores: an in-place update reads old values
+        for s, v in values:
+            self.store(s.arg, self.index(s.index, loops, memo), v, self.k.args[s.arg].dtype)
+        return []
+
+    def reduce_body(self, outer, vals):
+        r = self.k.reduction
+        fw = self.fw
+        acc_dt = accumulator_dtype(r.op, r.value.dtype)
+        nspace = len(self.k.space)
+        rsizes = list(self.k.rspace)
+        arg_like = r.op in (Op.ARGMAX, Op.ARGMIN)
+        carried = [(llvm_type(acc_dt), self.reduce_init(r.op, acc_dt))]
+        if arg_like:
+            carried.append(("i64", "0"))
+
+        def step(inner, acc):
+            loops = list(outer) + list(inner)
+            memo: dict = {}
+            v = self.expr(r.value, loops, memo)
+            v = self.convert(v, r.value.dtype, acc_dt)
+            if arg_like:
+                flat = self.flat_position(loops, nspace, rsizes, memo)
+                return self.arg_step(r.op, acc_dt, acc, v, flat)
+            return [self.combine(r.op, acc_dt, acc[0], v)]
+
+        if r.chunk:
+            c = outer[nspace - 1]
+            total = int(np.prod(rsizes, dtype=np.int64))
+            lo = fw.op(f"mul nuw nsw i64 {c}, {r.chunk}")
+            hi = fw.op(f"add nuw nsw i64 {lo}, {r.chunk}")
+            hi = fw.op(f"call i64 @llvm.umin.i64(i64 {hi}, i64 {total})")
+            result = fw.flat_range(rsizes, lo, hi, carried, step)
+        else:
+            result = fw.nested_loops(rsizes, carried, step)
+        memo: dict = {}
+        out_dt = self.k.args[r.arg].dtype
+        value = result[1] if arg_like else self.convert(result[0], acc_dt, out_dt)
+        if arg_like:
+            value = self.convert(value, np.dtype(np.int64), out_dt)
+        self.store(r.arg, self.index(r.index, outer, memo), value, out_dt)
+        return []
+
+    def flat_position(self, loops, first, sizes, memo) -> str:
+        """C-order position within the reduction loops (dims first, first+1, ...)."""
+        total = Index()
+        radix = 1
+        for d in reversed(range(len(sizes))):
+            total = total + Index.loop(first + d).scale(radix)
+            radix *= sizes[d]
+        return self.index(total, loops, memo)
+
+    # ---- reductions --------------------------------------------------------------------
+    def reduce_init(self, op: Op, dt: np.dtype) -> str:
+        if op in (Op.SUM, Op.ANY):
+            return const_text(0, dt)
+        if op in (Op.PROD, Op.ALL):
+            return const_text(1, dt)
+        big = op in (Op.MIN, Op.ARGMIN)
+        if dt.kind == "f":
+            return const_text(np.inf if big else -np.inf, dt)
+        if dt.kind == "b":
+            return const_text(big, dt)
+        lo, hi = _int_limits(dt)
+        return const_text(hi if big else lo, dt)
+
+    def combine(self, op: Op, dt: np.dtype, acc: str, v: str) -> str:
+        fw, ty = self.fw, llvm_type(dt)
+        if dt.kind == "b":
+            return fw.op(f"{'or' if op in (Op.SUM, Op.MAX, Op.ANY) else 'and'} i1 {acc}, {v}")
+        if op in (Op.SUM, Op.PROD):
+            if dt.kind == "f":  # reassociation lets LLVM keep several partial sums in vectors
+                return fw.op(f"{'fadd' if op is Op.SUM else 'fmul'} reassoc {ty} {acc}, {v}")
+            return fw.op(f"{'add' if op is Op.SUM else 'mul'} {ty} {acc}, {v}")
+        if op in (Op.MAX, Op.MIN):
+            if dt.kind == "f":
+                name = f"llvm.{'maximum' if op is Op.MAX else 'minimum'}.{_suffix(dt)}"
+            else:
+                sign = "s" if dt.kind == "i" else "u"
+                name = f"llvm.{sign}{'max' if op is Op.MAX else 'min'}.{ty}"
+            return self.mod.intrinsic(fw, name, ty, [(ty, acc), (ty, v)])
+        raise NotImplementedError(op)
+
+    def arg_step(self, op: Op, dt: np.dtype, acc, v: str, pos: str):
+        fw, ty = self.fw, llvm_type(dt)
+        best, best_pos = acc
+        if dt.kind == "f":
+            cmp = "ogt" if op is Op.ARGMAX else "olt"
+            better = fw.op(f"fcmp {cmp} {ty} {v}, {best}")
+            v_nan = fw.op(f"fcmp uno {ty} {v}, {v}")
+            best_ok = fw.op(f"fcmp ord {ty} {best}, {best}")
+            first_nan = fw.op(f"and i1 {v_nan}, {best_ok}")
+            take = fw.op(f"or i1 {better}, {first_nan}")
+        else:
+            sign = "s" if dt.kind == "i" else "u"
+            take = fw.op(f"icmp {sign}{'gt' if op is Op.ARGMAX else 'lt'} {ty} {v}, {best}")
+        return [fw.op(f"select i1 {take}, {ty} {v}, {ty} {best}"),
+                fw.op(f"select i1 {take}, i64 {pos}, i64 {best_pos}")]
+
+    # ---- memory ------------------------------------------------------------------------
+    def address(self, arg: int, index: str, dt: np.dtype) -> str:
+        return self.fw.op(f"getelementptr inbounds {memory_type(dt)}, ptr %p{arg}, i64 {index}", "a")
+
+    def store(self, arg: int, index: str, value: str, dt: np.dtype):
+        ptr = self.address(arg, index, dt)
+        if dt.kind == "b":
+            value = self.fw.op(f"zext i1 {value} to i8")
+        self.fw.emit(f"store {memory_type(dt)} {value}, ptr {ptr}, align {dt.itemsize}")
+
+    def index(self, ix: Index, loops, memo) -> str:
+        key = ("ix", ix)
+        if key in memo:
+            return memo[key]
+        fw = self.fw
+        acc = None
+        for atom, coef in ix.terms:
+            if isinstance(atom, Loop):
+                a = loops[atom.dim]
+            else:
+                a = self.divmod(atom, loops, memo)
+            term = a if coef == 1 else fw.op(f"mul nsw i64 {a}, {coef}")
+            acc = term if acc is None else fw.op(f"add nsw i64 {acc}, {term}")
+        if acc is None:
+            result = str(ix.const)
+        elif ix.const:
+            result = fw.op(f"add nsw i64 {acc}, {ix.const}")
+        else:
+            result = acc
+        memo[key] = result
+        return result
+
+    def divmod(self, atom: DivMod, loops, memo) -> str:
+        f = self.index(atom.f, loops, memo)
+        q = f if atom.div == 1 else self.fw.op(f"udiv i64 {f}, {atom.div}")
+        if atom.div * atom.mod >= atom.bound:
+            return q
+        return self.fw.op(f"urem i64 {q}, {atom.mod}")
+
+    # ---- expressions -------------------------------------------------------------------
+    def expr(self, e, loops, memo) -> str:
+        key = id(e)
+        if key in memo:
+            return memo[key]
+        v = self._expr(e, loops, memo)
+        memo[key] = v
+        return v
+
+    def _expr(self, e, loops, memo) -> str:
+        fw = self.fw
+        if isinstance(e, Const):
+            return const_text(e.value, e.dtype)
+        if isinstance(e, Scalar):
+            return self.scalars[e.arg]
+        if isinstance(e, Load):
+            ptr = self.address(e.arg, self.index(e.index, loops, memo), e.dtype)
+            v = fw.op(f"load {memory_type(e.dtype)}, ptr {ptr}, align {e.dtype.itemsize}")
+            return fw.op(f"icmp ne i8 {v}, 0") if e.dtype.kind == "b" else v
+        if isinstance(e, IndexValue):
+            return self.convert(self.index(e.index, loops, memo), np.dtype(np.int64), e.dtype)
+        assert isinstance(e, Compute)
+        args = [self.expr(o, loops, memo) for o in e.operands]
+        dts = [o.dtype for o in e.operands]
+        if e.op is Op.CAST:
+            return self.convert(args[0], dts[0], e.dtype)
+        if e.op is Op.WHERE:
+            ty = llvm_type(e.dtype)
+            return fw.op(f"select i1 {args[0]}, {ty} {args[1]}, {ty} {args[2]}")
+        return _emit_op(self, e.op, e.dtype, args, dts)
+
+    # ---- conversions -------------------------------------------------------------------
+    def convert(self, v: str, src: np.dtype, dst: np.dtype) -> str:
+        src, dst = np.dtype(src), np.dtype(dst)
+        if src == dst:
+            return v
+        fw = self.fw
+        st, dt_ = llvm_type(src), llvm_type(dst)
+        if dst.kind == "b":
+            if src.kind == "f":
+                return fw.op(f"fcmp une {st} {v}, {const_text(0, src)}")
+            return fw.op(f"icmp ne {st} {v}, 0")
+        if src.kind == "b":
+            if dst.kind == "f":
+                return fw.op(f"uitofp i1 {v} to {dt_}")
+            return fw.op(f"zext i1 {v} to {dt_}")
+        if src.kind == "f" and dst.kind == "f":
+            op = "fpext" if dst.itemsize > src.itemsize else "fptrunc"
+            return fw.op(f"{op} {st} {v} to {dt_}")
+        if src.kind == "f":
+            # saturating: NaN and out-of-range values give a defined value instead of poison
+            sign = "si" if dst.kind == "i" else "ui"
+            return self.mod.intrinsic(fw, f"llvm.fpto{sign}.sat.{dt_}.{_suffix(src)}", dt_, [(st, v)])
+        if dst.kind == "f":
+            return fw.op(f"{'sitofp' if src.kind == 'i' else 'uitofp'} {st} {v} to {dt_}")
+        if dst.itemsize == src.itemsize:
+            return v
+        if dst.itemsize < src.itemsize:
+            return fw.op(f"trunc {st} {v} to {dt_}")
+        return fw.op(f"{'sext' if src.kind == 'i' else 'zext'} {st} {v} to {dt_}")
+
+
+def _suffix(dt: np.dtype) -> str:
+    return {2: "f16", 4: "f32", 8: "f64"}[np.dtype(dt).itemsize]
+
+
+# ---- elementwise operations ----------------------------------------------------------------
+def _emit_op(em: _Emitter, op: Op, out: np.dtype, args: list, dts: list) -> str:
+    fw, mod = em.fw, em.mod
+    dt = dts[0] if dts else out
+    ty = llvm_type(dt)
+    kind = dt.kind
+    a = args[0] if args else None
+    b = args[1] if len(args) > 1 else None
+
+    def intr(name, *vals, ret=None, t=None):
+        t = t or ty
+        return mod.intrinsic(fw, name, ret or t, [(t, v) for v in vals])
+
+    def fconst(x):
+        return const_text(x, dt)
+
+    def select(c, x, y, t=None):
+        return fw.op(f"select i1 {c}, {t or ty} {x}, {t or ty} {y}")
+
+    cname = MATH_FUNCTIONS.get(op)
+    if cname is not None and kind == "f":
+        if op is Op.POW:
+            return _float_pow(em, dt, a, b)
+        return mod.call_math(fw, cname, dt, args)
+
+    if op is Op.ADD:
+        return fw.op(f"{'fadd' if kind == 'f' else ('or' if kind == 'b' else 'add')} {ty} {a}, {b}")
+    if op is Op.SUB:
+        return fw.op(f"{'fsub' if kind == 'f' else 'sub'} {ty} {a}, {b}")
+    if op is Op.MUL:
+        return fw.op(f"{'fmul' if kind == 'f' else ('and' if kind == 'b' else 'mul')} {ty} {a}, {b}")
+    if op is Op.DIV:
+        return fw.op(f"fdiv {ty} {a}, {b}")
+    if op is Op.NEG:
+        return fw.op(f"fneg {ty} {a}") if kind == "f" else fw.op(f"sub {ty} 0, {a}")
+    if op is Op.ABS:
+        if kind == "f":
+            return intr(f"llvm.fabs.{_suffix(dt)}", a)
+        if kind == "i":
+            return mod.intrinsic(fw, f"llvm.abs.{ty}", ty, [(ty, a), ("i1", "false")])
+        return a
+    if op is Op.SQRT:
+        return intr(f"llvm.sqrt.{_suffix(dt)}", a)
+    if op in (Op.FLOOR, Op.CEIL, Op.TRUNC, Op.RINT):
+        if kind != "f":
+            return a
+        return intr(f"llvm.{op.value}.{_suffix(dt)}", a)
+    if op is Op.RECIPROCAL:
+        if kind == "f":
+            return fw.op(f"fdiv {ty} {fconst(1)}, {a}")
+        return _int_divide(em, dt, "1" if kind != "b" else "true", a, floor=False)
+    if op is Op.SIGN:
+        if kind == "f":
+            pos = fw.op(f"fcmp ogt {ty} {a}, {fconst(0)}")
+            neg = fw.op(f"fcmp olt {ty} {a}, {fconst(0)}")
+            zero_or_nan = select(fw.op(f"fcmp oeq {ty} {a}, {fconst(0)}"), fconst(0), a)
+            return select(pos, fconst(1), select(neg, fconst(-1), zero_or_nan))
+        gt = fw.op(f"icmp {_icmp(kind, 'gt')} {ty} {a}, 0")
+        pos = fw.op(f"zext i1 {gt} to {ty}")
+        if kind == "u":
+            return pos
+        neg = fw.op(f"zext i1 {fw.op(f'icmp slt {ty} {a}, 0')} to {ty}")
+        return fw.op(f"sub {ty} {pos}, {neg}")
+    if op in (Op.ISNAN, Op.ISINF, Op.ISFINITE):
+        if kind != "f":
+            return "true" if op is Op.ISFINITE else "false"
+        if op is Op.ISNAN:
+            return fw.op(f"fcmp uno {ty} {a}, {a}")
+        mag = intr(f"llvm.fabs.{_suffix(dt)}", a)
+        return fw.op(f"fcmp {'oeq' if op is Op.ISINF else 'olt'} {ty} {mag}, {fconst(np.inf)}")
+    if op is Op.SIGNBIT:
+        if kind == "f":
+            bits = f"i{dt.itemsize * 8}"
+            return fw.op(f"icmp slt {bits} {fw.op(f'bitcast {ty} {a} to {bits}')}, 0")
+        return fw.op(f"icmp slt {ty} {a}, 0") if kind == "i" else "false"
+    if op in (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE):
+        if kind == "f":
+            pred = {Op.EQ: "oeq", Op.NE: "une", Op.LT: "olt", Op.LE: "ole", Op.GT: "ogt",
+                    Op.GE: "oge"}[op]
+            return fw.op(f"fcmp {pred} {ty} {a}, {b}")
+        base = {Op.EQ: "eq", Op.NE: "ne", Op.LT: "lt", Op.LE: "le", Op.GT: "gt", Op.GE: "ge"}[op]
+        return fw.op(f"icmp {_icmp(kind, base)} {ty} {a}, {b}")
+    if op in (Op.LOGICAL_AND, Op.LOGICAL_OR, Op.LOGICAL_XOR, Op.LOGICAL_NOT):
+        truth = [em.convert(v, d, np.dtype(np.bool_)) for v, d in zip(args, dts)]
+        if op is Op.LOGICAL_NOT:
+            return fw.op(f"xor i1 {truth[0]}, true")
+        word = {Op.LOGICAL_AND: "and", Op.LOGICAL_OR: "or", Op.LOGICAL_XOR: "xor"}[op]
+        return fw.op(f"{word} i1 {truth[0]}, {truth[1]}")
+    if op in (Op.BITWISE_AND, Op.BITWISE_OR, Op.BITWISE_XOR):
+        word = {Op.BITWISE_AND: "and", Op.BITWISE_OR: "or", Op.BITWISE_XOR: "xor"}[op]
+        return fw.op(f"{word} {ty} {a}, {b}")
+    if op is Op.INVERT:
+        return fw.op(f"xor {ty} {a}, {'true' if kind == 'b' else '-1'}")
+    if op in (Op.MINIMUM, Op.MAXIMUM, Op.FMIN, Op.FMAX):
+        return _min_max(em, op, dt, a, b)
+    if op in (Op.FLOORDIV, Op.MOD, Op.FMOD):
+        if kind == "f":
+            return _float_divmod(em, op, dt, a, b)
+        if kind == "b":  # NumPy has no bool loop for these; resolve_dtypes picks int8
+            raise NotImplementedError(op)
+        if op is Op.FLOORDIV:
+            return _int_divide(em, dt, a, b, floor=True)
+        return _int_remainder(em, dt, a, b, python_sign=op is Op.MOD)
+    if op is Op.POW:
+        return _int_pow(em, dt, a, b)
+    if op is Op.COPYSIGN:
+        return intr(f"llvm.copysign.{_suffix(dt)}", a, b)
+    if op in (Op.LEFT_SHIFT, Op.RIGHT_SHIFT):
+        bits = dt.itemsize * 8
+        too_far = fw.op(f"icmp uge {ty} {b}, {bits}")
+        safe = select(too_far, "0", b)
+        if op is Op.LEFT_SHIFT:
+            return select(too_far, "0", fw.op(f"shl {ty} {a}, {safe}"))
+        if kind == "u":
+            return select(too_far, "0", fw.op(f"lshr {ty} {a}, {safe}"))
+        return fw.op(f"ashr {ty} {a}, {select(too_far, str(bits - 1), b)}")
+    if op is Op.HEAVISIDE:
+        neg = fw.op(f"fcmp olt {ty} {a}, {fconst(0)}")
+        pos = fw.op(f"fcmp ogt {ty} {a}, {fconst(0)}")
+        zero = fw.op(f"fcmp oeq {ty} {a}, {fconst(0)}")
+        return select(neg, fconst(0), select(pos, fconst(1), select(zero, b, a)))
+    if op in (Op.LOGADDEXP, Op.LOGADDEXP2):
+        return _logaddexp(em, op, dt, a, b)
+    raise NotImplementedError(f"code generation for {op.value} on {dt}")
+
+
+def _icmp(kind: str, base: str) -> str:
+    if base in ("eq", "ne"):
+        return base
+    return ("s" if kind == "i" else "u") + base
+
+
+def _min_max(em, op, dt, a, b) -> str:
+    """NumPy's rules: minimum/maximum propagate NaN; fmin/fmax ignore it; ties return b."""
+    fw = em.fw
+    ty = llvm_type(dt)
+    if dt.kind == "b":
+        return fw.op(f"{'and' if op in (Op.MINIMUM, Op.FMIN) else 'or'} i1 {a}, {b}")
+    if dt.kind != "f":
+        sign = "s" if dt.kind == "i" else "u"
+        word = "min" if op in (Op.MINIMUM, Op.FMIN) else "max"
+        return em.mod.intrinsic(fw, f"llvm.{sign}{word}.{ty}", ty, [(ty, a), (ty, b)])
+    pred = "olt" if op in (Op.MINIMUM, Op.FMIN) else "ogt"
+    better = fw.op(f"fcmp {pred} {ty} {a}, {b}")
+    if op in (Op.MINIMUM, Op.MAXIMUM):
+        special = fw.op(f"fcmp uno {ty} {a}, {a}")      # a is NaN: keep it
+    else:
+        special = fw.op(f"fcmp uno {ty} {b}, {b}")      # b is NaN: take a
+    take_a = fw.op(f"or i1 {better}, {special}")
+    return fw.op(f"select i1 {take_a}, {ty} {a}, {ty} {b}")
+
+
+def _float_pow(em, dt, a, b) -> str:
+    return em.mod.call_math(em.fw, "pow", dt, [a, b])
+
+
+def _float_divmod(em, op, dt, a, b) -> str:
+    """NumPy's npy_divmod / npy_fmod for floats, step for step."""
+    fw = em.fw
+    ty = llvm_type(dt)
+    c = lambda x: const_text(x, dt)  # noqa: E731
+    mod = fw.op(f"frem {ty} {a}, {b}")
+    if op is Op.FMOD:
+        return mod
+    b_zero = fw.op(f"fcmp oeq {ty} {b}, {c(0)}")
+    mod_nonzero = fw.op(f"fcmp une {ty} {mod}, {c(0)}")
+    b_neg = fw.op(f"fcmp olt {ty} {b}, {c(0)}")
+    mod_neg = fw.op(f"fcmp olt {ty} {mod}, {c(0)}")
+    differ = fw.op(f"xor i1 {b_neg}, {mod_neg}")
+    fix = fw.op(f"and i1 {mod_nonzero}, {differ}")
+    if op is Op.MOD:
+        adjusted = fw.op(f"fadd {ty} {mod}, {b}")
+        signed_zero = em.mod.intrinsic(fw, f"llvm.copysign.{_suffix(dt)}", ty,
+                                       [(ty, c(0)), (ty, b)])
+        nonzero = fw.op(f"select i1 {fix}, {ty} {adjusted}, {ty} {mod}")
+        r = fw.op(f"select i1 {mod_nonzero}, {ty} {nonzero}, {ty} {signed_zero}")
+        return fw.op(f"select i1 {b_zero}, {ty} {mod}, {ty} {r}")
+    # floor_divide
+    div = fw.op(f"fdiv {ty} {fw.op(f'fsub {ty} {a}, {mod}')}, {b}")
+    div = fw.op(f"select i1 {fix}, {ty} {fw.op(f'fsub {ty} {div}, {c(1)}')}, {ty} {div}")
+    div_nonzero = fw.op(f"fcmp une {ty} {div}, {c(0)}")
+    floor = em.mod.intrinsic(fw, f"llvm.floor.{_suffix(dt)}", ty, [(ty, div)])
+    over_half = fw.op(f"fcmp ogt {ty} {fw.op(f'fsub {ty} {div}, {floor}')}, {c(0.5)}")
+    floor = fw.op(f"select i1 {over_half}, {ty} {fw.op(f'fadd {ty} {floor}, {c(1)}')}, {ty} {floor}")
+    quotient = fw.op(f"fdiv {ty} {a}, {b}")
+    zero = em.mod.intrinsic(fw, f"llvm.copysign.{_suffix(dt)}", ty, [(ty, c(0)), (ty, quotient)])
+    # div is NaN when a is inf or NaN: une is true for NaN, so floor(NaN) = NaN flows through
+    r = fw.op(f"select i1 {div_nonzero}, {ty} {floor}, {ty} {zero}")
+    return fw.op(f"select i1 {b_zero}, {ty} {quotient}, {ty} {r}")
+
+
+def _int_divide(em, dt, a, b, floor: bool) -> str:
+    """Integer division as NumPy does it: floor rounding; x // 0 == 0; MIN // -1 == MIN."""
+    fw = em.fw
+    ty = llvm_type(dt)
+    b_zero = fw.op(f"icmp eq {ty} {b}, 0")
+    if dt.kind == "u":
+        q = fw.op(f"udiv {ty} {a}, {fw.op(f'select i1 {b_zero}, {ty} 1, {ty} {b}')}")
+        return fw.op(f"select i1 {b_zero}, {ty} 0, {ty} {q}")
+    lo, _ = _int_limits(dt)
+    overflow = fw.op(f"and i1 {fw.op(f'icmp eq {ty} {a}, {lo}')}, {fw.op(f'icmp eq {ty} {b}, -1')}")
+    bad = fw.op(f"or i1 {b_zero}, {overflow}")
+    safe_b = fw.op(f"select i1 {bad}, {ty} 1, {ty} {b}")
+    q = fw.op(f"sdiv {ty} {a}, {safe_b}")
+    if floor:
+        r = fw.op(f"srem {ty} {a}, {safe_b}")
+        r_nonzero = fw.op(f"icmp ne {ty} {r}, 0")
+        signs_differ = fw.op(f"icmp slt {ty} {fw.op(f'xor {ty} {r}, {safe_b}')}, 0")
+        adjust = fw.op(f"and i1 {r_nonzero}, {signs_differ}")
+        q = fw.op(f"sub {ty} {q}, {fw.op(f'zext i1 {adjust} to {ty}')}")
+    q = fw.op(f"select i1 {overflow}, {ty} {lo}, {ty} {q}")
+    return fw.op(f"select i1 {b_zero}, {ty} 0, {ty} {q}")
+
+
+def _int_remainder(em, dt, a, b, python_sign: bool) -> str:
+    """x % 0 == 0 as in NumPy; np.remainder takes the divisor's sign, np.fmod the dividend's."""
+    fw = em.fw
+    ty = llvm_type(dt)
+    b_zero = fw.op(f"icmp eq {ty} {b}, 0")
+    if dt.kind == "u":
+        r = fw.op(f"urem {ty} {a}, {fw.op(f'select i1 {b_zero}, {ty} 1, {ty} {b}')}")
+        return fw.op(f"select i1 {b_zero}, {ty} 0, {ty} {r}")
+    minus_one = fw.op(f"icmp eq {ty} {b}, -1")        # MIN % -1 would trap; the answer is 0
+    bad = fw.op(f"or i1 {b_zero}, {minus_one}")
+    safe_b = fw.op(f"select i1 {bad}, {ty} 1, {ty} {b}")
+    r = fw.op(f"srem {ty} {a}, {safe_b}")
+    if python_sign:
+        r_nonzero = fw.op(f"icmp ne {ty} {r}, 0")
+        signs_differ = fw.op(f"icmp slt {ty} {fw.op(f'xor {ty} {r}, {safe_b}')}, 0")
+        adjust = fw.op(f"and i1 {r_nonzero}, {signs_differ}")
+        r = fw.op(f"select i1 {adjust}, {ty} {fw.op(f'add {ty} {r}, {safe_b}')}, {ty} {r}")
+    return r
+
+
+def _int_pow(em, dt, a, b) -> str:
+    """a ** b by repeated squaring; negative exponents give 0 (NumPy raises for arrays)."""
+    fw = em.fw
+    ty = llvm_type(dt)
+    if dt.kind == "b":
+        return fw.op(f"or i1 {a}, {fw.op(f'xor i1 {b}, true')}")
+    name = f"fastlaunch.ipow.{'s' if dt.kind == 'i' else 'u'}{ty}"
+    neg_check = (f"  %neg = icmp slt {ty} %e, 0\n  br i1 %neg, label %zero, label %loop0\n"
+                 if dt.kind == "i" else "  br label %loop0\n")
+    em.mod.declare(name, f"""define internal {ty} @{name}({ty} %b, {ty} %e) alwaysinline nounwind {{
+entry:
+{neg_check}zero:
+  ret {ty} 0
+loop0:
+  br label %loop
+loop:
+  %acc = phi {ty} [ 1, %loop0 ], [ %acc2, %loop ]
+  %base = phi {ty} [ %b, %loop0 ], [ %base2, %loop ]
+  %exp = phi {ty} [ %e, %loop0 ], [ %exp2, %loop ]
+  %bit = and {ty} %exp, 1
+  %odd = icmp ne {ty} %bit, 0
+  %mul = mul {ty} %acc, %base
+  %acc2 = select i1 %odd, {ty} %mul, {ty} %acc
+  %base2 = mul {ty} %base, %base
+  %exp2 = lshr {ty} %exp, 1
+  %more = icmp ne {ty} %exp2, 0
+  br i1 %more, label %loop, label %out
+out:
+  %r = phi {ty} [ %acc2, %loop ]
+  ret {ty} %r
+}}""")
+    return fw.op(f"call {ty} @{name}({ty} {a}, {ty} {b})")
+
+
+def _logaddexp(em, op, dt, a, b) -> str:
+    """NumPy's npy_logaddexp(2): x + log1p(exp(-|x-y|)) around the larger, x when x == y."""
+    fw = em.fw
+    ty = llvm_type(dt)
+    c = lambda x: const_text(x, dt)  # noqa: E731
+    base2 = op is Op.LOGADDEXP2
+    equal = fw.op(f"fcmp oeq {ty} {a}, {b}")
+    same = fw.op(f"fadd {ty} {a}, {c(1.0 if base2 else np.log(2.0))}")
+    tmp = fw.op(f"fsub {ty} {a}, {b}")
+    pos = fw.op(f"fcmp ogt {ty} {tmp}, {c(0)}")
+    nonpos = fw.op(f"fcmp ole {ty} {tmp}, {c(0)}")
+    neg_abs = fw.op(f"fneg {ty} {em.mod.intrinsic(fw, f'llvm.fabs.{_suffix(dt)}', ty, [(ty, tmp)])}")
+    if base2:
+        e = em.mod.call_math(fw, "exp2", dt, [neg_abs])
+        l1p = fw.op(f"fmul {ty} {em.mod.call_math(fw, 'log1p', dt, [e])}, {c(1 / np.log(2.0))}")
+    else:
+        l1p = em.mod.call_math(fw, "log1p", dt, [em.mod.call_math(fw, "exp", dt, [neg_abs])])
+    from_a = fw.op(f"fadd {ty} {a}, {l1p}")
+    from_b = fw.op(f"fadd {ty} {b}, {l1p}")
+    r = fw.op(f"select i1 {nonpos}, {ty} {from_b}, {ty} {tmp}")   # NaN: tmp is NaN
+    r = fw.op(f"select i1 {pos}, {ty} {from_a}, {ty} {r}")
+    return fw.op(f"select i1 {equal}, {ty} {same}, {ty} {r}")

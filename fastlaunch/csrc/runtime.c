@@ -1,0 +1,308 @@
+/* fastlaunch host runtime: worker pool and caching memory pool.  See runtime.h. */
+#define _GNU_SOURCE
+#include "runtime.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+void fl_null_kernel(int64_t start, int64_t end, int64_t *args) {
+    (void)start; (void)end; (void)args;
+}
+
+/* ======================================================================================
+ * Worker pool.  One launch at a time owns the pool (launch_lock); a second concurrent
+ * caller runs its launch on its own thread instead of waiting.  Workers spin for a while
+ * after each job, then sleep on a condition variable, so that back-to-back launches of a
+ * program pay no wake-up cost while an idle process burns no CPU.
+ * ====================================================================================== */
+#define MAX_WORKERS 256
+
+typedef struct {
+    fl_kernel_fn fn;
+    int64_t *args;
+    int64_t n;
+    int64_t chunk;
+    int64_t nchunks;
+    _Atomic int64_t next;
+    _Atomic int64_t done;
+} job_t;
+
+static job_t job;
+static _Atomic uint64_t generation;
+static _Atomic int active;          /* workers inside a job */
+static _Atomic int sleeping;
+static _Atomic int stopping;
+static int nworkers;                /* threads besides the caller */
+static int started;
+static pthread_t workers[MAX_WORKERS];
+static pthread_mutex_t launch_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t sleep_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sleep_cv = PTHREAD_COND_INITIALIZER;
+static int64_t parallel_threshold = 32768;
+static int64_t spin_ns = 200000;
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void run_chunks(void) {
+    int64_t c;
+    while ((c = atomic_fetch_add(&job.next, 1)) < job.nchunks) {
+        int64_t s = c * job.chunk;
+        int64_t e = s + job.chunk < job.n ? s + job.chunk : job.n;
+        job.fn(s, e, job.args);
+        atomic_fetch_add(&job.done, 1);
+    }
+}
+
+static void *worker_main(void *unused) {
+    (void)unused;
+    uint64_t seen = atomic_load(&generation);
+    for (;;) {
+        int64_t deadline = now_ns() + spin_ns;
+        int spins = 0;
+        while (atomic_load(&generation) == seen && !atomic_load(&stopping)) {
+            cpu_relax();
+            if (++spins % 1024 == 0 && now_ns() > deadline) {
+                pthread_mutex_lock(&sleep_mu);
+                atomic_fetch_add(&sleeping, 1);
+                while (atomic_load(&generation) == seen && !atomic_load(&stopping))
+                    pthread_cond_wait(&sleep_cv, &sleep_mu);
+                atomic_fetch_sub(&sleeping, 1);
+                pthread_mutex_unlock(&sleep_mu);
+            }
+        }
+        if (atomic_load(&stopping)) return NULL;
+        uint64_t g = atomic_load(&generation);
+        /* announce, then re-check: the launcher waits for active == 0 before it rewrites job */
+        atomic_fetch_add(&active, 1);
+        if (atomic_load(&generation) == g) run_chunks();
+        atomic_fetch_sub(&active, 1);
+        seen = g;
+    }
+}
+
+static int available_cpus(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+    return 1;
+}
+
+static void reset_after_fork(void) {
+    /* the child has only the forking thread: start a fresh pool on demand */
+    started = 0;
+    nworkers = 0;
+    atomic_store(&active, 0);
+    atomic_store(&sleeping, 0);
+    atomic_store(&stopping, 0);
+    pthread_mutex_init(&launch_lock, NULL);
+    pthread_mutex_init(&start_lock, NULL);
+    pthread_mutex_init(&sleep_mu, NULL);
+    pthread_cond_init(&sleep_cv, NULL);
+}
+
+int fl_pool_start(int nthreads) {
+    static int atfork_done = 0;
+    pthread_mutex_lock(&start_lock);
+    if (!atfork_done) {
+        pthread_atfork(NULL, NULL, reset_after_fork);
+        atfork_done = 1;
+    }
+    if (!started) {
+        if (nthreads <= 0) {
+            const char *env = getenv("FASTLAUNCH_NUM_THREADS");
+            nthreads = env ? atoi(env) : available_cpus();
+        }
+        if (nthreads < 1) nthreads = 1;
+        if (nthreads > MAX_WORKERS) nthreads = MAX_WORKERS;
+        atomic_store(&stopping, 0);
+        int made = 0;
+        for (int i = 0; i < nthreads - 1; i++) {
+            if (pthread_create(&workers[i], NULL, worker_main, NULL) != 0) break;
+            made++;
+        }
+        nworkers = made;
+        started = 1;
+    }
+    int total = nworkers + 1;
+    pthread_mutex_unlock(&start_lock);
+    return total;
+}
+
+void fl_pool_stop(void) {
+    pthread_mutex_lock(&start_lock);
+    if (started) {
+        pthread_mutex_lock(&launch_lock);
+        atomic_store(&stopping, 1);
+        pthread_mutex_lock(&sleep_mu);
+        pthread_cond_broadcast(&sleep_cv);
+        pthread_mutex_unlock(&sleep_mu);
+        for (int i = 0; i < nworkers; i++) pthread_join(workers[i], NULL);
+        nworkers = 0;
+        started = 0;
+        pthread_mutex_unlock(&launch_lock);
+    }
+    pthread_mutex_unlock(&start_lock);
+}
+
+int fl_pool_threads(void) { return started ? nworkers + 1 : 0; }
+void fl_set_parallel_threshold(int64_t work) { parallel_threshold = work; }
+int64_t fl_get_parallel_threshold(void) { return parallel_threshold; }
+void fl_set_spin_us(int64_t us) { spin_ns = us * 1000; }
+
+void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args) {
+    if (n <= 0) return;
+    int64_t work = n * (work_per_item > 0 ? work_per_item : 1);
+    if (work < parallel_threshold || n < 2) {
+        fn(0, n, args);
+        return;
+    }
+    if (!started) fl_pool_start(0);
+    if (nworkers == 0 || pthread_mutex_trylock(&launch_lock) != 0) {
+        fn(0, n, args);
+        return;
+    }
+    while (atomic_load(&active) != 0) cpu_relax();
+    int threads = nworkers + 1;
+    /* a few chunks per thread balance uneven progress; none smaller than the threshold/4 */
+    int64_t nchunks = (int64_t)threads * 4;
+    int64_t min_items = (parallel_threshold / 4) / (work_per_item > 0 ? work_per_item : 1);
+    if (min_items < 1) min_items = 1;
+    if (n / nchunks < min_items) nchunks = n / min_items > 0 ? n / min_items : 1;
+    int64_t chunk = (n + nchunks - 1) / nchunks;
+    if (chunk >= 64) chunk = (chunk + 63) & ~(int64_t)63;  /* whole vectors per chunk */
+    job.fn = fn;
+    job.args = args;
+    job.n = n;
+    job.chunk = chunk;
+    job.nchunks = (n + chunk - 1) / chunk;
+    atomic_store(&job.next, 0);
+    atomic_store(&job.done, 0);
+    atomic_fetch_add(&generation, 1);
+    if (atomic_load(&sleeping) > 0) {
+        pthread_mutex_lock(&sleep_mu);
+        pthread_cond_broadcast(&sleep_cv);
+        pthread_mutex_unlock(&sleep_mu);
+    }
+    run_chunks();
+    while (atomic_load(&job.done) < job.nchunks) cpu_relax();
+    pthread_mutex_unlock(&launch_lock);
+}
+
+/* ======================================================================================
+ * Memory pool.  Size classes: powers of two up to 4 KiB, then four classes per power of
+ * two.  A 64-byte header in front of each block records its class, so that free needs no
+ * size.  Freed blocks are kept (up to a byte budget) and handed out again: a repeated
+ * program reuses the same warm pages instead of faulting in fresh ones every call.
+ * ====================================================================================== */
+#define HEADER 64
+#define NCLASSES 256
+
+typedef struct block {
+    int64_t cls;
+    struct block *next;
+} block_t;
+
+static block_t *free_lists[NCLASSES];
+static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static int64_t cached_bytes;
+static _Atomic int64_t live_bytes;
+static int64_t cache_limit = -1;
+
+static int64_t class_of(int64_t nbytes, int64_t *size) {
+    if (nbytes <= 64) { *size = 64; return 0; }
+    int p = 64 - __builtin_clzll((uint64_t)(nbytes - 1));   /* 2^p >= nbytes */
+    if (p <= 12) { *size = (int64_t)1 << p; return p - 6; }
+    int64_t quarter = (int64_t)1 << (p - 3);                  /* 2^(p-1) / 4 */
+    int64_t base = (int64_t)1 << (p - 1);
+    int64_t k = (nbytes - base + quarter - 1) / quarter;      /* 1..4 */
+    *size = base + k * quarter;
+    return 7 + (int64_t)(p - 13) * 4 + k;
+}
+
+static int64_t class_size(int64_t cls) {
+    if (cls <= 6) return (int64_t)64 << cls;
+    int64_t c = cls - 7;
+    int p = 13 + (int)((c - 1) / 4);
+    int64_t k = (c - 1) % 4 + 1;
+    return ((int64_t)1 << (p - 1)) + k * ((int64_t)1 << (p - 3));
+}
+
+void *fl_mem_alloc(int64_t nbytes) {
+    int64_t size;
+    int64_t cls = class_of(nbytes > 0 ? nbytes : 1, &size);
+    if (cls < 0 || cls >= NCLASSES) return NULL;
+    block_t *b = NULL;
+    pthread_mutex_lock(&mem_lock);
+    if (cache_limit < 0) {
+        const char *env = getenv("FASTLAUNCH_POOL_LIMIT_MB");
+        cache_limit = (env ? atoll(env) : 4096) << 20;
+    }
+    if (free_lists[cls]) {
+        b = free_lists[cls];
+        free_lists[cls] = b->next;
+        cached_bytes -= size;
+    }
+    pthread_mutex_unlock(&mem_lock);
+    if (!b) {
+        b = (block_t *)aligned_alloc(64, (size_t)(HEADER + size));
+        if (!b) return NULL;
+        b->cls = cls;
+    }
+    atomic_fetch_add(&live_bytes, size);
+    return (char *)b + HEADER;
+}
+
+void fl_mem_free(void *ptr) {
+    if (!ptr) return;
+    block_t *b = (block_t *)((char *)ptr - HEADER);
+    int64_t size = class_size(b->cls);
+    atomic_fetch_sub(&live_bytes, size);
+    pthread_mutex_lock(&mem_lock);
+    if (cached_bytes + size <= cache_limit) {
+        b->next = free_lists[b->cls];
+        free_lists[b->cls] = b;
+        cached_bytes += size;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&mem_lock);
+    if (b) free(b);
+}
+
+void fl_mem_trim(void) {
+    pthread_mutex_lock(&mem_lock);
+    for (int i = 0; i < NCLASSES; i++) {
+        block_t *b = free_lists[i];
+        while (b) {
+            block_t *next = b->next;
+            free(b);
+            b = next;
+        }
+        free_lists[i] = NULL;
+    }
+    cached_bytes = 0;
+    pthread_mutex_unlock(&mem_lock);
+}
+
+int64_t fl_mem_cached_bytes(void) {
+    pthread_mutex_lock(&mem_lock);
+    int64_t v = cached_bytes;
+    pthread_mutex_unlock(&mem_lock);
+    return v;
+}
+
+int64_t fl_mem_live_bytes(void) { return atomic_load(&live_bytes); }

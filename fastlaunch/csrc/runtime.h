@@ -1,0 +1,33 @@
+/* fastlaunch host runtime: a persistent worker pool for kernel launches and a caching
+ * memory pool for temporaries.  Plain C so that it runs without the GIL. */
+#ifndef FASTLAUNCH_RUNTIME_H
+#define FASTLAUNCH_RUNTIME_H
+
+#include <stdint.h>
+
+/* The kernel ABI: visit [start, end) of the launch range; args holds one word per argument. */
+typedef void (*fl_kernel_fn)(int64_t start, int64_t end, int64_t *args);
+
+/* A kernel that does nothing: the null backend's every kernel. */
+void fl_null_kernel(int64_t start, int64_t end, int64_t *args);
+
+/* ---- worker pool ---- */
+int fl_pool_start(int nthreads);          /* idempotent; nthreads counts the caller */
+void fl_pool_stop(void);
+int fl_pool_threads(void);
+void fl_set_parallel_threshold(int64_t work);
+int64_t fl_get_parallel_threshold(void);
+void fl_set_spin_us(int64_t us);
+
+/* Run fn over [0, n): serially when n * work_per_item is below the threshold (or the pool is
+ * busy with another caller's launch), else split in chunks over the pool and the caller. */
+void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args);
+
+/* ---- memory pool: 64-byte aligned blocks, cached by size class ---- */
+void *fl_mem_alloc(int64_t nbytes);
+void fl_mem_free(void *ptr);
+void fl_mem_trim(void);                   /* release every cached block */
+int64_t fl_mem_cached_bytes(void);
+int64_t fl_mem_live_bytes(void);
+
+#endif

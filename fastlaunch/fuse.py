@@ -1,0 +1,547 @@
+"""Partition a Graph into Kernels.
+
+Elementwise work and views are inlined into whichever kernel consumes them (views become
+index arithmetic, never copies).  A value is materialised into a buffer only where it must be:
+a reduction result, a region update read as a value, or a result.  Results of one iteration
+space share one kernel.  In-place updates of inputs are written last, after every read of the
+old values, and through a temporary where a kernel would read what it overwrites.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .ir import Graph, Kind, Node, Op
+from .kernel import (Compute, accumulator_dtype, Const, DivMod, Index, IndexValue, Kernel, KernelArg, Load, Loop,
+                     Reduction, Scalar, Store, walk)
+
+# Full reductions of at least 2*REDUCE_CHUNK elements into fewer than SPLIT_MAX_OUTPUTS results
+# are folded in fixed chunks first, so that they can run in parallel and the combine order (and
+# hence the result) depends on the shapes alone, never on the number of threads.
+REDUCE_CHUNK = int(os.environ.get("FASTLAUNCH_REDUCE_CHUNK", 16384))
+SPLIT_MAX_OUTPUTS = 16
+
+
+def contiguous_strides(shape) -> tuple:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(strides))
+
+
+@dataclass
+class Buffer:
+    id: int
+    role: str            # input | const | param | output | temp
+    dtype: np.dtype
+    size: int            # elements (0 for params)
+    ref: int = -1        # input/param position, const index or output index
+    strides: tuple = ()  # element strides of the buffer as the kernels address it
+    shape: tuple = ()
+
+
+@dataclass
+class Plan:
+    buffers: list = field(default_factory=list)
+    kernels: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)    # buffer id per graph output
+
+    def describe(self) -> str:
+        return "\n\n".join(f"# kernel {i}\n{k.describe()}" for i, k in enumerate(self.kernels))
+
+
+def plan(graph: Graph, arg_layouts: dict) -> Plan:
+    """arg_layouts: input position -> element strides of that argument."""
+    return _Fuser(graph, arg_layouts).run()
+
+
+class _Fuser:
+    def __init__(self, graph: Graph, arg_layouts: dict):
+        self.graph = graph
+        self.arg_layouts = arg_layouts
+        self.plan = Plan()
+        self.buffer_of: dict[int, Buffer] = {}   # node index -> buffer holding its value
+
+    # ---- buffers ---------------------------------------------------------------------------
+    def new_buffer(self, role, dtype, shape=(), ref=-1, strides=None) -> Buffer:
+        size = int(np.prod(shape, dtype=np.int64)) if role != "param" else 0
+        buf = Buffer(len(self.plan.buffers), role, np.dtype(dtype), size, ref,
+                     contiguous_strides(shape) if strides is None else tuple(strides), tuple(shape))
+        self.plan.buffers.append(buf)
+        return buf
+
+    def leaf_buffer(self, node: Node) -> Buffer:
+        buf = self.buffer_of.get(node.index)
+        if buf is None:
+            if node.op is Op.ARG:
+                pos = node.attrs["position"]
+                buf = self.new_buffer("input", node.dtype, node.shape, pos, self.arg_layouts[pos])
+            elif node.op is Op.CONST:
+                buf = self.new_buffer("const", node.dtype, node.shape, node.attrs["index"])
+            else:
+                buf = self.new_buffer("param", node.dtype, (), node.attrs["position"])
+            self.buffer_of[node.index] = buf
+        return buf
+
+    # ---- driver ----------------------------------------------------------------------------
+    def run(self) -> Plan:
+        g = self.graph
+        stores: list = []          # (buffer, node) elementwise stores of results
+        for i, node in enumerate(g.outputs):
+            buf = self.new_buffer("output", node.dtype, node.shape, i)
+            self.plan.outputs.append(buf.id)
+            if node.size and _needs_buffer(node) and node.index not in self.buffer_of:
+                self.materialize(node, into=buf)
+            else:
+                stores.append((buf, node))
+        self.emit_store_groups([(b, b.strides, n) for b, n in stores if n.size])
+        self.emit_writebacks()
+        self.plan.kernels = [k for k in self.plan.kernels if k.launch_size > 0]
+        return self.plan
+
+    def emit_store_groups(self, stores):
+        """One kernel per iteration shape for full-array stores (buffer, strides, node)."""
+        by_shape: dict = {}
+        for buf, strides, node in stores:
+            by_shape.setdefault(node.shape, []).append((buf, strides, node))
+        for shape, group in by_shape.items():
+            kb = _KernelBuilder(self, shape, (), "map")
+            ident = tuple(Index.loop(d) for d in range(len(shape)))
+            for buf, strides, node in group:
+                kb.store(buf, _address(strides, ident), kb.build(node, ident))
+            self.plan.kernels.append(kb.finish())
+
+    # ---- materialisation -------------------------------------------------------------------
+    def materialize(self, node: Node, into: Buffer | None = None) -> Buffer:
+        buf = self.buffer_of.get(node.index)
+        if buf is not None:
+            return buf
+        if node.op.kind is Kind.LEAF:
+            return self.leaf_buffer(node)
+        buf = into or self.new_buffer("temp", node.dtype, node.shape)
+        if node.size == 0:
+            pass
+        elif node.op.kind is Kind.REDUCE:
+            self.emit_reduce(node, buf)
+        elif node.op is Op.SETSLICE:
+            self.emit_setslice(node, buf)
+        else:
+            # an elementwise value that must sit in memory (e.g. a reshape that strides cannot express)
+            self.emit_store_groups([(buf, buf.strides, node)])
+        self.buffer_of[node.index] = buf
+        return buf
+
+    def emit_reduce(self, node: Node, out: Buffer):
+        src = node.inputs[0]
+        axes = node.attrs["axes"]
+        kept = [d for d in range(src.ndim) if d not in axes]
+        space = tuple(src.shape[d] for d in kept)
+        rspace = tuple(src.shape[d] for d in axes)
+        order = kept + list(axes)
+        imap = [None] * src.ndim
+        for loop_dim, d in enumerate(order):
+            imap[d] = Index.loop(loop_dim)
+        imap = tuple(imap)
+        kept_size = int(np.prod(space, dtype=np.int64))
+        rsize = int(np.prod(rspace, dtype=np.int64))
+        split = (node.op not in (Op.ARGMAX, Op.ARGMIN) and kept_size < SPLIT_MAX_OUTPUTS
+                 and rsize >= 2 * REDUCE_CHUNK)
+        if not split:
+            kb = _KernelBuilder(self, space, rspace, node.op.value)
+            value = kb.build(src, _shift_loops(imap, 0))
+            kb.reduce(node.op, value, out, _address(out.strides, _idents(len(space))))
+            self.plan.kernels.append(kb.finish())
+            return
+        nchunks = -(-rsize // REDUCE_CHUNK)
+        acc = accumulator_dtype(node.op, src.dtype)
+        partial = self.new_buffer("temp", acc, space + (nchunks,))
+        # loop dims: kept..., chunk, then the reduced dims
+        kb = _KernelBuilder(self, space + (nchunks,), rspace, node.op.value + " partial")
+        value = kb.build(src, _shift_loops(imap, len(space), start=len(space)))
+        kb.reduce(node.op, value, partial, _address(partial.strides, _idents(len(space) + 1)),
+                  chunk=REDUCE_CHUNK)
+        self.plan.kernels.append(kb.finish())
+        kb = _KernelBuilder(self, space, (nchunks,), node.op.value + " combine")
+        loads = kb.load(partial, _address(partial.strides, _idents(len(space) + 1)), acc)
+        kb.reduce(_COMBINE[node.op], loads, out, _address(out.strides, _idents(len(space))))
+        self.plan.kernels.append(kb.finish())
+
+    def emit_setslice(self, node: Node, out: Buffer):
+        base, value = node.inputs
+        self.emit_store_groups([(out, out.strides, base)])
+        self.emit_region_store(out, out.strides, node.attrs["start"], node.attrs["step"], value)
+
+    def emit_region_store(self, buf: Buffer, strides, start, step, value: Node):
+        shape = value.shape
+        kb = _KernelBuilder(self, shape, (), "setslice")
+        ident = _idents(len(shape))
+        region = tuple(Index.loop(d).scale(st).shift(s0) for d, (s0, st) in enumerate(zip(start, step)))
+        kb.store(buf, _address(strides, region), kb.build(value, ident))
+        self.plan.kernels.append(kb.finish())
+
+    # ---- in-place updates of inputs --------------------------------------------------------
+    def emit_writebacks(self):
+        jobs = []   # (dest buffer, [(region or None, value node)])
+        for pos, node in self.graph.writebacks:
+            dest = self.leaf_buffer(self._arg_node(pos))
+            regions = []
+            while node.op is Op.SETSLICE and not (node.index in self.buffer_of):
+                regions.append((node.attrs["start"], node.attrs["step"], node.inputs[1]))
+                node = node.inputs[0]
+            regions.reverse()
+            full = None if (node.op is Op.ARG and node.attrs["position"] == pos) else node
+            jobs.append((dest, full, regions))
+        dests = {dest.id for dest, _, _ in jobs}
+        # values that read any overwritten input elsewhere than at their own store index go
+        # through a temporary computed now, while every input still holds its old value
+        full_stores = []
+        for dest, full, regions in jobs:
+            if full is not None:
+                if self._reads_overwritten(full, dests, dest, full_store=True):
+                    full = self._to_temp(full)
+                full_stores.append((dest, dest.strides, full))
+            for i, (start, step, value) in enumerate(regions):
+                if self._reads_overwritten(value, dests, dest, full_store=False):
+                    regions[i] = (start, step, self._to_temp(value))
+        self.emit_store_groups([s for s in full_stores if s[2].size])
+        for dest, _, regions in jobs:
+            for start, step, value in regions:
+                self.emit_region_store(dest, dest.strides, start, step, value)
+
+    def _arg_node(self, pos: int) -> Node:
+        for n in self.graph.nodes:
+            if n.op is Op.ARG and n.attrs["position"] == pos:
+                return n
+        raise KeyError(pos)
+
+    def _to_temp(self, node: Node) -> Node:
+        """Materialise `node` into a temporary; return a node that reads it."""
+        buf = self.new_buffer("temp", node.dtype, node.shape)
+        self.emit_store_groups([(buf, buf.strides, node)])
+        self.buffer_of[node.index] = buf
+        return node
+
+    def _reads_overwritten(self, node: Node, dests: set, own: Buffer, full_store: bool) -> bool:
+        kb = _KernelBuilder(self, node.shape, (), "probe")
+        ident = _idents(node.ndim)
+        kb.build(node, ident)
+        own_index = _address(own.strides, ident)
+        for e in kb.memo.values():
+            if isinstance(e, Load):
+                buf_id = kb.arg_buffers[e.arg]
+                if buf_id in dests and not (full_store and buf_id == own.id and e.index == own_index):
+                    return True
+        return False
+
+
+_COMBINE = {Op.SUM: Op.SUM, Op.PROD: Op.PROD, Op.MAX: Op.MAX, Op.MIN: Op.MIN,
+            Op.ANY: Op.ANY, Op.ALL: Op.ALL}
+
+
+def _needs_buffer(node: Node) -> bool:
+    return node.op.kind in (Kind.REDUCE, Kind.SCAN, Kind.GATHER, Kind.SCATTER, Kind.UPDATE,
+                            Kind.MATMUL)
+
+
+def _idents(n: int, start: int = 0) -> tuple:
+    return tuple(Index.loop(start + d) for d in range(n))
+
+
+def _shift_loops(imap, split_at: int, start: int | None = None):
+    """Renumber loop dims >= split_at by +1 (making room for a chunk dim) when start is given."""
+    if start is None:
+        return imap
+    return tuple(ix.substitute(lambda d: Index.loop(d + 1 if d >= split_at else d)) for ix in imap)
+
+
+def _address(strides, imap) -> Index:
+    total = Index()
+    for s, ix in zip(strides, imap):
+        total = total + ix.scale(int(s))
+    return simplify(total)
+
+
+def simplify(ix: Index) -> Index:
+    """Fold DivMod digits of one f back into f where the strides walk them contiguously.
+
+    c*((f//d)%m) + c*m*((f//(d*m))%m2) is c*((f//d)%(m*m2)); a single digit (f//1)%m with
+    f < bound <= m is f itself.  So a reshape of contiguous data becomes a plain strided access.
+    """
+    atoms = [(a, c) for a, c in ix.terms if isinstance(a, DivMod)]
+    if not atoms:
+        return ix
+    merged = True
+    while merged:
+        merged = False
+        for i, (a, ca) in enumerate(atoms):
+            for j, (b, cb) in enumerate(atoms):
+                if i != j and a.f == b.f and b.div == a.div * a.mod and cb == ca * a.mod:
+                    atoms[i] = (DivMod(a.f, a.div, a.mod * b.mod, a.bound), ca)
+                    del atoms[j]
+                    merged = True
+                    break
+            if merged:
+                break
+    out = Index.of(ix.const, [(a, c) for a, c in ix.terms if not isinstance(a, DivMod)])
+    for a, c in atoms:
+        if a.mod == 1 or a.div >= a.bound:
+            continue                      # always zero
+        if a.div == 1 and a.mod >= a.bound:
+            out = out + a.f.scale(c)      # the whole number: affine again
+        else:
+            out = out + Index.of(0, [(a, c)])
+    return out
+
+
+class _KernelBuilder:
+    """Builds one kernel: arguments, the expression DAG and stores."""
+
+    def __init__(self, fuser: _Fuser, space, rspace, label):
+        self.fuser = fuser
+        self.kernel = Kernel(tuple(space), tuple(rspace), label=label)
+        self.arg_of: dict[int, int] = {}      # buffer id -> argument index
+        self.arg_buffers: list[int] = []
+        self.memo: dict = {}
+
+    # ---- arguments -------------------------------------------------------------------------
+    def arg(self, buf, kind) -> int:
+        i = self.arg_of.get(buf.id)
+        if i is None:
+            i = len(self.kernel.args)
+            self.kernel.args.append(KernelArg(kind, buf.dtype, buf.id))
+            self.arg_of[buf.id] = i
+            self.arg_buffers.append(buf.id)
+        return i
+
+    def _mark_write(self, i):
+        a = self.kernel.args[i]
+        self.kernel.args[i] = KernelArg(a.kind, a.dtype, a.buffer, a.extent, True)
+
+    def load(self, buf: Buffer, index: Index, dtype=None) -> Load:
+        return self._intern(Load(self.arg(buf, "buffer"), np.dtype(dtype or buf.dtype), index))
+
+    def store(self, buf: Buffer, index: Index, value):
+        i = self.arg(buf, "buffer")
+        self._mark_write(i)
+        if value.dtype != buf.dtype:
+            value = self._intern(Compute(Op.CAST, buf.dtype, (value,)))
+        self.kernel.stores.append(Store(i, index, value))
+
+    def reduce(self, op: Op, value, buf: Buffer, index: Index, chunk=0):
+        i = self.arg(buf, "buffer")
+        self._mark_write(i)
+        self.kernel.reduction = Reduction(op, value, i, index, chunk)
+
+    def _intern(self, e):
+        return self.memo.setdefault(("e", e), e)
+
+    # ---- expressions -----------------------------------------------------------------------
+    def build(self, node: Node, imap: tuple):
+        key = (node.index, imap)
+        e = self.memo.get(key)
+        if e is None:
+            e = self._build(node, imap)
+            self.memo[key] = e
+        return e
+
+    def _build(self, node: Node, imap: tuple):
+        buf = self.fuser.buffer_of.get(node.index)
+        if buf is not None and buf.role != "param":
+            return self.load(buf, _address(buf.strides, imap))
+        op = node.op
+        if op is Op.LITERAL:
+            return self._intern(Const(node.attrs["value"], node.dtype))
+        if op is Op.PARAM:
+            buf = self.fuser.leaf_buffer(node)
+            return self._intern(Scalar(self.arg(buf, "scalar"), node.dtype))
+        if op in (Op.ARG, Op.CONST):
+            buf = self.fuser.leaf_buffer(node)
+            return self.load(buf, _address(buf.strides, imap))
+        if op is Op.IOTA:
+            return self._intern(IndexValue(imap[node.attrs["axis"]], node.dtype))
+        if op.kind is Kind.ELEMENTWISE:
+            operands = tuple(self.build(o, () if o.ndim == 0 else imap) for o in node.inputs)
+            return self._intern(Compute(op, node.dtype, operands))
+        if op.kind is Kind.VIEW:
+            return self.build(node.inputs[0], _view_input_map(node, imap))
+        buf = self.fuser.materialize(node)
+        return self.load(buf, _address(buf.strides, imap))
+
+    # ---- finishing -------------------------------------------------------------------------
+    def finish(self) -> Kernel:
+        k = coalesce(self.kernel)
+        _set_extents(k)
+        return k
+
+
+def _view_input_map(node: Node, imap: tuple) -> tuple:
+    """Index of the view's operand at the view's index `imap`."""
+    src = node.inputs[0]
+    if node.op is Op.BROADCAST:
+        lead = node.ndim - src.ndim
+        return tuple(Index() if src.shape[j] == 1 else imap[j + lead] for j in range(src.ndim))
+    if node.op is Op.TRANSPOSE:
+        out = [None] * src.ndim
+        for k, p in enumerate(node.attrs["perm"]):
+            out[p] = imap[k]
+        return tuple(out)
+    if node.op is Op.SLICE:
+        return tuple(ix.scale(st).shift(s0)
+                     for ix, s0, st in zip(imap, node.attrs["start"], node.attrs["step"]))
+    if node.op is Op.RESHAPE:
+        return _reshape_input_map(node.shape, src.shape, imap)
+    raise NotImplementedError(node.op)
+
+
+def _reshape_input_map(out_shape, in_shape, imap) -> tuple:
+    result: list = [Index()] * len(in_shape)
+    outs = [d for d, s in enumerate(out_shape) if s != 1]
+    ins = [d for d, s in enumerate(in_shape) if s != 1]
+    i = j = 0
+    while i < len(outs) and j < len(ins):
+        go, gi = [outs[i]], [ins[j]]
+        po, pi = out_shape[outs[i]], in_shape[ins[j]]
+        while po != pi:
+            if po < pi:
+                i += 1
+                go.append(outs[i])
+                po *= out_shape[outs[i]]
+            else:
+                j += 1
+                gi.append(ins[j])
+                pi *= in_shape[ins[j]]
+        i += 1
+        j += 1
+        # flat index within the group, then split it over the operand's dims
+        flat = Index()
+        radix = 1
+        for d in reversed(go):
+            flat = flat + imap[d].scale(radix)
+            radix *= out_shape[d]
+        if len(gi) == 1:
+            result[gi[0]] = flat
+            continue
+        radix = 1
+        for d in reversed(gi):
+            result[d] = simplify(Index.of(0, [(DivMod(flat, radix, in_shape[d], po), 1)]))
+            radix *= in_shape[d]
+    return tuple(result)
+
+
+def coalesce(k: Kernel) -> Kernel:
+    """Drop size-1 loops and merge adjacent loops every access walks contiguously."""
+    sizes = list(k.sizes())
+    nspace = len(k.space)
+    chunked = k.reduction is not None and k.reduction.chunk
+    indices = _all_indices(k)
+    # groups of loop dims that may merge: the space (less a chunk dim) and the rspace
+    groups = [list(range(nspace - 1)), [nspace - 1]] if chunked else [list(range(nspace))]
+    groups.append(list(range(nspace, len(sizes))))
+    new_groups = []
+    mapping: dict[int, Index] = {}
+    next_dim = 0
+    for group in groups:
+        dims = [d for d in group if sizes[d] != 1 or (chunked and d == nspace - 1)]
+        for d in group:
+            if d not in dims:
+                mapping[d] = Index()
+        runs: list[list[int]] = []
+        for d in dims:
+            if runs and all(ix.coef(Loop(runs[-1][-1])) == ix.coef(Loop(d)) * sizes[d]
+                            for ix in indices):
+                runs[-1].append(d)
+            else:
+                runs.append([d])
+        out_sizes = []
+        for run in runs:
+            for d in run[:-1]:
+                mapping[d] = Index()
+            mapping[run[-1]] = Index.loop(next_dim)
+            next_dim += 1
+            out_sizes.append(int(np.prod([sizes[d] for d in run], dtype=np.int64)))
+        new_groups.append(out_sizes)
+    if chunked:
+        space, rspace = tuple(new_groups[0] + new_groups[1]), tuple(new_groups[2])
+    else:
+        space, rspace = tuple(new_groups[0]), tuple(new_groups[1])
+    if all(mapping[d] == Index.loop(d) for d in range(len(sizes))):
+        return k
+    return _substitute(k, space, rspace, lambda d: mapping[d])
+
+
+def _all_indices(k: Kernel) -> list:
+    out = []
+
+    def add(ix: Index):
+        out.append(ix)
+        for a, _ in ix.terms:
+            if isinstance(a, DivMod):
+                add(a.f)
+
+    for e in walk(k._roots()):
+        if isinstance(e, (Load, IndexValue)):
+            add(e.index)
+    for s in k.stores:
+        add(s.index)
+    if k.reduction is not None:
+        add(k.reduction.index)
+    return out
+
+
+def _substitute(k: Kernel, space, rspace, mapping) -> Kernel:
+    memo: dict = {}
+
+    def sub(ix: Index) -> Index:
+        return simplify(ix.substitute(mapping))
+
+    def rebuild(e):
+        r = memo.get(id(e))
+        if r is not None:
+            return r
+        if isinstance(e, Load):
+            r = Load(e.arg, e.dtype, sub(e.index))
+        elif isinstance(e, IndexValue):
+            r = IndexValue(sub(e.index), e.dtype)
+        elif isinstance(e, Compute):
+            r = Compute(e.op, e.dtype, tuple(rebuild(o) for o in e.operands))
+        else:
+            r = e
+        memo[id(e)] = r
+        return r
+
+    out = Kernel(space, rspace, list(k.args), [], None, k.label)
+    out.stores = [Store(s.arg, sub(s.index), rebuild(s.value)) for s in k.stores]
+    if k.reduction is not None:
+        r = k.reduction
+        out.reduction = Reduction(r.op, rebuild(r.value), r.arg, sub(r.index), r.chunk)
+    return out
+
+
+def _set_extents(k: Kernel):
+    """Record the element range each buffer argument may touch, for the verifier."""
+    sizes = k.sizes()
+    lo: dict = {}
+    hi: dict = {}
+    runs = all(sizes)         # loads and map stores sit inside every loop
+
+    def see(arg, ix: Index, inside_all=True):
+        if inside_all and not runs:
+            return
+        a, b = ix.bounds(sizes)
+        lo[arg] = min(lo.get(arg, a), a)
+        hi[arg] = max(hi.get(arg, b), b)
+
+    for e in walk(k._roots()):
+        if isinstance(e, Load):
+            see(e.arg, e.index)
+    for s in k.stores:
+        see(s.arg, s.index)
+    if k.reduction is not None and all(k.space):
+        see(k.reduction.arg, k.reduction.index, inside_all=False)
+    for i, a in enumerate(k.args):
+        if a.kind == "buffer":
+            extent = (lo[i], hi[i]) if i in lo else (0, -1)
+            k.args[i] = KernelArg(a.kind, a.dtype, a.buffer, extent, a.writes)

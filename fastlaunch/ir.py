@@ -1,0 +1,284 @@
+"""The traced program: a typed, shaped, printable DAG of array operations.
+
+Nothing here knows about backends, kernels or Python call signatures.  Nodes are
+hash-consed per graph (structurally equal nodes are one node), and names are given
+only when printing, so the text of a graph depends on its structure alone.
+"""
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+__all__ = ["Kind", "Op", "Node", "Graph", "SUPPORTED_DTYPES", "dtype_short"]
+
+
+class Kind(enum.Enum):
+    LEAF = "leaf"                # argument buffer, scalar parameter, captured constant, literal
+    ELEMENTWISE = "elementwise"  # same-shaped (or 0-d) operands, one value per index
+    VIEW = "view"                # index remapping of one operand; never copies
+    REDUCE = "reduce"            # folds the `axes` of its operand
+    SCAN = "scan"                # running fold along one axis
+    GATHER = "gather"            # reads its first operand at data-dependent indices
+    SCATTER = "scatter"          # writes or accumulates values at data-dependent indices
+    UPDATE = "update"            # replaces a strided region of its base
+    MATMUL = "matmul"            # contraction of the last axes
+
+
+class Op(enum.Enum):
+    """Every operation the IR knows.  The value is (printed name, kind, arity); arity -1 is variadic."""
+
+    def __new__(cls, name, kind, arity):
+        member = object.__new__(cls)
+        member._value_ = name
+        member.kind = kind
+        member.arity = arity
+        return member
+
+    # leaves
+    ARG = ("arg", Kind.LEAF, 0)
+    PARAM = ("param", Kind.LEAF, 0)
+    CONST = ("const", Kind.LEAF, 0)
+    LITERAL = ("literal", Kind.LEAF, 0)
+    # elementwise, unary
+    CAST = ("cast", Kind.ELEMENTWISE, 1)
+    NEG = ("neg", Kind.ELEMENTWISE, 1)
+    ABS = ("abs", Kind.ELEMENTWISE, 1)
+    SIGN = ("sign", Kind.ELEMENTWISE, 1)
+    RECIPROCAL = ("reciprocal", Kind.ELEMENTWISE, 1)
+    SQRT = ("sqrt", Kind.ELEMENTWISE, 1)
+    CBRT = ("cbrt", Kind.ELEMENTWISE, 1)
+    EXP = ("exp", Kind.ELEMENTWISE, 1)
+    EXP2 = ("exp2", Kind.ELEMENTWISE, 1)
+    EXPM1 = ("expm1", Kind.ELEMENTWISE, 1)
+    LOG = ("log", Kind.ELEMENTWISE, 1)
+    LOG2 = ("log2", Kind.ELEMENTWISE, 1)
+    LOG10 = ("log10", Kind.ELEMENTWISE, 1)
+    LOG1P = ("log1p", Kind.ELEMENTWISE, 1)
+    SIN = ("sin", Kind.ELEMENTWISE, 1)
+    COS = ("cos", Kind.ELEMENTWISE, 1)
+    TAN = ("tan", Kind.ELEMENTWISE, 1)
+    ARCSIN = ("arcsin", Kind.ELEMENTWISE, 1)
+    ARCCOS = ("arccos", Kind.ELEMENTWISE, 1)
+    ARCTAN = ("arctan", Kind.ELEMENTWISE, 1)
+    SINH = ("sinh", Kind.ELEMENTWISE, 1)
+    COSH = ("cosh", Kind.ELEMENTWISE, 1)
+    TANH = ("tanh", Kind.ELEMENTWISE, 1)
+    ARCSINH = ("arcsinh", Kind.ELEMENTWISE, 1)
+    ARCCOSH = ("arccosh", Kind.ELEMENTWISE, 1)
+    ARCTANH = ("arctanh", Kind.ELEMENTWISE, 1)
+    FLOOR = ("floor", Kind.ELEMENTWISE, 1)
+    CEIL = ("ceil", Kind.ELEMENTWISE, 1)
+    TRUNC = ("trunc", Kind.ELEMENTWISE, 1)
+    RINT = ("rint", Kind.ELEMENTWISE, 1)
+    ISNAN = ("isnan", Kind.ELEMENTWISE, 1)
+    ISINF = ("isinf", Kind.ELEMENTWISE, 1)
+    ISFINITE = ("isfinite", Kind.ELEMENTWISE, 1)
+    SIGNBIT = ("signbit", Kind.ELEMENTWISE, 1)
+    LOGICAL_NOT = ("logical_not", Kind.ELEMENTWISE, 1)
+    INVERT = ("invert", Kind.ELEMENTWISE, 1)
+    # elementwise, binary
+    ADD = ("add", Kind.ELEMENTWISE, 2)
+    SUB = ("sub", Kind.ELEMENTWISE, 2)
+    MUL = ("mul", Kind.ELEMENTWISE, 2)
+    DIV = ("div", Kind.ELEMENTWISE, 2)
+    FLOORDIV = ("floordiv", Kind.ELEMENTWISE, 2)
+    MOD = ("mod", Kind.ELEMENTWISE, 2)
+    FMOD = ("fmod", Kind.ELEMENTWISE, 2)
+    POW = ("pow", Kind.ELEMENTWISE, 2)
+    ARCTAN2 = ("arctan2", Kind.ELEMENTWISE, 2)
+    HYPOT = ("hypot", Kind.ELEMENTWISE, 2)
+    MINIMUM = ("minimum", Kind.ELEMENTWISE, 2)
+    MAXIMUM = ("maximum", Kind.ELEMENTWISE, 2)
+    FMIN = ("fmin", Kind.ELEMENTWISE, 2)
+    FMAX = ("fmax", Kind.ELEMENTWISE, 2)
+    COPYSIGN = ("copysign", Kind.ELEMENTWISE, 2)
+    NEXTAFTER = ("nextafter", Kind.ELEMENTWISE, 2)
+    HEAVISIDE = ("heaviside", Kind.ELEMENTWISE, 2)
+    LOGADDEXP = ("logaddexp", Kind.ELEMENTWISE, 2)
+    LOGADDEXP2 = ("logaddexp2", Kind.ELEMENTWISE, 2)
+    EQ = ("eq", Kind.ELEMENTWISE, 2)
+    NE = ("ne", Kind.ELEMENTWISE, 2)
+    LT = ("lt", Kind.ELEMENTWISE, 2)
+    LE = ("le", Kind.ELEMENTWISE, 2)
+    GT = ("gt", Kind.ELEMENTWISE, 2)
+    GE = ("ge", Kind.ELEMENTWISE, 2)
+    LOGICAL_AND = ("logical_and", Kind.ELEMENTWISE, 2)
+    LOGICAL_OR = ("logical_or", Kind.ELEMENTWISE, 2)
+    LOGICAL_XOR = ("logical_xor", Kind.ELEMENTWISE, 2)
+    BITWISE_AND = ("bitwise_and", Kind.ELEMENTWISE, 2)
+    BITWISE_OR = ("bitwise_or", Kind.ELEMENTWISE, 2)
+    BITWISE_XOR = ("bitwise_xor", Kind.ELEMENTWISE, 2)
+    LEFT_SHIFT = ("left_shift", Kind.ELEMENTWISE, 2)
+    RIGHT_SHIFT = ("right_shift", Kind.ELEMENTWISE, 2)
+    # elementwise, ternary
+    WHERE = ("where", Kind.ELEMENTWISE, 3)
+    # index values of the node's own shape along `axis` (arange, eye and friends)
+    IOTA = ("iota", Kind.ELEMENTWISE, 0)
+    # views
+    BROADCAST = ("broadcast", Kind.VIEW, 1)
+    TRANSPOSE = ("transpose", Kind.VIEW, 1)
+    SLICE = ("slice", Kind.VIEW, 1)
+    RESHAPE = ("reshape", Kind.VIEW, 1)
+    # reductions
+    SUM = ("sum", Kind.REDUCE, 1)
+    PROD = ("prod", Kind.REDUCE, 1)
+    MAX = ("max", Kind.REDUCE, 1)
+    MIN = ("min", Kind.REDUCE, 1)
+    ANY = ("any", Kind.REDUCE, 1)
+    ALL = ("all", Kind.REDUCE, 1)
+    ARGMAX = ("argmax", Kind.REDUCE, 1)
+    ARGMIN = ("argmin", Kind.REDUCE, 1)
+    # running folds
+    CUMSUM = ("cumsum", Kind.SCAN, 1)
+    CUMPROD = ("cumprod", Kind.SCAN, 1)
+    # data-dependent indexing: gather(src, idx0, idx1, ...), scatter(base, values, idx0, ...)
+    GATHER = ("gather", Kind.GATHER, -1)
+    SCATTER = ("scatter", Kind.SCATTER, -1)
+    # setslice(base, value): base with the strided region `view` replaced by value
+    SETSLICE = ("setslice", Kind.UPDATE, 2)
+    MATMUL = ("matmul", Kind.MATMUL, 2)
+
+    def __repr__(self):
+        return f"Op.{self.name}"
+
+
+# float16 is storage only: LLVM promotes each operation to float and rounds back, as NumPy's loops do.
+SUPPORTED_DTYPES = tuple(np.dtype(c) for c in "?bhilqBHILQefd")
+
+_SHORT = {"b": "bool", "i": "i", "u": "u", "f": "f"}
+
+
+def dtype_short(dt: np.dtype) -> str:
+    """Compact dtype name used in IR text: f32, i64, u8, bool."""
+    dt = np.dtype(dt)
+    if dt.kind == "b":
+        return "bool"
+    return f"{_SHORT[dt.kind]}{dt.itemsize * 8}"
+
+
+class Node:
+    """One value of the graph.  Immutable once made; compare by identity."""
+
+    __slots__ = ("op", "dtype", "shape", "inputs", "attrs", "index", "__weakref__")
+
+    def __init__(self, op: Op, dtype, shape, inputs, attrs, index):
+        self.op = op
+        self.dtype = np.dtype(dtype)
+        self.shape = tuple(int(s) for s in shape)
+        self.inputs = tuple(inputs)
+        self.attrs = dict(attrs)
+        self.index = index  # creation order within its graph: a topological order
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def attr(self, name, default=None):
+        return self.attrs.get(name, default)
+
+    def __repr__(self):
+        return f"<Node #{self.index} {self.op.value}:{dtype_short(self.dtype)}{list(self.shape)}>"
+
+
+def _attr_key(value):
+    # literal values are NumPy scalars: key on their bytes so that NaN equals NaN
+    if isinstance(value, np.generic):
+        return ("np", value.dtype.str, value.tobytes())
+    if isinstance(value, np.ndarray):
+        return ("arr", id(value))
+    return value
+
+
+class Graph:
+    """The nodes of one trace, in creation order, plus its results and in-place writebacks."""
+
+    def __init__(self):
+        self.nodes: list[Node] = []
+        self.consts: list[np.ndarray] = []
+        self.outputs: list[Node] = []
+        # (argument position, final value): inputs updated in place by the traced function
+        self.writebacks: list[tuple[int, Node]] = []
+        self._interned: dict = {}
+
+    def add(self, op: Op, dtype, shape, inputs=(), **attrs) -> Node:
+        """Make a node, or return the structurally equal node that already exists."""
+        if op.arity >= 0 and len(inputs) != op.arity:
+            raise ValueError(f"{op.value} takes {op.arity} operands, got {len(inputs)}")
+        dtype = np.dtype(dtype)
+        shape = tuple(int(s) for s in shape)
+        key = (op, dtype.str, shape, tuple(n.index for n in inputs),
+               tuple(sorted((k, _attr_key(v)) for k, v in attrs.items())))
+        node = self._interned.get(key)
+        if node is None:
+            node = Node(op, dtype, shape, inputs, attrs, len(self.nodes))
+            self.nodes.append(node)
+            self._interned[key] = node
+        return node
+
+    def add_const(self, array: np.ndarray) -> Node:
+        """A captured array: copied now, so later changes by the caller do not leak in."""
+        frozen = np.array(array, copy=True, order="C")
+        frozen.setflags(write=False)
+        self.consts.append(frozen)
+        return self.add(Op.CONST, frozen.dtype, frozen.shape, index=len(self.consts) - 1)
+
+    def live_nodes(self) -> list[Node]:
+        """Nodes reachable from the results and writebacks, in creation (topological) order."""
+        seen = set()
+        stack = list(self.outputs) + [n for _, n in self.writebacks]
+        while stack:
+            n = stack.pop()
+            if n.index in seen:
+                continue
+            seen.add(n.index)
+            stack.extend(n.inputs)
+        return [n for n in self.nodes if n.index in seen]
+
+    # ---- printing -------------------------------------------------------------------
+    def format(self) -> str:
+        names: dict[int, str] = {}
+        lines = []
+        for n in self.live_nodes():
+            names[n.index] = f"%{len(names)}"
+            lines.append(f"{names[n.index]}:{_type_text(n)} = {_op_text(n, names, self.consts)}")
+        if self.outputs:
+            lines.append("return " + ", ".join(names[n.index] for n in self.outputs))
+        for pos, n in self.writebacks:
+            lines.append(f"writeback arg{pos} = {names[n.index]}")
+        return "\n".join(lines)
+
+    __str__ = format
+
+
+def _type_text(n: Node) -> str:
+    return f"{dtype_short(n.dtype)}[{','.join(map(str, n.shape))}]"
+
+
+def _format_value(v) -> str:
+    if isinstance(v, np.generic):
+        return str(v.item()) if v.dtype.kind == "b" else str(v)
+    if isinstance(v, tuple):
+        return "(" + ",".join(_format_value(x) for x in v) + ("," if len(v) == 1 else "") + ")"
+    return str(v)
+
+
+def _op_text(n: Node, names: dict, consts) -> str:
+    if n.op is Op.LITERAL:
+        return f"literal {_format_value(n.attrs['value'])}"
+    if n.op in (Op.ARG, Op.PARAM):
+        return f"{n.op.value} {n.attrs['position']}"
+    if n.op is Op.CONST:
+        return f"const #{n.attrs['index']}"
+    parts = [n.op.value]
+    operands = ", ".join(names[i.index] for i in n.inputs)
+    if operands:
+        parts.append(operands)
+    attrs = " ".join(f"{k}={_format_value(v)}" for k, v in sorted(n.attrs.items()))
+    if attrs:
+        parts.append(attrs)
+    return " ".join(parts)

@@ -1,0 +1,375 @@
+"""`fastlaunch.compile`: the compiled callable, its signature cache and its introspection.
+
+The per-call fast path lives in `_core.Dispatcher.__call__` (Cython).  This file is the slow
+path it falls back to: binding keyword arguments, tracing a new signature, fusing, compiling,
+recording and verifying a program, and installing it as a cache entry.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import _core, bytecode, fuse, ops, record
+from .backends import get_backend
+from .pytree import flatten
+from .trace import trace_function
+
+RETRACE_WARNING_AFTER = 8
+
+
+class RetraceWarning(UserWarning):
+    """A compiled function keeps meeting new signatures: each one is traced and compiled anew."""
+
+
+@dataclass
+class TraceRecord:
+    reason: str
+    signature: str
+    seconds: float
+    kernels: int
+    compiled: int           # kernels that had to be compiled (not found in a cache)
+
+
+@dataclass
+class Lowered:
+    """What one signature lowers to: the graph, the kernels and the bytecode."""
+    graph: str
+    kernels: list            # (label, loop description, source)
+    bytecode: str
+    plan: object = None
+    program: object = None
+
+    def __str__(self):
+        parts = ["== graph ==", self.graph]
+        for i, (label, desc, src) in enumerate(self.kernels):
+            parts += [f"== kernel {i}: {label} ==", desc, "-- source --", src]
+        parts += ["== bytecode ==", self.bytecode]
+        return "\n".join(parts)
+
+
+@dataclass
+class _EntryInfo:
+    leaves: list                 # leaf descriptions, for re-trace reasons
+    lowered: Lowered
+    kernels: list = field(default_factory=list)
+    keys: list = field(default_factory=list)        # dict keys / namedtuple classes in the key
+    statics: list = field(default_factory=list)     # values of static arguments
+
+
+class Compiled(_core.Dispatcher):
+    """The callable returned by fastlaunch.compile."""
+
+    def __init__(self, fn, *, static_argnums=(), static_argnames=(), backend="cpu", replay=True):
+        try:
+            self._signature = inspect.signature(fn)
+        except (TypeError, ValueError):
+            self._signature = None
+        params = list(self._signature.parameters.values()) if self._signature else []
+        self._param_names = [p.name for p in params
+                             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+        names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+        positions = set(int(n) for n in nums)
+        for name in names:
+            if name not in self._param_names:
+                raise ValueError(f"static_argnames: {fn.__name__} has no positional parameter "
+                                 f"named {name!r}")
+            positions.add(self._param_names.index(name))
+        super().__init__(tuple(sorted(positions)), replay)
+        self._static = tuple(sorted(positions))
+        self.__wrapped__ = fn
+        self.__name__ = getattr(fn, "__name__", "compiled")
+        self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
+        self.__doc__ = getattr(fn, "__doc__", None)
+        self.backend = get_backend(backend)
+        self.replay = replay
+        self.traces: list[TraceRecord] = []
+        self._lock = threading.RLock()
+        self._warned_at = 0
+
+    # ---- the slow path -----------------------------------------------------------------
+    def _miss(self, args, kwargs):
+        args, kwargs = self._bind(args, kwargs)
+        call = args + ((kwargs,) if kwargs else ())
+        enc = _core.encode(call, self._static)
+        if enc is None:
+            call = self._normalize(call)
+            enc = _core.encode(call, self._static)
+            if enc is None:
+                raise TypeError(f"{self.__name__}: these arguments cannot be passed to a "
+                                f"compiled function")
+        if not self.replay:
+            entry = self._trace(call, enc, bool(kwargs), install=False)
+            return _core.run_entry(entry, call, self._static)
+        with self._lock:
+            entry = self._find(enc)
+            if entry is None:
+                entry = self._trace(call, enc, bool(kwargs), install=True)
+        return _core.run_entry(entry, call, self._static)
+
+    def _bind(self, args, kwargs):
+        """Positional arguments, plus the keyword ones that cannot be positional."""
+        if self._signature is None:
+            if kwargs:
+                raise TypeError(f"{self.__name__} cannot take keyword arguments")
+            return tuple(args), {}
+        bound = self._signature.bind(*args, **kwargs)   # Python's own TypeError on a mismatch
+        if not kwargs:
+            return tuple(args), {}
+        return tuple(bound.args), dict(bound.kwargs)
+
+    def _find(self, enc):
+        sig, _, keys, statics = enc
+        for entry in self._entries_list():
+            if entry.signature == sig and entry.info.keys == keys and entry.info.statics == statics:
+                return entry
+        return None
+
+    def _normalize(self, call):
+        """Copies of arrays the fast path cannot bind (byte-swapped, misaligned); errors that
+        name the argument for everything else."""
+        out = []
+        for i, arg in enumerate(call):
+            if i in self._static:
+                out.append(arg)
+                continue
+            leaves, tree = flatten(arg)
+            fixed = [_normalize_leaf(self._arg_name(i, call), leaf) for leaf in leaves]
+            out.append(tree.unflatten(fixed))
+        return tuple(out)
+
+    def _arg_name(self, i, call) -> str:
+        if i < len(self._param_names):
+            return f"argument '{self._param_names[i]}'"
+        if i == len(call) - 1 and isinstance(call[i], dict):
+            return "keyword arguments"
+        return f"argument {i}"
+
+    # ---- tracing -----------------------------------------------------------------------
+    def _trace(self, call, enc, has_kwargs: bool, install: bool):
+        t0 = time.perf_counter()
+        sig_bytes, leaf_objs, keys, statics = enc
+        leaves, names = [], []
+        for i, arg in enumerate(call):
+            if i in self._static:
+                continue
+            arg_leaves, _ = flatten(arg)
+            for leaf in arg_leaves:
+                leaves.append(_describe_leaf(self._arg_name(i, call), leaf))
+                names.append(self._arg_name(i, call))
+
+        def build_args(tracers):
+            it = iter(tracers)
+            rebuilt = []
+            for i, arg in enumerate(call):
+                if i in self._static:
+                    rebuilt.append(arg)
+                    continue
+                arg_leaves, tree = flatten(arg)
+                rebuilt.append(tree.unflatten([next(it) for _ in arg_leaves]))
+            if has_kwargs:
+                return rebuilt[:-1], rebuilt[-1]
+            return rebuilt, {}
+
+        traced, result = trace_function(self.__wrapped__, build_args, leaves)
+        layouts = {pos: _element_strides(obj) for pos, obj in enumerate(leaf_objs)
+                   if isinstance(obj, np.ndarray)}
+        plan = fuse.plan(traced.graph, layouts)
+        kernels = [self.backend.compile(k) for k in plan.kernels]
+        record_leaves = [("array", d[1], d[2], layouts[pos]) if d[0] == "array" else d[:2]
+                         for pos, d in enumerate(leaves)]
+        program = record.record(plan, [k.name for k in kernels], record_leaves,
+                                traced.graph.consts, traced.mutated_leaves)
+        bytecode.verify(program)
+        _, out_tree = flatten(result)
+        entry = _make_entry(sig_bytes, keys, statics, program, kernels, traced, out_tree)
+        lowered = Lowered(str(traced.graph),
+                          [(k.label, k.describe(), ck.source) for k, ck in zip(plan.kernels, kernels)],
+                          program.disassemble(), plan, program)
+        entry.info = _EntryInfo(leaves, lowered, kernels, keys, statics)
+        seconds = time.perf_counter() - t0
+        if install:
+            reason = self._reason(leaves)
+            self._install(entry)
+            self.traces.append(TraceRecord(reason, _signature_text(leaves), seconds, len(kernels),
+                                           sum(1 for k in kernels if k.origin == "compiled")))
+            self._maybe_warn()
+            if os.environ.get("FASTLAUNCH_LOG"):
+                _log_trace(self.__name__, reason, lowered, kernels, seconds)
+        return entry
+
+    def _reason(self, leaves) -> str:
+        entries = self._entries_list()
+        if not entries:
+            return "first call"
+        best = None
+        for e in entries:
+            old = e.info.leaves
+            if len(old) != len(leaves):
+                continue
+            diffs = [f"leaf {i}: {_leaf_text(a)} -> {_leaf_text(b)}"
+                     for i, (a, b) in enumerate(zip(old, leaves)) if a != b]
+            if best is None or len(diffs) < len(best):
+                best = diffs
+        if best is None:
+            return "new argument structure"
+        return "new signature: " + ("; ".join(best) if best else "static argument or layout changed")
+
+    def _maybe_warn(self):
+        n = len(self.traces)
+        if n >= RETRACE_WARNING_AFTER and n >= 2 * self._warned_at:
+            self._warned_at = n
+            warnings.warn(f"{self.__name__} has been traced {n} times (last: "
+                          f"{self.traces[-1].reason}). Each new shape, dtype or layout is traced "
+                          f"and compiled anew; see .stats", RetraceWarning, stacklevel=4)
+
+    # ---- introspection -----------------------------------------------------------------
+    @property
+    def stats(self) -> dict:
+        return {"traces": len(self.traces), "entries": len(self._entries_list()),
+                "trace_seconds": sum(t.seconds for t in self.traces),
+                "history": list(self.traces)}
+
+    def clear(self):
+        """Forget every traced signature (kernels stay in the kernel cache)."""
+        with self._lock:
+            self._forget()
+            self.traces.clear()
+            self._warned_at = 0
+
+    def lower(self, *args, **kwargs) -> Lowered:
+        """Trace for these arguments (without running) and return the IR, kernels and bytecode."""
+        args, kwargs = self._bind(args, kwargs)
+        call = args + ((kwargs,) if kwargs else ())
+        enc = _core.encode(call, self._static)
+        if enc is None:
+            call = self._normalize(call)
+            enc = _core.encode(call, self._static)
+        entry = self._find(enc) if self.replay else None
+        if entry is None:
+            entry = self._trace(call, enc, bool(kwargs), install=False)
+        return entry.info.lowered
+
+    def dis(self, *args, file=None, **kwargs):
+        """Print the IR, kernel sources and bytecode for these arguments (or every cached entry)."""
+        out = file or sys.stdout
+        if args or kwargs:
+            print(self.lower(*args, **kwargs), file=out)
+            return
+        for i, entry in enumerate(self._entries_list()):
+            print(f"#### entry {i}: {_signature_text(entry.info.leaves)}", file=out)
+            print(entry.info.lowered, file=out)
+
+    def __repr__(self):
+        return f"<fastlaunch.Compiled {self.__qualname__} ({len(self._entries_list())} entries)>"
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        import functools
+        return functools.partial(self, obj)
+
+
+def compile(fn=None, *, static_argnums=(), static_argnames=(), backend="cpu", replay=True):
+    """Compile a NumPy function: traced once per signature, then replayed from bytecode.
+
+    static_argnums / static_argnames: arguments whose *value* is part of the signature.
+    backend: "cpu" (LLVM) or "null" (no kernels run: for structure tests).
+    replay=False re-traces on every call (hitting the kernel cache): the "before" baseline.
+    """
+    def wrap(f):
+        return Compiled(f, static_argnums=static_argnums, static_argnames=static_argnames,
+                        backend=backend, replay=replay)
+    return wrap if fn is None else wrap(fn)
+
+
+# ---- helpers -----------------------------------------------------------------------------
+def _describe_leaf(name: str, leaf):
+    if isinstance(leaf, np.ndarray):
+        ops.check_dtype(leaf.dtype, name)
+        return ("array", leaf.dtype, leaf.shape)
+    if type(leaf) is bool:
+        return ("scalar", np.dtype(np.bool_), bool)
+    if type(leaf) is int:
+        return ("scalar", np.dtype(np.int64), int)
+    if type(leaf) is float:
+        return ("scalar", np.dtype(np.float64), float)
+    if isinstance(leaf, np.generic):
+        ops.check_dtype(leaf.dtype, name)
+        return ("scalar", leaf.dtype, None)
+    raise TypeError(f"{name}: expected a NumPy array, a Python or NumPy scalar, or a "
+                    f"tuple/list/dict of them; got {type(leaf).__name__}")
+
+
+def _normalize_leaf(name: str, leaf):
+    if isinstance(leaf, np.ndarray):
+        if leaf.dtype.kind in "OSUVMmc":
+            ops.check_dtype(leaf.dtype, name)
+        if not leaf.dtype.isnative or not leaf.flags.aligned or any(
+                s % leaf.dtype.itemsize for s in leaf.strides):
+            return np.ascontiguousarray(leaf, leaf.dtype.newbyteorder("="))
+        return leaf
+    if type(leaf) is int and not -2**63 <= leaf < 2**63:
+        raise OverflowError(f"{name}: Python integer {leaf} does not fit in int64")
+    if isinstance(leaf, (bool, int, float, np.generic)) and not isinstance(leaf, complex):
+        if isinstance(leaf, np.generic):
+            ops.check_dtype(leaf.dtype, name)
+        return leaf
+    if isinstance(leaf, complex):
+        raise TypeError(f"{name}: complex numbers are not supported")
+    raise TypeError(f"{name}: expected a NumPy array, a Python or NumPy scalar, or a "
+                    f"tuple/list/dict of them; got {type(leaf).__name__}")
+
+
+def _element_strides(arr: np.ndarray) -> tuple:
+    return tuple(s // arr.dtype.itemsize for s in arr.strides)
+
+
+def _leaf_text(d) -> str:
+    if d[0] == "array":
+        return f"{d[1]}{list(d[2])}"
+    return d[2].__name__ if d[2] is not None else str(d[1])
+
+
+def _signature_text(leaves) -> str:
+    return "(" + ", ".join(_leaf_text(d) for d in leaves) + ")"
+
+
+def _make_entry(sig_bytes, keys, statics, program, kernels, traced, out_tree):
+    results = []
+    for spec in traced.outputs:
+        if spec[0] == "new":
+            results.append((0, spec[1], spec[2]))
+        elif spec[0] == "input":
+            results.append((1, spec[1], False))
+        else:
+            results.append((2, spec[1], False))
+    if out_tree.kind == "leaf":
+        structure, unflatten = 0, None
+    elif out_tree.kind == "tuple" and all(c.kind == "leaf" for c in out_tree.children):
+        structure, unflatten = 1, None
+    else:
+        structure, unflatten = 2, out_tree.unflatten
+    temp_slots = [i for i, s in enumerate(program.slots) if s.role == "temp"]
+    core = _core.Program(
+        program.code, program.arg_lists, len(program.slots), program.nargwords, program.nleaves,
+        [k.address for k in kernels], [k.work_per_item for k in program.kernels],
+        program.consts, temp_slots, program.outputs,
+        [(leaf, lo, hi) for leaf, (lo, hi) in sorted(traced.int_bounds.items())],
+        program.mutated_leaves, results, structure, unflatten, (kernels, program))
+    return _core.Entry(sig_bytes, keys, statics, core, None)
+
+
+def _log_trace(name, reason, lowered, kernels, seconds):
+    lines = [f"[fastlaunch] traced {name} ({reason}) in {seconds * 1e3:.1f} ms: "
+             f"{len(kernels)} kernels"]
+    for (label, _, _), k in zip(lowered.kernels, kernels):
+        lines.append(f"[fastlaunch]   {k.name} {label}: {k.origin}, {k.seconds * 1e3:.2f} ms")
+    print("\n".join(lines), file=sys.stderr)

@@ -1,0 +1,292 @@
+"""Backend-neutral kernel descriptions: loop nests over static shapes, with affine addressing.
+
+A kernel iterates a `space` of parallel loop dimensions, optionally folding a nested `rspace` of
+reduction dimensions, and stores expression values into buffers.  Every address is an `Index`:
+an integer affine combination of loop variables and of `DivMod` atoms ((f // d) % m), the
+latter appearing only where a reshape of non-contiguous data cannot be expressed by strides.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .ir import Op, dtype_short
+
+__all__ = ["accumulator_dtype", "Loop", "DivMod", "Index", "Load", "Scalar", "Const", "IndexValue", "Compute",
+           "Store", "Reduction", "KernelArg", "Kernel", "walk"]
+
+
+def accumulator_dtype(op: Op, dtype: np.dtype) -> np.dtype:
+    """The type a reduction accumulates in: sums of float32/float16 in the next wider float."""
+    if op is Op.SUM and dtype == np.float32:
+        return np.dtype(np.float64)
+    if op is Op.SUM and dtype == np.float16:
+        return np.dtype(np.float32)
+    return np.dtype(dtype)
+
+
+
+@dataclass(frozen=True, order=True)
+class Loop:
+    """Loop variable `dim` of the kernel: space dims first, then reduction dims."""
+    dim: int
+
+    def __str__(self):
+        return f"i{self.dim}"
+
+
+@dataclass(frozen=True)
+class DivMod:
+    """(f // div) % mod, for an f known to lie in [0, bound)."""
+    f: "Index"
+    div: int
+    mod: int
+    bound: int
+
+    def __str__(self):
+        return f"(({self.f}) / {self.div} % {self.mod})"
+
+
+def _atom_key(atom):
+    return (0, atom.dim) if isinstance(atom, Loop) else (1, str(atom))
+
+
+@dataclass(frozen=True)
+class Index:
+    """const + sum(coef * atom); terms sorted, no zero coefficients."""
+    const: int = 0
+    terms: tuple = ()
+
+    @staticmethod
+    def of(const=0, terms=()) -> "Index":
+        acc: dict = {}
+        for atom, coef in terms:
+            if coef:
+                acc[atom] = acc.get(atom, 0) + int(coef)
+        items = sorted(((a, c) for a, c in acc.items() if c), key=lambda t: _atom_key(t[0]))
+        return Index(int(const), tuple(items))
+
+    @staticmethod
+    def loop(dim: int) -> "Index":
+        return Index(0, ((Loop(dim), 1),))
+
+    def __add__(self, other: "Index") -> "Index":
+        return Index.of(self.const + other.const, self.terms + other.terms)
+
+    def scale(self, k: int) -> "Index":
+        return Index.of(self.const * k, [(a, c * k) for a, c in self.terms])
+
+    def shift(self, k: int) -> "Index":
+        return Index(self.const + int(k), self.terms)
+
+    def coef(self, atom) -> int:
+        for a, c in self.terms:
+            if a == atom:
+                return c
+        return 0
+
+    @property
+    def is_affine(self) -> bool:
+        """Only loop variables: a strided access."""
+        return all(isinstance(a, Loop) for a, _ in self.terms)
+
+    def loops(self) -> set:
+        out = set()
+        for a, _ in self.terms:
+            out |= {a.dim} if isinstance(a, Loop) else a.f.loops()
+        return out
+
+    def substitute(self, mapping) -> "Index":
+        """Replace loop atoms: mapping(dim) -> Index."""
+        total = Index(self.const)
+        for a, c in self.terms:
+            if isinstance(a, Loop):
+                total = total + mapping(a.dim).scale(c)
+            else:
+                total = total + Index.of(0, [(DivMod(a.f.substitute(mapping), a.div, a.mod, a.bound), c)])
+        return total
+
+    def bounds(self, sizes) -> tuple[int, int]:
+        """Smallest and largest value over loop variables in [0, sizes[dim])."""
+        lo = hi = self.const
+        for a, c in self.terms:
+            top = sizes[a.dim] - 1 if isinstance(a, Loop) else a.mod - 1
+            lo += min(0, c * top)
+            hi += max(0, c * top)
+        return lo, hi
+
+    def __str__(self):
+        parts = [f"{c}*{a}" if c != 1 else str(a) for a, c in self.terms]
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts)
+
+
+# ---- expressions (a DAG: equal expressions are one object via the builder's memo) -------------
+@dataclass(frozen=True)
+class Load:
+    arg: int          # kernel argument holding the buffer
+    dtype: np.dtype
+    index: Index      # element offset from the buffer's base pointer
+
+
+@dataclass(frozen=True)
+class Scalar:
+    arg: int          # kernel argument passed by value (an 8-byte word)
+    dtype: np.dtype   # the value's dtype; the word holds it as int64 or float64
+
+
+@dataclass(frozen=True)
+class Const:
+    value: object     # a NumPy scalar of `dtype`
+    dtype: np.dtype
+
+    def __hash__(self):
+        return hash((self.dtype.str, self.value.tobytes()))
+
+    def __eq__(self, other):
+        return (isinstance(other, Const) and self.dtype == other.dtype
+                and self.value.tobytes() == other.value.tobytes())
+
+
+@dataclass(frozen=True)
+class IndexValue:
+    index: Index      # an index expression used as a value (np.arange, np.eye)
+    dtype: np.dtype
+
+
+@dataclass(frozen=True)
+class Compute:
+    op: Op            # an elementwise op of ir.Op, on operands of its loop dtypes
+    dtype: np.dtype
+    operands: tuple
+
+
+@dataclass(frozen=True)
+class Store:
+    arg: int
+    index: Index
+    value: object
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """acc = op over rspace of `value`; stored at `index` (over space loops) of `arg`.
+
+    With `chunk` > 0 the last space dimension numbers chunks: chunk c folds the flat rspace
+    range [c*chunk, min((c+1)*chunk, size)), giving partial results combined by a later kernel.
+    """
+    op: Op
+    value: object
+    arg: int
+    index: Index
+    chunk: int = 0
+
+
+@dataclass(frozen=True)
+class KernelArg:
+    kind: str         # "buffer" or "scalar"
+    dtype: np.dtype
+    buffer: int       # id of the plan buffer bound to this argument
+    extent: int = 0   # elements the kernel may touch (buffers): the verifier checks sizes
+    writes: bool = False
+
+
+@dataclass
+class Kernel:
+    space: tuple                     # parallel loop sizes (loop dims 0..len-1)
+    rspace: tuple = ()               # reduction loop sizes (dims after the space dims)
+    args: list = field(default_factory=list)
+    stores: list = field(default_factory=list)
+    reduction: Reduction | None = None
+    label: str = ""                  # short human description, e.g. "sum" or "map"
+
+    @property
+    def launch_size(self) -> int:
+        return int(np.prod(self.space, dtype=np.int64))
+
+    @property
+    def work_per_item(self) -> int:
+        """Inner iterations per launch index: the interpreter's threading heuristic."""
+        if self.reduction is not None and self.reduction.chunk:
+            return self.reduction.chunk
+        return max(1, int(np.prod(self.rspace, dtype=np.int64)))
+
+    def sizes(self) -> tuple:
+        return tuple(self.space) + tuple(self.rspace)
+
+    def bytes_moved(self) -> int:
+        """Bytes read and written once per distinct access: the traffic estimate we report."""
+        seen, total = set(), 0
+        for e in walk(self._roots()):
+            if isinstance(e, Load) and (e.arg, e.index) not in seen:
+                seen.add((e.arg, e.index))
+                total += self._touched(e.index) * e.dtype.itemsize
+        for s in self.stores:
+            total += self._touched(s.index) * self.args[s.arg].dtype.itemsize
+        if self.reduction is not None:
+            total += self.launch_size * self.args[self.reduction.arg].dtype.itemsize
+        return total
+
+    def _touched(self, index: Index) -> int:
+        used = index.loops()
+        return int(np.prod([s for d, s in enumerate(self.sizes()) if d in used], dtype=np.int64))
+
+    def _roots(self):
+        roots = [s.value for s in self.stores]
+        if self.reduction is not None:
+            roots.append(self.reduction.value)
+        return roots
+
+    def describe(self) -> str:
+        """Readable, deterministic text of the loop nest (what `dis()` shows before the source)."""
+        names: dict = {}
+        head = f"kernel {self.label} space={list(self.space)}"
+        if self.rspace:
+            head += f" rspace={list(self.rspace)}"
+        lines = [head]
+        for i, a in enumerate(self.args):
+            rw = " out" if a.writes else ""
+            lines.append(f"  arg{i}: {a.kind} {dtype_short(a.dtype)}{rw}")
+        for e in walk(self._roots()):
+            names[id(e)] = f"v{len(names)}"
+            lines.append(f"  {names[id(e)]} = {_expr_text(e, names)}")
+        for s in self.stores:
+            lines.append(f"  store arg{s.arg}[{s.index}] = {names[id(s.value)]}")
+        if self.reduction is not None:
+            r = self.reduction
+            chunk = f" chunk={r.chunk}" if r.chunk else ""
+            lines.append(f"  arg{r.arg}[{r.index}] = {r.op.value}{chunk} over rspace of "
+                         f"{names[id(r.value)]}")
+        return "\n".join(lines)
+
+
+def _expr_text(e, names) -> str:
+    if isinstance(e, Load):
+        return f"load {dtype_short(e.dtype)} arg{e.arg}[{e.index}]"
+    if isinstance(e, Scalar):
+        return f"scalar {dtype_short(e.dtype)} arg{e.arg}"
+    if isinstance(e, Const):
+        return f"const {dtype_short(e.dtype)} {e.value}"
+    if isinstance(e, IndexValue):
+        return f"index {dtype_short(e.dtype)} {e.index}"
+    return f"{e.op.value} {dtype_short(e.dtype)} " + ", ".join(names[id(o)] for o in e.operands)
+
+
+def walk(roots):
+    """Expressions reachable from roots, operands before users, each once."""
+    order, seen = [], set()
+
+    def visit(e):
+        if id(e) in seen:
+            return
+        seen.add(id(e))
+        if isinstance(e, Compute):
+            for o in e.operands:
+                visit(o)
+        order.append(e)
+
+    for r in roots:
+        visit(r)
+    return order

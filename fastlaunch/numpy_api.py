@@ -1,0 +1,791 @@
+"""The traced NumPy surface: ufuncs, array functions, operators, methods and indexing.
+
+Each entry turns a NumPy call on tracers into graph nodes through ops.py, with NumPy's own
+dtype rules.  A NumPy function missing from the registry raises TracingError naming it: it is
+never silently computed some other way.
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from . import ops
+from .errors import TracingError
+from .ir import Node, Op
+from .trace import Tracer, ViewMap, current_graph, new_tracer, view_of
+
+FUNCTIONS: dict = {}
+METHOD_NAMES: list = []
+
+
+def implements(*funcs):
+    def register(impl):
+        for f in funcs:
+            FUNCTIONS[f] = impl
+        return impl
+    return register
+
+
+def is_tracer(x) -> bool:
+    return isinstance(x, Tracer)
+
+
+# ---- operands ----------------------------------------------------------------------------
+def operand(x) -> tuple[Node, type | None]:
+    """(node, weak Python type) for anything that may meet a tracer in NumPy code."""
+    g = current_graph()
+    if isinstance(x, Tracer):
+        return x.node, x.weak
+    if type(x) in (bool, int, float):
+        return ops.weak_literal(g, x)
+    if isinstance(x, np.generic):
+        ops.check_dtype(x.dtype, "a NumPy scalar in the traced function")
+        return ops.literal(g, x, x.dtype), None
+    if isinstance(x, (list, tuple)) and any(isinstance(v, Tracer) for v in _leaves(x)):
+        return array(x).node, None
+    if isinstance(x, (np.ndarray, list, tuple)):
+        arr = np.asarray(x)
+        ops.check_dtype(arr.dtype, "an array captured by the traced function")
+        return capture(arr), None
+    if isinstance(x, complex):
+        raise TypeError("complex numbers are not supported by fastlaunch")
+    raise TypeError(f"cannot use a {type(x).__name__} as an array in a traced function")
+
+
+def node_of(x) -> Node:
+    return operand(x)[0]
+
+
+def capture(arr: np.ndarray) -> Node:
+    """A NumPy array from outside the trace: a constant, frozen at trace time.  Uniform arrays
+    (np.zeros, np.ones, np.full) become a broadcast literal and cost no memory traffic."""
+    g = current_graph()
+    if arr.ndim == 0:
+        return ops.literal(g, arr[()], arr.dtype)
+    flat = arr.reshape(-1)
+    if flat.size:
+        first = flat[0]
+        uniform = bool(np.all(flat == first))   # NaN never compares equal: stays a constant
+        if uniform and arr.dtype.kind == "f":
+            uniform = bool(np.all(np.signbit(flat) == np.signbit(first)))
+        if uniform:
+            return ops.broadcast_to(g, ops.literal(g, first, arr.dtype), arr.shape)
+    return g.add_const(arr)
+
+
+def _leaves(x):
+    if isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _leaves(v)
+    else:
+        yield x
+
+
+def wrap(node: Node, weak=None, scalar=None) -> Tracer:
+    return new_tracer(node, weak, scalar)
+
+
+def _python_result_type(ufunc, weak_types) -> type | None:
+    """Python's own result type when every operand is a weak Python scalar (e.g. lr * 2)."""
+    if ufunc in (np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal):
+        return bool
+    if ufunc is np.true_divide:
+        return float
+    if float in weak_types:
+        return float
+    if ufunc in (np.bitwise_and, np.bitwise_or, np.bitwise_xor) and all(t is bool for t in weak_types):
+        return bool
+    return int
+
+
+def array_function(func, args, kwargs):
+    impl = FUNCTIONS.get(func)
+    if impl is None:
+        name = getattr(func, "__name__", repr(func))
+        raise TracingError(f"np.{name} is not supported by fastlaunch yet")
+    return impl(*args, **kwargs)
+
+
+# ---- ufuncs ------------------------------------------------------------------------------
+_UNSUPPORTED_UFUNC_KWARGS = ("where", "axes", "axis", "order", "subok", "signature", "extobj")
+
+
+def array_ufunc(ufunc, method, inputs, kwargs):
+    if method == "__call__":
+        return call_ufunc(ufunc, inputs, **kwargs)
+    if method == "reduce":
+        return ufunc_reduce(ufunc, *inputs, **kwargs)
+    raise TracingError(f"np.{ufunc.__name__}.{method} is not supported by fastlaunch yet")
+
+
+def call_ufunc(ufunc, inputs, out=None, dtype=None, casting="same_kind", _operator=False,
+               **kwargs):
+    for k, v in kwargs.items():
+        if k == "where" and v is True:
+            continue
+        raise TracingError(f"np.{ufunc.__name__}(..., {k}=...) is not supported by fastlaunch")
+    if ufunc.nout != 1:
+        return _multi_output_ufunc(ufunc, inputs, out)
+    if len(inputs) != ufunc.nin:
+        raise TypeError(f"{ufunc.__name__}() takes {ufunc.nin} positional arguments, "
+                        f"got {len(inputs)}")
+    operands = [operand(x) for x in inputs]
+    g = current_graph()
+    if dtype is not None:
+        dt = ops.check_dtype(dtype, f"np.{ufunc.__name__}(dtype=...)")
+        operands = [(ops.cast(g, n, dt, w), None) for n, w in operands]
+    node = _special_power(ufunc, operands) if ufunc is np.power else None
+    if node is None:
+        node = ops.apply_ufunc(g, ufunc, operands)
+    weak = None
+    if _operator and all(w is not None for _, w in operands):
+        weak = _python_result_type(ufunc, [w for _, w in operands])
+    scalar = node.ndim == 0 and all(not is_tracer(x) or x.scalar or x.ndim == 0 for x in inputs)
+    if out is not None:
+        target = out[0] if isinstance(out, tuple) else out
+        return _write_out(target, node, ufunc.__name__, casting)
+    return wrap(node, weak, scalar)
+
+
+def _write_out(target, node: Node, name: str, casting="same_kind") -> Tracer:
+    if not is_tracer(target):
+        raise TracingError(f"np.{name}(..., out=...) needs `out` to be a traced array; "
+                           f"a NumPy array cannot receive traced values")
+    if not np.can_cast(node.dtype, target.dtype, casting):
+        raise TypeError(f"Cannot cast ufunc '{name}' output from {node.dtype!r} to "
+                        f"{target.dtype!r} with casting rule '{casting}'")
+    g = current_graph()
+    if ops.broadcast_shapes(node.shape, target.shape) != target.shape:
+        raise ValueError(f"non-broadcastable output operand with shape {target.shape} doesn't "
+                         f"match the broadcast shape {node.shape}")
+    target._assign(ops.cast(g, node, target.dtype), f"np.{name}(..., out=...)")
+    return target
+
+
+def _special_power(ufunc, operands):
+    """NumPy's fast paths for array ** python-scalar: square, sqrt, reciprocal, identity."""
+    (base, bw), (exp, ew) = operands
+    value = ops.literal_value(exp)
+    if value is None or base.ndim == 0 and bw is not None:
+        return None
+    g = current_graph()
+    loop = ops.resolve_loop(ufunc, [bw or base.dtype, ew or exp.dtype])
+    if loop[0].kind in "iu" and value < 0 and exp.ndim == 0:
+        raise ValueError("Integers to negative integer powers are not allowed.")
+    if exp.ndim != 0 or loop[0] != loop[2]:
+        return None
+    b = ops.cast(g, base, loop[0], bw)
+    if value == 2:
+        return ops.elementwise(g, Op.MUL, loop[2], [b, b])
+    if value == 1:
+        return b
+    if loop[0].kind == "f" and value == 0.5:
+        return ops.elementwise(g, Op.SQRT, loop[2], [b])
+    if loop[0].kind == "f" and value == -1:
+        return ops.elementwise(g, Op.RECIPROCAL, loop[2], [b])
+    return None
+
+
+def _multi_output_ufunc(ufunc, inputs, out):
+    if ufunc is np.divmod:
+        if out is not None:
+            raise TracingError("np.divmod(..., out=...) is not supported by fastlaunch")
+        return (call_ufunc(np.floor_divide, inputs), call_ufunc(np.remainder, inputs))
+    raise TracingError(f"np.{ufunc.__name__} is not supported by fastlaunch yet")
+
+
+def ufunc_reduce(ufunc, array_, axis=0, dtype=None, out=None, keepdims=False, **kwargs):
+    op = {np.add: Op.SUM, np.multiply: Op.PROD, np.maximum: Op.MAX, np.minimum: Op.MIN,
+          np.logical_or: Op.ANY, np.logical_and: Op.ALL}.get(ufunc)
+    if op is None or kwargs or out is not None:
+        raise TracingError(f"np.{ufunc.__name__}.reduce with these arguments is not supported")
+    return _reduce(op, array_, axis, keepdims, dtype)
+
+
+# ---- reductions --------------------------------------------------------------------------
+def _no_extra(name, **kwargs):
+    for k, v in kwargs.items():
+        if v is not None and v is not np._NoValue and not (k == "where" and v is True):
+            raise TracingError(f"np.{name}(..., {k}=...) is not supported by fastlaunch")
+
+
+def _reduce(op: Op, a, axis=None, keepdims=False, dtype=None) -> Tracer:
+    n = ops.reduce(current_graph(), op, node_of(a), axis, bool(keepdims), dtype)
+    return wrap(n, scalar=n.ndim == 0 and not keepdims)
+
+
+@implements(np.sum)
+def sum_(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+    _no_extra("sum", out=out, initial=initial, where=where)
+    return _reduce(Op.SUM, a, axis, keepdims, dtype)
+
+
+@implements(np.prod)
+def prod_(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+    _no_extra("prod", out=out, initial=initial, where=where)
+    return _reduce(Op.PROD, a, axis, keepdims, dtype)
+
+
+@implements(np.max, np.amax)
+def max_(a, axis=None, out=None, keepdims=False, initial=None, where=None):
+    _no_extra("max", out=out, initial=initial, where=where)
+    return _reduce(Op.MAX, a, axis, keepdims)
+
+
+@implements(np.min, np.amin)
+def min_(a, axis=None, out=None, keepdims=False, initial=None, where=None):
+    _no_extra("min", out=out, initial=initial, where=where)
+    return _reduce(Op.MIN, a, axis, keepdims)
+
+
+@implements(np.any)
+def any_(a, axis=None, out=None, keepdims=False, where=None):
+    _no_extra("any", out=out, where=where)
+    return _reduce(Op.ANY, a, axis, keepdims)
+
+
+@implements(np.all)
+def all_(a, axis=None, out=None, keepdims=False, where=None):
+    _no_extra("all", out=out, where=where)
+    return _reduce(Op.ALL, a, axis, keepdims)
+
+
+@implements(np.argmax)
+def argmax(a, axis=None, out=None, keepdims=False):
+    return _arg_reduce(Op.ARGMAX, a, axis, out, keepdims)
+
+
+@implements(np.argmin)
+def argmin(a, axis=None, out=None, keepdims=False):
+    return _arg_reduce(Op.ARGMIN, a, axis, out, keepdims)
+
+
+def _arg_reduce(op, a, axis, out, keepdims):
+    _no_extra(op.value, out=out)
+    g = current_graph()
+    n = node_of(a)
+    if axis is None:
+        n = ops.reshape(g, n, (-1,))
+        r = ops.reduce(g, op, n, 0, False)
+        if keepdims:
+            r = ops.reshape(g, r, (1,) * node_of(a).ndim)
+        return wrap(r, scalar=not keepdims)
+    r = ops.reduce(g, op, n, int(axis), bool(keepdims))
+    return wrap(r, scalar=False)
+
+
+def _mean_dtype(dt: np.dtype, dtype) -> tuple[np.dtype, np.dtype]:
+    """(accumulation dtype, result dtype) of np.mean/np.var: ints to float64, float16 via float32."""
+    if dtype is not None:
+        d = ops.check_dtype(dtype, "np.mean(dtype=...)")
+        return d, d
+    if dt.kind in "biu":
+        return np.dtype(np.float64), np.dtype(np.float64)
+    if dt == np.float16:
+        return np.dtype(np.float32), dt
+    return dt, dt
+
+
+@implements(np.mean)
+def mean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
+    _no_extra("mean", out=out, where=where)
+    g = current_graph()
+    n = node_of(a)
+    acc, res = _mean_dtype(n.dtype, dtype)
+    total = ops.reduce(g, Op.SUM, ops.cast(g, n, acc), axis, bool(keepdims), acc)
+    count = ops.count(n, ops.normalize_axes(axis, n.ndim))
+    r = ops.elementwise(g, Op.DIV, acc, [total, ops.literal(g, count, acc)])
+    return wrap(ops.cast(g, r, res), scalar=r.ndim == 0 and not keepdims)
+
+
+@implements(np.var)
+def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None, mean=None,
+        correction=None):
+    _no_extra("var", out=out, where=where, mean=mean)
+    if correction is not None:
+        ddof = correction
+    g = current_graph()
+    n = node_of(a)
+    acc, res = _mean_dtype(n.dtype, dtype)
+    axes = ops.normalize_axes(axis, n.ndim)
+    count = ops.count(n, axes)
+    x = ops.cast(g, n, acc)
+    mu = ops.elementwise(g, Op.DIV, acc, [ops.reduce(g, Op.SUM, x, axes, True, acc),
+                                          ops.literal(g, count, acc)])
+    d = ops.elementwise(g, Op.SUB, acc, [x, mu])
+    ss = ops.reduce(g, Op.SUM, ops.elementwise(g, Op.MUL, acc, [d, d]), axes, bool(keepdims), acc)
+    r = ops.elementwise(g, Op.DIV, acc, [ss, ops.literal(g, max(count - ddof, 0), acc)])
+    return wrap(ops.cast(g, r, res), scalar=r.ndim == 0 and not keepdims)
+
+
+@implements(np.std)
+def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None, mean=None,
+        correction=None):
+    v = var(a, axis, dtype, out, ddof, keepdims, where, mean, correction)
+    return wrap(ops.elementwise(current_graph(), Op.SQRT, v.dtype, [v.node]), scalar=v.scalar)
+
+
+# ---- elementwise functions that are not ufuncs -----------------------------------------------
+@implements(np.where)
+def where(condition, x=None, y=None):
+    if x is None and y is None:
+        raise TracingError("np.where(condition) with one argument returns data-dependent indices, "
+                           "which cannot be traced; use the three-argument np.where(cond, a, b)")
+    n = ops.where(current_graph(), operand(condition), operand(x), operand(y))
+    return wrap(n, scalar=False)
+
+
+@implements(np.clip)
+def clip(a, a_min=None, a_max=None, out=None, **kwargs):
+    if "min" in kwargs:
+        a_min = kwargs.pop("min")
+    if "max" in kwargs:
+        a_max = kwargs.pop("max")
+    _no_extra("clip", **kwargs)
+    r = a
+    if a_min is not None:
+        r = call_ufunc(np.maximum, (r, a_min))
+    if a_max is not None:
+        r = call_ufunc(np.minimum, (r, a_max))
+    if out is not None:
+        return _write_out(out, r.node, "clip")
+    return r
+
+
+@implements(np.round, np.around)
+def round_(a, decimals=0, out=None):
+    if decimals != 0:
+        raise TracingError("np.round with decimals != 0 is not supported by fastlaunch")
+    return call_ufunc(np.rint, (a,), out=out) if node_of(a).dtype.kind == "f" else astype(a, node_of(a).dtype)
+
+
+@implements(np.nan_to_num)
+def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    n = node_of(x)
+    if n.dtype.kind != "f":
+        return wrap(n)
+    info = np.finfo(n.dtype)
+    posinf = info.max if posinf is None else posinf
+    neginf = info.min if neginf is None else neginf
+    r = np.where(np.isnan(x), n.dtype.type(nan), x)
+    r = np.where(x == np.inf, n.dtype.type(posinf), r)
+    r = np.where(x == -np.inf, n.dtype.type(neginf), r)
+    return r
+
+
+# ---- dtype and copies --------------------------------------------------------------------
+def astype(a, dtype, order="K", casting="unsafe", subok=True, copy=True):
+    dt = ops.check_dtype(dtype, "astype")
+    return wrap(ops.cast(current_graph(), node_of(a), dt), scalar=is_tracer(a) and a.scalar)
+
+
+@implements(np.copy)
+def copy(a, order="K", subok=False):
+    return wrap(node_of(a), scalar=False)
+
+
+@implements(np.asarray, np.array, np.asanyarray, np.ascontiguousarray)
+def array(obj, dtype=None, copy=None, order=None, **kwargs):
+    if isinstance(obj, (list, tuple)):
+        items = [array(o) if isinstance(o, (list, tuple)) else o for o in obj]
+        if any(is_tracer(o) for o in items):
+            out = stack(items)
+            return astype(out, dtype) if dtype is not None else out
+    n = node_of(obj)
+    if dtype is not None:
+        n = ops.cast(current_graph(), n, ops.check_dtype(dtype, "np.array(dtype=...)"))
+    return wrap(n, scalar=False)
+
+
+# ---- construction from traced arrays ---------------------------------------------------------
+def _filled(shape, dtype, value) -> Tracer:
+    g = current_graph()
+    dt = ops.check_dtype(dtype, "array construction")
+    return wrap(ops.broadcast_to(g, ops.literal(g, value, dt), shape), scalar=False)
+
+
+@implements(np.zeros_like)
+def zeros_like(a, dtype=None, order="K", subok=True, shape=None, **kw):
+    return _like(a, dtype, shape, 0)
+
+
+@implements(np.ones_like)
+def ones_like(a, dtype=None, order="K", subok=True, shape=None, **kw):
+    return _like(a, dtype, shape, 1)
+
+
+@implements(np.empty_like)
+def empty_like(a, dtype=None, order="K", subok=True, shape=None, **kw):
+    return _like(a, dtype, shape, 0)
+
+
+@implements(np.full_like)
+def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, **kw):
+    if is_tracer(fill_value):
+        n = node_of(a)
+        dt = np.dtype(dtype) if dtype is not None else n.dtype
+        g = current_graph()
+        shp = n.shape if shape is None else ops.normalize_shape(shape, int(np.prod(shape)))
+        return wrap(ops.broadcast_to(g, ops.cast(g, fill_value.node, dt), shp), scalar=False)
+    return _like(a, dtype, shape, fill_value)
+
+
+def _like(a, dtype, shape, value):
+    n = node_of(a)
+    dt = np.dtype(dtype) if dtype is not None else n.dtype
+    if shape is None:
+        shape = n.shape
+    elif isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    return _filled(tuple(shape), dt, value)
+
+
+# ---- shapes and views ----------------------------------------------------------------------
+def _as_tracer(a) -> Tracer:
+    return a if is_tracer(a) else wrap(node_of(a), scalar=False)
+
+
+@implements(np.reshape)
+def reshape(a, *shape, order="C", newshape=None, copy=None):
+    if newshape is not None:
+        shape = (newshape,)
+    if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+        shape = tuple(shape[0])
+    if order not in ("C", "A"):
+        raise TracingError(f"reshape(order={order!r}) is not supported by fastlaunch")
+    t = _as_tracer(a)
+    new_shape = ops.normalize_shape(shape, t.size)
+    if t._reshape is None:
+        vm = (t._view or ViewMap.identity(t._storage.node.shape)).squeeze_expand(new_shape)
+        if vm is not None:
+            return view_of(t, vm)
+    return view_of(t, reshape=new_shape)
+
+
+@implements(np.ravel)
+def ravel(a, order="C"):
+    return reshape(a, (-1,), order=order)
+
+
+def flatten(a, order="C"):
+    return copy(reshape(a, (-1,), order=order))
+
+
+@implements(np.transpose)
+def transpose(a, axes=None):
+    t = _as_tracer(a)
+    if axes is None:
+        axes = tuple(reversed(range(t.ndim)))
+    axes = tuple(int(ax) % max(t.ndim, 1) for ax in axes)
+    if sorted(axes) != list(range(t.ndim)):
+        raise ValueError("axes don't match array")
+    if t._reshape is None:
+        vm = (t._view or ViewMap.identity(t._storage.node.shape)).transpose(axes)
+        return view_of(t, vm)
+    return wrap(ops.transpose(current_graph(), t.node, axes), scalar=False)
+
+
+@implements(np.swapaxes)
+def swapaxes(a, axis1, axis2):
+    nd = node_of(a).ndim
+    perm = list(range(nd))
+    i, j = ops.normalize_axes(axis1, nd)[0], ops.normalize_axes(axis2, nd)[0]
+    perm[i], perm[j] = perm[j], perm[i]
+    return transpose(a, perm)
+
+
+@implements(np.moveaxis)
+def moveaxis(a, source, destination):
+    nd = node_of(a).ndim
+    src = [ops.normalize_axes(s, nd)[0] for s in np.atleast_1d(source)]
+    dst = [ops.normalize_axes(d, nd)[0] for d in np.atleast_1d(destination)]
+    order = [n for n in range(nd) if n not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return transpose(a, order)
+
+
+@implements(np.expand_dims)
+def expand_dims(a, axis):
+    shape = list(node_of(a).shape)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    nd = len(shape) + len(axes)
+    for ax in sorted(int(x) % nd for x in axes):
+        shape.insert(ax, 1)
+    return reshape(a, tuple(shape))
+
+
+@implements(np.squeeze)
+def squeeze(a, axis=None):
+    shape = node_of(a).shape
+    if axis is None:
+        drop = {i for i, s in enumerate(shape) if s == 1}
+    else:
+        drop = set(ops.normalize_axes(axis, len(shape)))
+        if any(shape[i] != 1 for i in drop):
+            raise ValueError("cannot select an axis to squeeze out which has size not equal to one")
+    return reshape(a, tuple(s for i, s in enumerate(shape) if i not in drop))
+
+
+@implements(np.broadcast_to)
+def broadcast_to(a, shape, subok=False):
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    n = ops.broadcast_to(current_graph(), node_of(a), shape)
+    from .trace import Storage
+    return Tracer(Storage(n, frozen_reason="the result of np.broadcast_to is read-only"))
+
+
+@implements(np.atleast_1d)
+def atleast_1d(*arys):
+    out = [a if node_of(a).ndim >= 1 else reshape(a, (1,)) for a in arys]
+    return out[0] if len(out) == 1 else out
+
+
+@implements(np.atleast_2d)
+def atleast_2d(*arys):
+    out = []
+    for a in arys:
+        nd = node_of(a).ndim
+        out.append(a if nd >= 2 else reshape(a, (1,) * (2 - nd) + node_of(a).shape))
+    return out[0] if len(out) == 1 else out
+
+
+@implements(np.shape)
+def shape_(a):
+    return node_of(a).shape
+
+
+@implements(np.ndim)
+def ndim_(a):
+    return node_of(a).ndim
+
+
+@implements(np.size)
+def size_(a, axis=None):
+    n = node_of(a)
+    return n.size if axis is None else n.shape[axis]
+
+
+@implements(np.result_type)
+def result_type(*arrays_and_dtypes):
+    return np.result_type(*[a.dtype if is_tracer(a) else a for a in arrays_and_dtypes])
+
+
+# ---- joining (copies) ------------------------------------------------------------------------
+@implements(np.concatenate)
+def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
+    _no_extra("concatenate", out=out)
+    g = current_graph()
+    parts = [operand(a) for a in arrays]
+    if not parts:
+        raise ValueError("need at least one array to concatenate")
+    if axis is None:
+        parts = [(ops.reshape(g, n, (-1,)), w) for n, w in parts]
+        axis = 0
+    dt = np.dtype(dtype) if dtype is not None else ops.result_type([(n, None) for n, _ in parts])
+    nodes = [ops.cast(g, n, dt) for n, _ in parts]
+    nd = nodes[0].ndim
+    if nd == 0:
+        raise ValueError("zero-dimensional arrays cannot be concatenated")
+    ax = ops.normalize_axes(axis, nd)[0]
+    for n in nodes:
+        if n.ndim != nd or any(n.shape[d] != nodes[0].shape[d] for d in range(nd) if d != ax):
+            raise ValueError("all the input array dimensions except for the concatenation axis "
+                             "must match exactly")
+    total = sum(n.shape[ax] for n in nodes)
+    shape_out = list(nodes[0].shape)
+    shape_out[ax] = total
+    base = ops.broadcast_to(g, ops.literal(g, 0, dt), shape_out)
+    at = 0
+    for n in nodes:
+        start = [0] * nd
+        start[ax] = at
+        base = ops.set_region(g, base, start, [1] * nd, n.shape, n)
+        at += n.shape[ax]
+    return wrap(base, scalar=False)
+
+
+@implements(np.stack)
+def stack(arrays, axis=0, out=None, dtype=None, casting="same_kind"):
+    arrays = list(arrays)
+    if not arrays:
+        raise ValueError("need at least one array to stack")
+    nd = node_of(arrays[0]).ndim + 1
+    ax = ops.normalize_axes(axis, nd)[0]
+    return concatenate([expand_dims(_as_tracer(a), ax) for a in arrays], axis=ax, out=out,
+                       dtype=dtype)
+
+
+@implements(np.hstack)
+def hstack(tup, dtype=None, casting="same_kind"):
+    arrs = [atleast_1d(a) for a in tup]
+    return concatenate(arrs, axis=0 if node_of(arrs[0]).ndim == 1 else 1, dtype=dtype)
+
+
+@implements(np.vstack)
+def vstack(tup, dtype=None, casting="same_kind"):
+    return concatenate([atleast_2d(a) for a in tup], axis=0, dtype=dtype)
+
+
+# ---- indexing ----------------------------------------------------------------------------
+def _normalize_key(key, ndim: int) -> tuple:
+    """Expand a basic-indexing key to one entry per dim (plus Nones); reject other keys."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    out = []
+    for k in key:
+        if k is None or k is Ellipsis or isinstance(k, slice):
+            out.append(k)
+        elif isinstance(k, (bool, np.bool_)):
+            raise TracingError("indexing with a boolean scalar is not supported by fastlaunch")
+        elif isinstance(k, (int, np.integer)):
+            out.append(int(k))
+        elif is_tracer(k) and k.dtype == np.bool_ or (isinstance(k, np.ndarray) and k.dtype == np.bool_):
+            raise TracingError(
+                "boolean-mask indexing (x[mask]) gives an array whose size depends on the data, "
+                "which cannot be traced; use np.where(mask, x, fill) to keep the shape")
+        else:
+            raise TracingError(f"indexing with {type(k).__name__} (integer-array gather) is not "
+                               f"supported by fastlaunch yet")
+    if out.count(Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    used = sum(1 for k in out if k is not None and k is not Ellipsis)
+    if used > ndim:
+        raise IndexError(f"too many indices for array: array is {ndim}-dimensional, "
+                         f"but {used} were indexed")
+    if Ellipsis in out:
+        i = out.index(Ellipsis)
+        out[i:i + 1] = [slice(None)] * (ndim - used)
+    else:
+        out += [slice(None)] * (ndim - used)
+    return tuple(out)
+
+
+def getitem(t: Tracer, key):
+    key = _normalize_key(key, t.ndim)
+    dims = [k for k in key if k is not None]
+    shape = t.shape
+    for k, n in zip(dims, shape):
+        if isinstance(k, int) and not -n <= k < n:
+            raise IndexError(f"index {k} is out of bounds for axis with size {n}")
+    key = tuple(k % shape[i] if isinstance(k, int) else k
+                for i, k in zip(_dim_positions(key), key))
+    scalar = all(isinstance(k, int) for k in key) and bool(key) or (not key and t.scalar)
+    if t._reshape is None:
+        vm = (t._view or ViewMap.identity(t._storage.node.shape)).index(key)
+        return view_of(t, vm, scalar=scalar)
+    base = wrap(t.node, scalar=False)
+    out = view_of(base, ViewMap.identity(base.shape).index(key), scalar=scalar)
+    return out
+
+
+def _dim_positions(key):
+    """For each key entry, the array dim it indexes (None entries get -1)."""
+    d = 0
+    for k in key:
+        if k is None:
+            yield -1
+        else:
+            yield d
+            d += 1
+
+
+def setitem(t: Tracer, key, value):
+    target = getitem(t, key)
+    if target.scalar:
+        target.scalar = False
+        target.weak = None
+    g = current_graph()
+    v = node_of(value)
+    target._assign(ops.broadcast_to(g, ops.cast(g, v, t.dtype), target.shape),
+                   "item assignment (x[...] = value)")
+
+
+# ---- methods and operators on Tracer ----------------------------------------------------------
+def _method(name, impl):
+    setattr(Tracer, name, impl)
+    METHOD_NAMES.append(name)
+
+
+def _binary(ufunc):
+    def forward(self, other):
+        return call_ufunc(ufunc, (self, other), _operator=True)
+
+    def reflected(self, other):
+        return call_ufunc(ufunc, (other, self), _operator=True)
+
+    def inplace(self, other):
+        if self.scalar or self.weak is not None:
+            return call_ufunc(ufunc, (self, other), _operator=True)
+        return call_ufunc(ufunc, (self, other), out=(self,))
+    return forward, reflected, inplace
+
+
+for _name, _uf in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
+                   ("truediv", np.true_divide), ("floordiv", np.floor_divide),
+                   ("mod", np.remainder), ("pow", np.power), ("and", np.bitwise_and),
+                   ("or", np.bitwise_or), ("xor", np.bitwise_xor), ("lshift", np.left_shift),
+                   ("rshift", np.right_shift)]:
+    _f, _r, _i = _binary(_uf)
+    _method(f"__{_name}__", _f)
+    _method(f"__r{_name}__", _r)
+    _method(f"__i{_name}__", _i)
+
+for _name, _uf in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
+                   ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
+    _method(f"__{_name}__", _binary(_uf)[0])
+
+
+def _divmod(self, other):
+    return (self // other, self % other)
+
+
+def _rdivmod(self, other):
+    return (other // self, other % self)
+
+
+_method("__divmod__", _divmod)
+_method("__rdivmod__", _rdivmod)
+_method("__neg__", lambda self: call_ufunc(np.negative, (self,), _operator=True)
+        if self.weak is None else _weak_unary(np.negative, self))
+_method("__pos__", lambda self: self if self.weak is not None else call_ufunc(np.positive, (self,)))
+_method("__abs__", lambda self: call_ufunc(np.absolute, (self,)) if self.weak is None
+        else _weak_unary(np.absolute, self))
+_method("__invert__", lambda self: call_ufunc(np.invert, (self,)))
+_method("__matmul__", lambda self, other: _unsupported("the @ operator (matmul)"))
+_method("__rmatmul__", lambda self, other: _unsupported("the @ operator (matmul)"))
+_method("__getitem__", getitem)
+
+
+def _weak_unary(ufunc, t):
+    r = call_ufunc(ufunc, (t,))
+    r.weak = t.weak
+    return r
+
+
+def _unsupported(what):
+    raise TracingError(f"{what} is not supported by fastlaunch yet")
+
+
+FUNCTIONS[np.positive] = lambda x, **kw: call_ufunc(np.positive, (x,), **kw)
+
+_method("astype", astype)
+_method("copy", lambda self, order="C": copy(self))
+_method("reshape", lambda self, *shape, order="C", copy=None: reshape(self, *shape, order=order))
+_method("ravel", lambda self, order="C": ravel(self, order))
+_method("flatten", flatten)
+_method("transpose", lambda self, *axes: transpose(
+    self, axes[0] if len(axes) == 1 and not isinstance(axes[0], (int, np.integer)) else (axes or None)))
+_method("swapaxes", swapaxes)
+_method("squeeze", squeeze)
+Tracer.T = property(lambda self: transpose(self))
+Tracer.mT = property(lambda self: swapaxes(self, -1, -2))
+Tracer.real = property(lambda self: self)
+for _name, _impl in [("sum", sum_), ("prod", prod_), ("max", max_), ("min", min_), ("any", any_),
+                     ("all", all_), ("argmax", argmax), ("argmin", argmin), ("mean", mean),
+                     ("var", var), ("std", std), ("clip", clip)]:
+    _method(_name, _impl)
+_method("round", lambda self, decimals=0, out=None: round_(self, decimals, out))
+_method("fill", lambda self, value: setitem(self, Ellipsis, value))
+_method("dot", lambda self, other: _unsupported("x.dot (matmul)"))

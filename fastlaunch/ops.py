@@ -1,0 +1,323 @@
+"""Graph building with NumPy's semantics: dtype resolution, broadcasting, views, reductions.
+
+Every function takes nodes and returns a node.  Dtypes are NumPy's own: ufunc loops come from
+`ufunc.resolve_dtypes`, where a Python scalar type marks a NEP 50 weak operand.  Operations on
+literals only are folded by running NumPy on them.
+"""
+from __future__ import annotations
+
+import operator
+from functools import reduce as _fold
+
+import numpy as np
+
+from .errors import TracingError
+from .ir import SUPPORTED_DTYPES, Graph, Kind, Node, Op
+
+# The NumPy ufunc each elementwise op means.  Ops absent here are built from these.
+UFUNC_OF_OP = {
+    Op.NEG: np.negative, Op.ABS: np.absolute, Op.SIGN: np.sign, Op.RECIPROCAL: np.reciprocal,
+    Op.SQRT: np.sqrt, Op.CBRT: np.cbrt, Op.EXP: np.exp, Op.EXP2: np.exp2, Op.EXPM1: np.expm1,
+    Op.LOG: np.log, Op.LOG2: np.log2, Op.LOG10: np.log10, Op.LOG1P: np.log1p,
+    Op.SIN: np.sin, Op.COS: np.cos, Op.TAN: np.tan, Op.ARCSIN: np.arcsin, Op.ARCCOS: np.arccos,
+    Op.ARCTAN: np.arctan, Op.SINH: np.sinh, Op.COSH: np.cosh, Op.TANH: np.tanh,
+    Op.ARCSINH: np.arcsinh, Op.ARCCOSH: np.arccosh, Op.ARCTANH: np.arctanh,
+    Op.FLOOR: np.floor, Op.CEIL: np.ceil, Op.TRUNC: np.trunc, Op.RINT: np.rint,
+    Op.ISNAN: np.isnan, Op.ISINF: np.isinf, Op.ISFINITE: np.isfinite, Op.SIGNBIT: np.signbit,
+    Op.LOGICAL_NOT: np.logical_not, Op.INVERT: np.invert,
+    Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: np.true_divide,
+    Op.FLOORDIV: np.floor_divide, Op.MOD: np.remainder, Op.FMOD: np.fmod, Op.POW: np.power,
+    Op.ARCTAN2: np.arctan2, Op.HYPOT: np.hypot, Op.MINIMUM: np.minimum, Op.MAXIMUM: np.maximum,
+    Op.FMIN: np.fmin, Op.FMAX: np.fmax, Op.COPYSIGN: np.copysign, Op.NEXTAFTER: np.nextafter,
+    Op.HEAVISIDE: np.heaviside, Op.LOGADDEXP: np.logaddexp, Op.LOGADDEXP2: np.logaddexp2,
+    Op.EQ: np.equal, Op.NE: np.not_equal, Op.LT: np.less, Op.LE: np.less_equal,
+    Op.GT: np.greater, Op.GE: np.greater_equal,
+    Op.LOGICAL_AND: np.logical_and, Op.LOGICAL_OR: np.logical_or, Op.LOGICAL_XOR: np.logical_xor,
+    Op.BITWISE_AND: np.bitwise_and, Op.BITWISE_OR: np.bitwise_or, Op.BITWISE_XOR: np.bitwise_xor,
+    Op.LEFT_SHIFT: np.left_shift, Op.RIGHT_SHIFT: np.right_shift,
+}
+OP_OF_UFUNC = {u: op for op, u in UFUNC_OF_OP.items()}
+
+_WEAK_TYPES = (bool, int, float)
+
+
+def check_dtype(dtype, what: str) -> np.dtype:
+    dt = np.dtype(dtype)
+    if dt not in SUPPORTED_DTYPES:
+        raise TypeError(f"{what}: dtype {dt} is not supported "
+                        f"(supported: {', '.join(str(d) for d in SUPPORTED_DTYPES)})")
+    return dt
+
+
+# ---- leaves ------------------------------------------------------------------------------
+def literal(g: Graph, value, dtype) -> Node:
+    dt = np.dtype(dtype)
+    return g.add(Op.LITERAL, dt, (), value=np.array(value, dtype=dt)[()])
+
+
+def literal_value(n: Node):
+    """The value of a literal, also through broadcasts of one; None when `n` is not constant."""
+    while n.op is Op.BROADCAST:
+        n = n.inputs[0]
+    return n.attrs["value"] if n.op is Op.LITERAL else None
+
+
+def weak_literal(g: Graph, value) -> tuple[Node, type]:
+    """A Python scalar written in the traced code: a NEP 50 weak literal."""
+    kind = type(value) if type(value) in _WEAK_TYPES else None
+    if kind is None:
+        raise TypeError(f"unsupported Python scalar {value!r} of type {type(value).__name__}")
+    dtype = {bool: np.bool_, int: np.int64, float: np.float64}[kind]
+    if kind is int and not (-2**63 <= value < 2**64):
+        raise OverflowError(f"Python integer {value} out of bounds for int64 and uint64")
+    if kind is int and value >= 2**63:
+        dtype = np.uint64
+    return literal(g, value, dtype), kind
+
+
+# ---- casts and broadcasting --------------------------------------------------------------
+def cast(g: Graph, n: Node, dtype, weak: type | None = None) -> Node:
+    dt = np.dtype(dtype)
+    if n.dtype == dt:
+        return n
+    value = literal_value(n)
+    if value is not None:
+        if weak is int and dt.kind in "iu":
+            info = np.iinfo(dt)
+            if not info.min <= int(value) <= info.max:
+                raise OverflowError(f"Python integer {int(value)} out of bounds for {dt}")
+        with np.errstate(all="ignore"):
+            folded = literal(g, value.astype(dt), dt)
+        return broadcast_to(g, folded, n.shape)
+    if n.op is Op.BROADCAST:  # cast the 0-d or small source, not the broadcast view
+        return broadcast_to(g, cast(g, n.inputs[0], dt), n.shape)
+    return g.add(Op.CAST, dt, n.shape, (n,))
+
+
+def broadcast_shapes(*shapes) -> tuple:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ValueError("operands could not be broadcast together with shapes "
+                         + " ".join(str(tuple(s)) for s in shapes)) from None
+
+
+def broadcast_to(g: Graph, n: Node, shape) -> Node:
+    shape = tuple(int(s) for s in shape)
+    if n.shape == shape:
+        return n
+    if broadcast_shapes(n.shape, shape) != shape:
+        raise ValueError(f"cannot broadcast a value of shape {n.shape} to {shape}")
+    if n.op is Op.BROADCAST and n.inputs[0].ndim == 0:
+        n = n.inputs[0]
+    return g.add(Op.BROADCAST, n.dtype, shape, (n,))
+
+
+# ---- elementwise -------------------------------------------------------------------------
+def resolve_loop(ufunc, types) -> tuple:
+    """NumPy's loop for `ufunc` on operand `types` (dtypes, or Python types for weak scalars)."""
+    try:
+        return ufunc.resolve_dtypes(tuple(types) + (None,) * ufunc.nout)
+    except Exception as err:  # NumPy raises private _UFuncNoLoopError (a TypeError) and friends
+        shown = ", ".join(t.__name__ if isinstance(t, type) else str(t) for t in types)
+        raise TypeError(f"ufunc '{ufunc.__name__}' not supported for the input types ({shown}): "
+                        f"{err}") from None
+
+
+def elementwise(g: Graph, op: Op, loop_out, operands: list[Node]) -> Node:
+    """`op` over operands already cast to the loop dtypes; broadcasting made explicit."""
+    shape = broadcast_shapes(*(o.shape for o in operands))
+    operands = [o if o.ndim == 0 else broadcast_to(g, o, shape) for o in operands]
+    values = [literal_value(o) for o in operands]
+    if operands and all(v is not None for v in values):
+        return broadcast_to(g, literal(g, _fold_elementwise(op, values, loop_out), loop_out), shape)
+    return g.add(op, loop_out, shape, operands)
+
+
+def _fold_elementwise(op: Op, values, out_dtype):
+    with np.errstate(all="ignore"):
+        if op is Op.WHERE:
+            return values[1] if values[0] else values[2]
+        return np.asarray(UFUNC_OF_OP[op](*values)).astype(out_dtype)[()]
+
+
+def apply_ufunc(g: Graph, ufunc, operands: list[tuple[Node, type | None]]) -> Node:
+    """`ufunc(*operands)` with NumPy's dtype resolution; operands are (node, weak python type)."""
+    op = OP_OF_UFUNC.get(ufunc)
+    if op is None:
+        raise TracingError(f"np.{ufunc.__name__} is not supported by fastlaunch yet")
+    loop = resolve_loop(ufunc, [w if w is not None else n.dtype for n, w in operands])
+    nin = len(operands)
+    for dt in loop:
+        check_dtype(dt, f"np.{ufunc.__name__}")
+    cast_in = [cast(g, n, dt, w) for (n, w), dt in zip(operands, loop[:nin])]
+    return elementwise(g, op, loop[nin], cast_in)
+
+
+def result_type(operands: list[tuple[Node, type | None]]) -> np.dtype:
+    """np.result_type with weak Python scalars represented by a zero of their type."""
+    return np.result_type(*(w(0) if w is not None else n.dtype for n, w in operands))
+
+
+def where(g: Graph, cond: tuple, a: tuple, b: tuple) -> Node:
+    dt = check_dtype(result_type([a, b]), "np.where")
+    c = cast(g, cond[0], np.bool_)
+    an, bn = cast(g, a[0], dt, a[1]), cast(g, b[0], dt, b[1])
+    return elementwise(g, Op.WHERE, dt, [c, an, bn])
+
+
+def iota(g: Graph, shape, axis: int, dtype) -> Node:
+    """index along `axis` at every position of `shape`: the building block of arange and eye."""
+    return g.add(Op.IOTA, dtype, shape, axis=axis)
+
+
+# ---- views -------------------------------------------------------------------------------
+def _scalar_source(n: Node):
+    """The 0-d node that `n` merely broadcasts, if any: views of it stay broadcasts."""
+    if n.ndim == 0:
+        return n
+    if n.op is Op.BROADCAST and n.inputs[0].ndim == 0:
+        return n.inputs[0]
+    return None
+
+
+def transpose(g: Graph, n: Node, perm) -> Node:
+    perm = tuple(int(p) % max(n.ndim, 1) for p in perm)
+    if sorted(perm) != list(range(n.ndim)):
+        raise ValueError(f"axes {perm} don't match array of {n.ndim} dimensions")
+    if perm == tuple(range(n.ndim)):
+        return n
+    shape = tuple(n.shape[p] for p in perm)
+    src = _scalar_source(n)
+    if src is not None:
+        return broadcast_to(g, src, shape)
+    if n.op is Op.TRANSPOSE:  # compose
+        inner = n.attrs["perm"]
+        return transpose(g, n.inputs[0], tuple(inner[p] for p in perm))
+    return g.add(Op.TRANSPOSE, n.dtype, shape, (n,), perm=perm)
+
+
+def reshape(g: Graph, n: Node, shape) -> Node:
+    shape = normalize_shape(shape, n.size)
+    if shape == n.shape:
+        return n
+    src = _scalar_source(n)
+    if src is not None:
+        return broadcast_to(g, src, shape)
+    if n.op is Op.RESHAPE:
+        n = n.inputs[0]
+        if shape == n.shape:
+            return n
+    return g.add(Op.RESHAPE, n.dtype, shape, (n,))
+
+
+def normalize_shape(shape, size: int) -> tuple:
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    shape = [int(s) for s in shape]
+    unknown = [i for i, s in enumerate(shape) if s == -1]
+    if len(unknown) > 1:
+        raise ValueError("can only specify one unknown dimension")
+    known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+    if unknown:
+        if known == 0 or size % known:
+            raise ValueError(f"cannot reshape array of size {size} into shape {tuple(shape)}")
+        shape[unknown[0]] = size // known
+    if any(s < 0 for s in shape) or int(np.prod(shape, dtype=np.int64)) != size:
+        raise ValueError(f"cannot reshape array of size {size} into shape {tuple(shape)}")
+    return tuple(shape)
+
+
+def slice_view(g: Graph, n: Node, starts, steps, shape) -> Node:
+    """Elements n[starts[d] + steps[d] * i] for i < shape[d]: basic slicing, any step sign."""
+    starts, steps, shape = tuple(map(int, starts)), tuple(map(int, steps)), tuple(map(int, shape))
+    if shape == n.shape and all(s == 0 for s in starts) and all(s == 1 for s in steps):
+        return n
+    src = _scalar_source(n)
+    if src is not None:
+        return broadcast_to(g, src, shape)
+    if n.op is Op.SLICE:  # compose: start' = s0 + t0*s1, step' = t0*t1
+        s0, t0 = n.attrs["start"], n.attrs["step"]
+        starts = tuple(a + b * c for a, b, c in zip(s0, t0, starts))
+        steps = tuple(a * b for a, b in zip(t0, steps))
+        n = n.inputs[0]
+    if any(sz == 0 for sz in shape):  # nothing is read: keep indices in range for the verifier
+        starts = (0,) * len(shape)
+    return g.add(Op.SLICE, n.dtype, shape, (n,), start=starts, step=steps)
+
+
+# ---- reductions --------------------------------------------------------------------------
+_REDUCE_UFUNC = {Op.SUM: np.add, Op.PROD: np.multiply, Op.MAX: np.maximum, Op.MIN: np.minimum,
+                 Op.ANY: np.logical_or, Op.ALL: np.logical_and}
+
+
+def normalize_axes(axis, ndim: int) -> tuple:
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    out = []
+    for a in axes:
+        a = int(a)
+        if not -ndim <= a < max(ndim, 1) or (ndim == 0 and a not in (0, -1)):
+            raise np.exceptions.AxisError(a, ndim)
+        a = a % ndim if ndim else 0
+        if a in out:
+            raise ValueError("duplicate value in 'axis'")
+        out.append(a)
+    return tuple(sorted(out)) if ndim else ()
+
+
+def reduce_dtype(op: Op, dtype: np.dtype) -> np.dtype:
+    if op in (Op.ANY, Op.ALL):
+        return np.dtype(np.bool_)
+    if op in (Op.ARGMAX, Op.ARGMIN):
+        return np.dtype(np.intp)
+    with np.errstate(all="ignore"):
+        return _REDUCE_UFUNC[op].reduce(np.zeros(1, dtype)).dtype
+
+
+def reduce(g: Graph, op: Op, n: Node, axis=None, keepdims=False, dtype=None) -> Node:
+    axes = normalize_axes(axis, n.ndim)
+    if dtype is not None:
+        n = cast(g, n, check_dtype(dtype, f"np.{op.value}(dtype=...)"))
+    elif op in (Op.ANY, Op.ALL):
+        n = cast(g, n, np.bool_)
+    elif op not in (Op.ARGMAX, Op.ARGMIN):
+        n = cast(g, n, reduce_dtype(op, n.dtype))
+    out_dtype = reduce_dtype(op, n.dtype)
+    if op in (Op.MAX, Op.MIN, Op.ARGMAX, Op.ARGMIN) and any(n.shape[a] == 0 for a in axes):
+        raise ValueError(f"zero-size array to reduction operation {op.value} which has no identity")
+    kept = tuple(s for i, s in enumerate(n.shape) if i not in axes)
+    if op in (Op.ARGMAX, Op.ARGMIN) and len(axes) > 1:
+        # NumPy's flat index: argmax over the C-order flattening of the reduced axes
+        n = reshape(g, transpose(g, n, [i for i in range(n.ndim) if i not in axes] + list(axes)),
+                    kept + (-1,))
+        axes = (n.ndim - 1,)
+    if not axes and op not in (Op.ARGMAX, Op.ARGMIN):
+        out = cast(g, n, out_dtype)
+    else:
+        out = g.add(op, out_dtype, kept, (n,), axes=axes)
+    if keepdims:
+        out = reshape(g, out, tuple(1 if i in axes else s for i, s in enumerate(n.shape)))
+    return out
+
+
+def count(n: Node, axes) -> int:
+    return _fold(operator.mul, (n.shape[a] for a in axes), 1)
+
+
+# ---- in-place region update --------------------------------------------------------------
+def set_region(g: Graph, base: Node, starts, steps, counts, value: Node) -> Node:
+    """base with base[start + step*i] (i < count, per axis) replaced by `value` (cast, broadcast)."""
+    counts = tuple(int(c) for c in counts)
+    value = broadcast_to(g, cast(g, value, base.dtype), counts)
+    if counts == base.shape and all(s == 0 for s in starts) and all(s == 1 for s in steps):
+        return value  # the whole array is overwritten
+    if any(c == 0 for c in counts):
+        return base
+    return g.add(Op.SETSLICE, base.dtype, base.shape, (base, value),
+                 start=tuple(map(int, starts)), step=tuple(map(int, steps)))
+
+
+def is_view(n: Node) -> bool:
+    return n.op.kind is Kind.VIEW

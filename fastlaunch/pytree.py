@@ -1,0 +1,77 @@
+"""Nested tuples, lists and dicts of leaves: flattening for arguments and results."""
+from __future__ import annotations
+
+
+class TreeDef:
+    """The shape of a nested container: rebuilds it from a flat list of leaves."""
+
+    __slots__ = ("kind", "children", "meta")
+
+    def __init__(self, kind: str, children=(), meta=None):
+        self.kind = kind            # leaf | none | tuple | list | dict | namedtuple
+        self.children = tuple(children)
+        self.meta = meta            # dict keys, or the namedtuple class
+
+    @property
+    def num_leaves(self) -> int:
+        if self.kind == "leaf":
+            return 1
+        return sum(c.num_leaves for c in self.children)
+
+    def unflatten(self, leaves):
+        it = iter(leaves)
+        out = self._build(it)
+        return out
+
+    def _build(self, it):
+        if self.kind == "leaf":
+            return next(it)
+        if self.kind == "none":
+            return None
+        items = [c._build(it) for c in self.children]
+        if self.kind == "tuple":
+            return tuple(items)
+        if self.kind == "list":
+            return items
+        if self.kind == "namedtuple":
+            return self.meta(*items)
+        return dict(zip(self.meta, items))
+
+    def __eq__(self, other):
+        return (isinstance(other, TreeDef) and self.kind == other.kind
+                and self.meta == other.meta and self.children == other.children)
+
+    def __hash__(self):
+        return hash((self.kind, self.children, self.meta if self.kind != "dict" else tuple(self.meta)))
+
+    def __repr__(self):
+        if self.kind == "leaf":
+            return "*"
+        if self.kind == "none":
+            return "None"
+        inner = ", ".join(map(repr, self.children))
+        if self.kind == "dict":
+            inner = ", ".join(f"{k!r}: {c!r}" for k, c in zip(self.meta, self.children))
+            return "{" + inner + "}"
+        return f"({inner})" if self.kind != "list" else f"[{inner}]"
+
+
+def flatten(tree) -> tuple[list, TreeDef]:
+    leaves: list = []
+    return leaves, _flatten(tree, leaves)
+
+
+def _flatten(x, leaves) -> TreeDef:
+    t = type(x)
+    if t is tuple:
+        return TreeDef("tuple", [_flatten(c, leaves) for c in x])
+    if t is list:
+        return TreeDef("list", [_flatten(c, leaves) for c in x])
+    if t is dict:
+        return TreeDef("dict", [_flatten(v, leaves) for v in x.values()], tuple(x))
+    if x is None:
+        return TreeDef("none")
+    if isinstance(x, tuple) and hasattr(t, "_fields"):
+        return TreeDef("namedtuple", [_flatten(c, leaves) for c in x], t)
+    leaves.append(x)
+    return TreeDef("leaf")

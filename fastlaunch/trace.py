@@ -1,0 +1,343 @@
+"""Tracing: run the user's NumPy function on Tracer arrays that record a Graph.
+
+A Tracer stands for an array while `fn` runs.  It implements NumPy's protocols
+(`__array_ufunc__`, `__array_function__`), the operators and the array methods, and turns each
+into graph nodes (see numpy_api.py).  Views share a `Storage` with their base, so that writes
+through a view (`x[1:] = v`, `x += v`) update the base, and every view of it sees the update,
+as in NumPy.  Nothing here knows about kernels or backends.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import ops
+from .errors import TracingError
+from .ir import Graph, Node, Op
+
+_state = threading.local()
+
+
+def current_graph() -> Graph:
+    g = getattr(_state, "graph", None)
+    if g is None:
+        raise TracingError("no trace is active")
+    return g
+
+
+# ---- views that can be written through ---------------------------------------------------------
+@dataclass(frozen=True)
+class ViewMap:
+    """A basic-indexing view of a base array: every view dim is a strided walk along one base
+    dim (or a new axis, base dim -1); base dims no view dim walks are fixed at `start`."""
+    base_shape: tuple
+    start: tuple
+    dims: tuple          # per view dim: (base dim or -1, step, size)
+
+    @staticmethod
+    def identity(shape) -> "ViewMap":
+        return ViewMap(tuple(shape), (0,) * len(shape), tuple((d, 1, s) for d, s in enumerate(shape)))
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(size for _, _, size in self.dims)
+
+    @property
+    def is_identity(self) -> bool:
+        return self == ViewMap.identity(self.base_shape)
+
+    def transpose(self, perm) -> "ViewMap":
+        return ViewMap(self.base_shape, self.start, tuple(self.dims[p] for p in perm))
+
+    def index(self, key: tuple) -> "ViewMap":
+        """Apply a normalized basic-indexing key (ints, slices, None) covering every dim."""
+        start = list(self.start)
+        dims = []
+        it = iter(self.dims)
+        for k in key:
+            if k is None:
+                dims.append((-1, 1, 1))
+                continue
+            base, step, size = next(it)
+            if isinstance(k, slice):
+                s0, _, st = k.indices(size)
+                n = len(range(*k.indices(size)))
+                if base >= 0:
+                    start[base] += s0 * step if n else 0
+                dims.append((base, step * st, n))
+            else:
+                if base >= 0:
+                    start[base] += int(k) * step
+        return ViewMap(self.base_shape, tuple(start), tuple(dims))
+
+    def squeeze_expand(self, new_shape) -> "ViewMap | None":
+        """The reshape as a view if it only removes or inserts size-1 dims, else None."""
+        kept = [d for d in self.dims if d[2] != 1]
+        if [d[2] for d in kept] != [s for s in new_shape if s != 1]:
+            return None
+        it = iter(kept)
+        dims = tuple(next(it) if s != 1 else (-1, 1, 1) for s in new_shape)
+        return ViewMap(self.base_shape, self.start, dims)
+
+    # ---- graph building ----
+    def read(self, g: Graph, base: Node) -> Node:
+        walked = {b: (st, sz) for b, st, sz in self.dims if b >= 0}
+        steps = [walked.get(d, (1, 1))[0] for d in range(len(self.base_shape))]
+        sizes = [walked.get(d, (1, 1))[1] for d in range(len(self.base_shape))]
+        n = ops.slice_view(g, base, self.start, steps, sizes)
+        order = [b for b, _, _ in self.dims if b >= 0]
+        n = ops.reshape(g, n, [sizes[d] for d in sorted(order)])
+        rank = {b: i for i, b in enumerate(sorted(order))}
+        n = ops.transpose(g, n, [rank[b] for b in order])
+        return ops.reshape(g, n, self.shape)
+
+    def write(self, g: Graph, base: Node, value: Node) -> Node:
+        """The base with this view's elements replaced by value (broadcast to the view)."""
+        value = ops.broadcast_to(g, value, self.shape)
+        walked = [(b, i) for i, (b, _, _) in enumerate(self.dims) if b >= 0]
+        value = ops.reshape(g, value, [self.dims[i][2] for _, i in walked])
+        value = ops.transpose(g, value, [j for _, j in sorted((b, j) for j, (b, _) in enumerate(walked))])
+        info = {b: (st, sz) for b, st, sz in self.dims if b >= 0}
+        counts = [info.get(d, (1, 1))[1] for d in range(len(self.base_shape))]
+        steps = [info.get(d, (1, 1))[0] for d in range(len(self.base_shape))]
+        value = ops.reshape(g, value, counts)
+        return ops.set_region(g, base, self.start, steps, counts, value)
+
+
+class Storage:
+    """The current value of one array that views may write into."""
+    __slots__ = ("node", "version", "position", "frozen_reason")
+
+    def __init__(self, node: Node, position: int | None = None, frozen_reason: str | None = None):
+        self.node = node
+        self.version = 0
+        self.position = position          # flattened argument position, for inputs
+        self.frozen_reason = frozen_reason
+
+
+class Tracer:
+    """An array inside a traced function.  See numpy_api.py for what it supports."""
+
+    __slots__ = ("_storage", "_view", "_reshape", "_node", "_version", "weak", "scalar",
+                 "__weakref__")
+    __array_priority__ = 1000
+
+    def __init__(self, storage: Storage, view: ViewMap | None = None, reshape: tuple | None = None,
+                 weak: type | None = None, scalar: bool = False):
+        self._storage = storage
+        self._view = view
+        self._reshape = reshape
+        self._node = None
+        self._version = -1
+        self.weak = weak          # Python type of a NEP 50 weak scalar, else None
+        self.scalar = scalar      # NumPy would hand this back as a scalar, not a 0-d array
+
+    @property
+    def node(self) -> Node:
+        st = self._storage
+        if self._version != st.version or self._node is None:
+            n = st.node
+            if self._view is not None:
+                n = self._view.read(current_graph(), n)
+            if self._reshape is not None:
+                n = ops.reshape(current_graph(), n, self._reshape)
+            self._node = n
+            self._version = st.version
+        return self._node
+
+    # ---- array attributes ----
+    @property
+    def shape(self) -> tuple:
+        return self.node.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.node.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.node.ndim
+
+    @property
+    def size(self) -> int:
+        return self.node.size
+
+    @property
+    def itemsize(self) -> int:
+        return self.node.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.node.size * self.node.dtype.itemsize
+
+    def __len__(self):
+        if self.ndim == 0:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __repr__(self):
+        return f"Tracer(shape={self.shape}, dtype={self.dtype})"
+
+    __hash__ = None  # like ndarray: == makes arrays, so tracers are unhashable
+
+    # ---- data-dependent Python control flow cannot be traced ----
+    def _concrete(self, what: str):
+        raise TracingError(
+            f"{what} needs the value of a traced array ({self.dtype}{list(self.shape)}), which is "
+            f"not known while tracing. Express data-dependent choices with np.where(cond, a, b), "
+            f"or make the deciding argument static with static_argnames=/static_argnums=.")
+
+    def __bool__(self):
+        self._concrete("bool(x) (an `if`, `while`, `and`/`or` or `not` on an array)")
+
+    def __float__(self):
+        self._concrete("float(x)")
+
+    def __int__(self):
+        self._concrete("int(x)")
+
+    def __index__(self):
+        self._concrete("using an array as a Python index (operator.index)")
+
+    def __complex__(self):
+        self._concrete("complex(x)")
+
+    def tolist(self):
+        self._concrete("x.tolist()")
+
+    def item(self, *args):
+        self._concrete("x.item()")
+
+    def __array__(self, dtype=None, copy=None):
+        raise TracingError(
+            f"converting a traced array ({self.dtype}{list(self.shape)}) to a NumPy array "
+            f"(np.asarray, or storing it into a NumPy array) is not possible while tracing. "
+            f"Create arrays from traced values instead, e.g. np.zeros_like(x) or np.empty_like(x); "
+            f"for data-dependent choices use np.where.")
+
+    # ---- NumPy protocols (implemented in numpy_api) ----
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return numpy_api.array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return numpy_api.array_function(func, args, kwargs)
+
+    # ---- writes ----
+    def __setitem__(self, key, value):
+        numpy_api.setitem(self, key, value)
+
+    def _assign(self, value_node: Node, operation: str):
+        """Write `value_node` (already the right dtype) into every element of this array."""
+        st = self._storage
+        if self.scalar or self.weak is not None:
+            raise TracingError(f"{operation}: a scalar cannot be written in place")
+        if st.frozen_reason:
+            raise TracingError(f"{operation}: {st.frozen_reason}")
+        if self._reshape is not None:
+            raise TracingError(f"{operation}: writing through a reshaped view is not supported; "
+                               f"index the original array instead")
+        g = current_graph()
+        view = self._view or ViewMap.identity(st.node.shape)
+        st.node = view.write(g, st.node, value_node)
+        st.version += 1
+
+
+def new_tracer(node: Node, weak: type | None = None, scalar: bool | None = None) -> Tracer:
+    """A fresh array value (not a view of anything)."""
+    return Tracer(Storage(node), None, None, weak, node.ndim == 0 if scalar is None else scalar)
+
+
+def view_of(t: Tracer, view: ViewMap | None = None, reshape: tuple | None = None,
+            scalar: bool = False) -> Tracer:
+    """A view of t's storage: writes through it reach t's base."""
+    base_view = t._view if t._view is not None else ViewMap.identity(t._storage.node.shape)
+    if t._reshape is not None:
+        # a view of a reshaped view cannot be written through: read-only copy semantics
+        src = Tracer(Storage(t.node, frozen_reason="this array is a view of a reshaped view, "
+                                                   "which fastlaunch cannot write through"))
+        return view_of(src, view, reshape, scalar)
+    return Tracer(t._storage, view if view is not None else base_view, reshape, None, scalar)
+
+
+# ---- the trace driver --------------------------------------------------------------------------
+@dataclass
+class Traced:
+    graph: Graph
+    outputs: list            # per result leaf: ("new", output index, as_scalar) | ("input", leaf) | ("value", obj)
+    mutated_leaves: list
+    int_bounds: dict         # leaf -> (lo, hi): weak Python int parameters cast to narrower ints
+
+
+def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
+    """Run fn on tracers.  `leaves` describes each flattened argument:
+    ("array", dtype, shape) or ("scalar", dtype, weak python type or None).  `build_args(tracers)`
+    rebuilds the call's (args, kwargs) around the tracers.  Returns (Traced, result tree)."""
+    g = Graph()
+    previous = getattr(_state, "graph", None)
+    _state.graph = g
+    try:
+        tracers = []
+        storages = []
+        for pos, leaf in enumerate(leaves):
+            if leaf[0] == "array":
+                node = g.add(Op.ARG, leaf[1], leaf[2], position=pos)
+                st = Storage(node, position=pos)
+                storages.append(st)
+                tracers.append(Tracer(st))
+            else:
+                node = g.add(Op.PARAM, leaf[1], (), position=pos)
+                tracers.append(Tracer(Storage(node, position=pos), weak=leaf[2], scalar=True))
+        args, kwargs = build_args(tracers)
+        result = fn(*args, **kwargs)
+        return _finish(g, result, tracers, storages), result
+    finally:
+        _state.graph = previous
+
+
+def _finish(g: Graph, result, tracers, storages) -> Traced:
+    from .pytree import flatten
+    leaves, _ = flatten(result)
+    outputs = []
+    for leaf in leaves:
+        if isinstance(leaf, Tracer):
+            st = leaf._storage
+            if st.position is not None and leaf._view is None and leaf._reshape is None \
+                    and (leaf is tracers[st.position] or st.node.op is not Op.PARAM):
+                outputs.append(("input", st.position))
+                continue
+            g.outputs.append(leaf.node)
+            outputs.append(("new", len(g.outputs) - 1, bool(leaf.scalar)))
+        elif isinstance(leaf, np.ndarray):
+            g.outputs.append(g.add_const(leaf))
+            outputs.append(("new", len(g.outputs) - 1, False))
+        else:
+            outputs.append(("value", leaf))
+    mutated = []
+    for st in storages:
+        if st.version:
+            g.writebacks.append((st.position, st.node))
+            mutated.append(st.position)
+    return Traced(g, outputs, mutated, _param_int_bounds(g))
+
+
+def _param_int_bounds(g: Graph) -> dict:
+    """Weak Python-int parameters must fit every integer dtype they are cast to, as in NumPy."""
+    bounds: dict = {}
+    for n in g.live_nodes():
+        if n.op is Op.CAST and n.inputs[0].op is Op.PARAM and n.inputs[0].dtype == np.int64 \
+                and n.dtype.kind in "iu" and n.dtype.itemsize <= 8:
+            info = np.iinfo(n.dtype)
+            pos = n.inputs[0].attrs["position"]
+            lo, hi = bounds.get(pos, (-2**63, 2**63 - 1))
+            bounds[pos] = (max(lo, int(info.min)), min(hi, int(info.max)))
+    return bounds
+
+
+from . import numpy_api  # noqa: E402  (numpy_api builds on Tracer)
