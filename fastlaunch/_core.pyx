@@ -218,6 +218,71 @@ cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, i
     return STATUS_OK
 
 
+cdef class OutputLayout:
+    """Dtypes and shapes of a call's fresh output arrays; allocates them."""
+    cdef Py_ssize_t n
+    cdef int *types
+    cdef int *ndims
+    cdef cnp.npy_intp *dims           # ndim entries per output, concatenated
+
+    def __cinit__(self, specs):
+        """specs: [(dtype, shape)]"""
+        cdef Py_ssize_t i, j, pos = 0
+        self.n = len(specs)
+        self.types = <int *>malloc(max(1, self.n) * sizeof(int))
+        self.ndims = <int *>malloc(max(1, self.n) * sizeof(int))
+        total = sum(len(shape) for _, shape in specs)
+        self.dims = <cnp.npy_intp *>malloc(max(1, total) * sizeof(cnp.npy_intp))
+        if self.types == NULL or self.ndims == NULL or self.dims == NULL:
+            raise MemoryError()
+        for i, (dtype, shape) in enumerate(specs):
+            self.types[i] = np.dtype(dtype).num
+            self.ndims[i] = len(shape)
+            for j in range(len(shape)):
+                self.dims[pos] = shape[j]
+                pos += 1
+
+    def __dealloc__(self):
+        free(self.types)
+        free(self.ndims)
+        free(self.dims)
+
+    cdef list allocate(self, int64_t *slots, const int64_t *out_slots):
+        """Fresh C-ordered arrays; their data pointers go to slots[out_slots[i]] when given."""
+        cdef list outs = [None] * self.n
+        cdef Py_ssize_t i, dim_at = 0
+        cdef cnp.ndarray arr
+        for i in range(self.n):
+            arr = cnp.PyArray_EMPTY(self.ndims[i], &self.dims[dim_at], self.types[i], 0)
+            dim_at += self.ndims[i]
+            if slots != NULL:
+                slots[out_slots[i]] = <int64_t><intptr_t>cnp.PyArray_DATA(arr)
+            outs[i] = arr
+        return outs
+
+
+cdef class FloorCall:
+    """The overhead floor of a compiled call: takes any arguments and returns fresh arrays
+    of the given layout, doing nothing else (see fastlaunch.benchtools.floor_call)."""
+    cdef OutputLayout layout
+    cdef list as_scalar
+
+    def __init__(self, specs):
+        """specs: [(dtype, shape, as_scalar)]"""
+        self.layout = OutputLayout([(d, s) for d, s, _ in specs])
+        self.as_scalar = [bool(x) for _, _, x in specs]
+
+    def __call__(self, *args):
+        cdef list outs = self.layout.allocate(NULL, NULL)
+        cdef Py_ssize_t i
+        for i in range(len(outs)):
+            if self.as_scalar[i]:
+                value = outs[i]
+                Py_INCREF(value)
+                outs[i] = cnp.PyArray_Return(<cnp.ndarray>value)
+        return tuple(outs)
+
+
 cdef class Program:
     """A verified program made executable: bytecode, kernel pointers, output layout."""
     cdef int64_t *code
@@ -232,10 +297,7 @@ cdef class Program:
     cdef int64_t *temp_slots
     cdef Py_ssize_t ntemps
     cdef int64_t *out_slots
-    cdef int *out_types
-    cdef int *out_ndims
-    cdef cnp.npy_intp *out_dims        # ndim entries per output, concatenated
-    cdef Py_ssize_t nouts
+    cdef OutputLayout outputs
     cdef int64_t *int_checks           # (leaf, lo, hi) triples: weak Python ints cast narrower
     cdef Py_ssize_t nint_checks
     cdef int64_t *mutated              # leaves written in place
@@ -251,7 +313,7 @@ cdef class Program:
     def __init__(self, code, lists, Py_ssize_t nslots, Py_ssize_t nargwords, Py_ssize_t nleaves,
                  kernel_addresses, kernel_work, consts, temp_slots, outputs, int_checks, mutated,
                  results, int structure, unflatten, keepalive):
-        cdef Py_ssize_t i, j, pos
+        cdef Py_ssize_t i
         code = np.ascontiguousarray(code, np.int64)
         lists = np.ascontiguousarray(lists, np.int64)
         self.ncode = len(code)
@@ -267,19 +329,8 @@ cdef class Program:
         self.const_ptrs = _copy_words(np.asarray([a.ctypes.data for _, a in consts], np.int64))
         self.ntemps = len(temp_slots)
         self.temp_slots = _copy_words(np.asarray(temp_slots, np.int64))
-        self.nouts = len(outputs)
         self.out_slots = _copy_words(np.asarray([o[0] for o in outputs], np.int64))
-        self.out_types = <int *>malloc(max(1, self.nouts) * sizeof(int))
-        self.out_ndims = <int *>malloc(max(1, self.nouts) * sizeof(int))
-        total = sum(len(o[2]) for o in outputs)
-        self.out_dims = <cnp.npy_intp *>malloc(max(1, total) * sizeof(cnp.npy_intp))
-        pos = 0
-        for i, (slot, dtype, shape) in enumerate(outputs):
-            self.out_types[i] = np.dtype(dtype).num
-            self.out_ndims[i] = len(shape)
-            for j in range(len(shape)):
-                self.out_dims[pos] = shape[j]
-                pos += 1
+        self.outputs = OutputLayout([(dtype, shape) for _, dtype, shape in outputs])
         self.nint_checks = len(int_checks)
         self.int_checks = _copy_words(np.asarray([x for t in int_checks for x in t], np.int64))
         self.nmutated = len(mutated)
@@ -293,7 +344,7 @@ cdef class Program:
         if self.code != NULL:
             free(self.code); free(self.lists); free(self.kernels); free(self.work)
             free(self.const_slots); free(self.const_ptrs); free(self.temp_slots)
-            free(self.out_slots); free(self.out_types); free(self.out_ndims); free(self.out_dims)
+            free(self.out_slots)
             free(self.int_checks); free(self.mutated)
 
     cdef object invoke(self, int64_t *leaf_words, PyObject **leaf_objs):
@@ -301,9 +352,8 @@ cdef class Program:
         cdef int64_t local_args[128]
         cdef int64_t *slots = local_slots
         cdef int64_t *argwords = local_args
-        cdef Py_ssize_t i, dim_at = 0
+        cdef Py_ssize_t i
         cdef int status
-        cdef cnp.ndarray arr
         cdef list outs
         if self.nint_checks:
             self._check_ints(leaf_words)
@@ -322,13 +372,7 @@ cdef class Program:
                 slots[self.const_slots[i]] = self.const_ptrs[i]
             for i in range(self.ntemps):
                 slots[self.temp_slots[i]] = 0
-            outs = [None] * self.nouts
-            for i in range(self.nouts):
-                arr = cnp.PyArray_EMPTY(self.out_ndims[i], &self.out_dims[dim_at],
-                                        self.out_types[i], 0)
-                dim_at += self.out_ndims[i]
-                slots[self.out_slots[i]] = <int64_t><intptr_t>cnp.PyArray_DATA(arr)
-                outs[i] = arr
+            outs = self.outputs.allocate(slots, self.out_slots)
             with nogil:
                 status = run_code(self.code, self.ncode, self.lists, slots, argwords,
                                   self.kernels, self.work)

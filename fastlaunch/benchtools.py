@@ -1,0 +1,78 @@
+"""Timing helpers shared by `python -m fastlaunch` and the scripts in bench/.
+
+Runners are timed side by side: batches of calls of each runner alternate, so that machine
+noise hits them alike, and each result is the median over batches of the per-call time.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+from . import _core
+
+
+def interleaved(runners: dict, min_batch_seconds: float = 0.02, batches: int = 7,
+                max_calls: int = 200_000) -> dict:
+    """{name: callable()} -> {name: median seconds per call}, timed in alternating batches."""
+    sizes = {}
+    for name, run in runners.items():
+        run()                                     # warm up (and trace, for compiled runners)
+        n, t = 1, 0.0
+        while True:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                run()
+            t = time.perf_counter() - t0
+            if t >= min_batch_seconds / 4 or n >= max_calls:
+                break
+            n *= 4
+        sizes[name] = max(1, min(max_calls, int(n * min_batch_seconds / max(t, 1e-9))))
+    samples: dict = {name: [] for name in runners}
+    for _ in range(batches):
+        for name, run in runners.items():
+            n = sizes[name]
+            t0 = time.perf_counter()
+            for _ in range(n):
+                run()
+            samples[name].append((time.perf_counter() - t0) / n)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def copy_bandwidth(nbytes: int = 256 << 20, repeats: int = 9) -> float:
+    """Bytes per second moved by np.copyto on a large array (each byte read once, written once)."""
+    src = np.ones(nbytes // 8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        times.append(time.perf_counter() - t0)
+    return 2 * src.nbytes / statistics.median(times)
+
+
+def floor_call(outputs: list):
+    """An empty Cython call that takes any arguments and returns fresh arrays shaped like
+    `outputs` (a list of arrays or scalars): the overhead floor of a compiled call."""
+    return _core.FloorCall([(np.asarray(o).dtype.str, np.shape(o), np.ndim(o) == 0 and
+                             not isinstance(o, np.ndarray)) for o in outputs])
+
+
+def format_table(headers: list, rows: list) -> str:
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def fmt_time(seconds: float) -> str:
+    if seconds < 1e-6:
+        return f"{seconds * 1e9:.0f} ns"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.2f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
