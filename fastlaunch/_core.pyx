@@ -212,6 +212,9 @@ cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, i
         elif op == FREE:
             fl_mem_free(<void *><intptr_t>slots[code[pc + 1]])
             slots[code[pc + 1]] = 0
+        elif op == CHECK:
+            if (<int64_t *><intptr_t>slots[code[pc + 1]])[0] != 0:
+                return STATUS_INDEX_ERROR
         else:
             return STATUS_BAD_OPCODE
         pc += op & 0xFF
@@ -302,6 +305,7 @@ cdef class Program:
     cdef Py_ssize_t nint_checks
     cdef int64_t *mutated              # leaves written in place
     cdef Py_ssize_t nmutated
+    cdef Py_ssize_t status_slot        # slot pointing at the call's error flag, or -1
     cdef list results                  # per result leaf: (kind, index, as_scalar)
     cdef int structure                 # 0: one leaf, 1: flat tuple, 2: call unflatten
     cdef object unflatten
@@ -312,7 +316,7 @@ cdef class Program:
 
     def __init__(self, code, lists, Py_ssize_t nslots, Py_ssize_t nargwords, Py_ssize_t nleaves,
                  kernel_addresses, kernel_work, consts, temp_slots, outputs, int_checks, mutated,
-                 results, int structure, unflatten, keepalive):
+                 results, int structure, unflatten, keepalive, Py_ssize_t status_slot=-1):
         cdef Py_ssize_t i
         code = np.ascontiguousarray(code, np.int64)
         lists = np.ascontiguousarray(lists, np.int64)
@@ -336,6 +340,7 @@ cdef class Program:
         self.nmutated = len(mutated)
         self.mutated = _copy_words(np.asarray(mutated, np.int64))
         self.results = list(results)
+        self.status_slot = status_slot
         self.structure = structure
         self.unflatten = unflatten
         self.keepalive = (consts, keepalive)
@@ -352,6 +357,7 @@ cdef class Program:
         cdef int64_t local_args[128]
         cdef int64_t *slots = local_slots
         cdef int64_t *argwords = local_args
+        cdef int64_t error_flag = 0
         cdef Py_ssize_t i
         cdef int status
         cdef list outs
@@ -372,6 +378,8 @@ cdef class Program:
                 slots[self.const_slots[i]] = self.const_ptrs[i]
             for i in range(self.ntemps):
                 slots[self.temp_slots[i]] = 0
+            if self.status_slot >= 0:
+                slots[self.status_slot] = <int64_t><intptr_t>&error_flag
             outs = self.outputs.allocate(slots, self.out_slots)
             with nogil:
                 status = run_code(self.code, self.ncode, self.lists, slots, argwords,
@@ -382,6 +390,9 @@ cdef class Program:
                         fl_mem_free(<void *><intptr_t>slots[self.temp_slots[i]])
                 if status == STATUS_NO_MEMORY:
                     raise MemoryError("fastlaunch: out of memory for a temporary buffer")
+                if status == STATUS_INDEX_ERROR:
+                    raise IndexError("fastlaunch: an index array holds a value out of bounds "
+                                     "for the axis it indexes (no argument was modified)")
                 raise RuntimeError(f"fastlaunch: program failed with status {status}")
             return self._pack(outs, leaf_objs)
         finally:

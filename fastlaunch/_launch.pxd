@@ -11,6 +11,8 @@ cpdef enum Opcode:
     FREE = 0x0202     # FREE slot                   return slot's temporary to the pool
     BIND = 0x0304     # BIND args_at list_at count  argwords[args_at+k] <- slots[lists[list_at+k]]
     LAUNCH = 0x0404   # LAUNCH kernel n args_at     run kernel over [0, n) with &argwords[args_at]
+    CHECK = 0x0502    # CHECK slot                  stop with STATUS_INDEX_ERROR if the flag
+                      #                             that slot points to was raised by a kernel
 
 
 # Status codes of the interpreter's run loop (0 is success).
@@ -18,6 +20,7 @@ cpdef enum Status:
     STATUS_OK = 0
     STATUS_NO_MEMORY = 1
     STATUS_BAD_OPCODE = 2
+    STATUS_INDEX_ERROR = 3
 
 
 cdef extern from "csrc/runtime.h" nogil:

@@ -76,3 +76,44 @@ def fmt_time(seconds: float) -> str:
     if seconds < 1:
         return f"{seconds * 1e3:.2f} ms"
     return f"{seconds:.2f} s"
+
+
+def relative_error(want, got) -> float:
+    """max |got - want| / max |want|, in float64 (inf where got has a NaN or inf that want has
+    not, or where the shapes disagree)."""
+    w = np.asarray(want, np.float64)
+    g = np.asarray(got, np.float64)
+    if g.shape != w.shape:
+        if g.size != w.size:
+            return float("inf")
+        g = g.reshape(w.shape)
+    finite = np.isfinite(w)
+    if not np.array_equal(finite, np.isfinite(g)):
+        return float("inf")
+    if not finite.any():
+        return 0.0
+    scale = max(float(np.max(np.abs(w[finite]))), 1e-30)
+    return float(np.max(np.abs(g[finite] - w[finite]))) / scale
+
+
+def compare_outputs(want: list, got: list, rtol: float = 1e-4, check_dtype: bool = True):
+    """Check a runner's outputs against the reference (NumPy) outputs, output by output.
+
+    Returns (None, worst relative error) when they agree, else (reason, error). A size-1 array
+    stands in for a 0-d result (peers return reductions that way); dtypes must match exactly
+    when check_dtype is set."""
+    if len(got) != len(want):
+        return f"{len(got)} outputs, expected {len(want)}", float("inf")
+    worst = 0.0
+    for i, (w, g) in enumerate(zip(want, got)):
+        w, g = np.asarray(w), np.asarray(g)
+        where = f"output {i}: " if len(want) > 1 else ""
+        if g.shape != w.shape and not (g.size == w.size == 1):
+            return f"{where}shape {g.shape}, expected {w.shape}", float("inf")
+        if check_dtype and g.dtype != w.dtype:
+            return f"{where}returns {g.dtype}, expected {w.dtype}", float("inf")
+        err = relative_error(w, g)
+        worst = max(worst, err)
+        if not err <= rtol:
+            return f"{where}relative error {err:.2e} > {rtol:.0e}", err
+    return None, worst

@@ -22,6 +22,7 @@ OPERANDS = {
     Opcode.FREE: ("slot",),
     Opcode.BIND: ("args_at", "list_at", "count"),
     Opcode.LAUNCH: ("kernel", "n", "args_at"),
+    Opcode.CHECK: ("slot",),
 }
 for _op, _names in OPERANDS.items():
     assert (_op & 0xFF) == 1 + len(_names), f"{_op.name}: width and operand names disagree"
@@ -37,7 +38,7 @@ class VerifyError(ValueError):
 
 @dataclass
 class SlotInfo:
-    role: str                 # input | param | const | output | temp
+    role: str                 # input | param | const | output | temp | status
     dtype: str                # dtype.str
     lo: int = 0               # addressable element range [lo, hi] relative to the pointer
     hi: int = -1
@@ -92,6 +93,11 @@ class Program:
     def launch_count(self) -> int:
         return sum(1 for _, op, _ in self.instructions() if op is Opcode.LAUNCH)
 
+    @property
+    def status_slot(self) -> int:
+        """The slot kernels raise index errors through (-1: the program has no checks)."""
+        return next((i for i, s in enumerate(self.slots) if s.role == "status"), -1)
+
     # ---- disassembly -----------------------------------------------------------------------
     def disassemble(self) -> str:
         lines = [f"; {len(self.slots)} slots, {self.nargwords} argument words, "
@@ -110,7 +116,7 @@ class Program:
             named += "  [" + ", ".join(self._slot_name(int(s)) for s in listed) + "]"
         elif op is Opcode.LAUNCH and 0 <= operands[0] < len(self.kernels):
             named += f"  ; {self.kernels[operands[0]].label} ({self.kernels[operands[0]].name})"
-        elif op in (Opcode.ALLOC, Opcode.FREE):
+        elif op in (Opcode.ALLOC, Opcode.FREE, Opcode.CHECK):
             named += f"  ; {self._slot_name(operands[0])}"
         return " " + named
 
@@ -195,6 +201,9 @@ class Assembler:
     def free(self, slot: int):
         self.code += [Opcode.FREE, slot]
 
+    def check(self, slot: int):
+        self.code += [Opcode.CHECK, slot]
+
     def launch(self, kernel: int, n: int, slots: list[int]):
         """BIND the argument slots into fresh argument words, then LAUNCH."""
         args_at = self.nargwords
@@ -260,6 +269,10 @@ def verify(p: Program) -> None:
                     elif s not in always_set and s not in live:
                         errors.append(f"{where}: slot {s} is read before it is allocated")
                 bound[args_at] = slots
+        elif op is Opcode.CHECK:
+            (slot,) = ops
+            if not 0 <= slot < nslots or p.slots[slot].role != "status":
+                errors.append(f"{where}: slot {slot} is not a status slot")
         elif op is Opcode.LAUNCH:
             kernel, n, args_at = ops
             if not 0 <= kernel < len(p.kernels):
@@ -290,10 +303,10 @@ def _check_arguments(p: Program, where: str, k: KernelInfo, slots: list, live: d
         if not 0 <= s < len(p.slots):
             continue
         info = p.slots[s]
-        if (kind == "scalar") != (info.role == "param"):
+        if (kind == "scalar") != (info.role == "param") or (kind == "status") != (info.role == "status"):
             errors.append(f"{where}: argument {i} of {k.name} wants a {kind}, slot {s} is {info.role}")
             continue
-        if kind == "scalar":
+        if kind in ("scalar", "status"):
             continue
         if np.dtype(info.dtype) != np.dtype(k.arg_dtypes[i]):
             errors.append(f"{where}: argument {i} of {k.name} is {np.dtype(k.arg_dtypes[i])}, "

@@ -1,10 +1,12 @@
 """Partition a Graph into Kernels.
 
-Elementwise work and views are inlined into whichever kernel consumes them (views become
-index arithmetic, never copies).  A value is materialised into a buffer only where it must be:
-a reduction result, a region update read as a value, or a result.  Results of one iteration
-space share one kernel.  In-place updates of inputs are written last, after every read of the
-old values, and through a temporary where a kernel would read what it overwrites.
+Elementwise work, views and gathers are inlined into whichever kernel consumes them: views
+become index arithmetic and gathers data-dependent indices, never copies.  A value is
+materialised into a buffer only where it must be: a reduction or scan result, the source of a
+gather when it is computed, an updated array read as a value, or a result.  Results of one
+iteration space share one kernel.  In-place updates of inputs are written last, after every
+read of the old values, and through a temporary where a kernel would read what it overwrites;
+their indices are checked before the first write, so a bad index leaves the inputs untouched.
 """
 from __future__ import annotations
 
@@ -14,14 +16,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .ir import Graph, Kind, Node, Op
-from .kernel import (Compute, accumulator_dtype, Const, DivMod, Index, IndexValue, Kernel, KernelArg, Load, Loop,
-                     Reduction, Scalar, Store, walk)
+from .kernel import (Compute, Const, DivMod, Index, IndexValue, Kernel, KernelArg, Load, Loop,
+                     Pick, Reduction, Scalar, Store, accumulator_dtype, index_picks, walk)
 
 # Full reductions of at least 2*REDUCE_CHUNK elements into fewer than SPLIT_MAX_OUTPUTS results
 # are folded in fixed chunks first, so that they can run in parallel and the combine order (and
 # hence the result) depends on the shapes alone, never on the number of threads.
 REDUCE_CHUNK = int(os.environ.get("FASTLAUNCH_REDUCE_CHUNK", 16384))
 SPLIT_MAX_OUTPUTS = 16
+# tiled reductions: outputs per tile along the innermost dim, and rows per block when an
+# operand is shared by the rows (a matrix product's right-hand side)
+TILE_COLUMNS = 64
+TILE_ROWS = 4
+
+_UPDATES = (Kind.UPDATE, Kind.SCATTER)
 
 
 def contiguous_strides(shape) -> tuple:
@@ -35,7 +43,7 @@ def contiguous_strides(shape) -> tuple:
 @dataclass
 class Buffer:
     id: int
-    role: str            # input | const | param | output | temp
+    role: str            # input | const | param | output | temp | status
     dtype: np.dtype
     size: int            # elements (0 for params)
     ref: int = -1        # input/param position, const index or output index
@@ -64,14 +72,21 @@ class _Fuser:
         self.arg_layouts = arg_layouts
         self.plan = Plan()
         self.buffer_of: dict[int, Buffer] = {}   # node index -> buffer holding its value
+        self._status: Buffer | None = None
 
     # ---- buffers ---------------------------------------------------------------------------
     def new_buffer(self, role, dtype, shape=(), ref=-1, strides=None) -> Buffer:
-        size = int(np.prod(shape, dtype=np.int64)) if role != "param" else 0
+        size = int(np.prod(shape, dtype=np.int64)) if role not in ("param", "status") else 0
         buf = Buffer(len(self.plan.buffers), role, np.dtype(dtype), size, ref,
                      contiguous_strides(shape) if strides is None else tuple(strides), tuple(shape))
         self.plan.buffers.append(buf)
         return buf
+
+    def status_buffer(self) -> Buffer:
+        """The per-call error flag that checked gathers and scatters raise."""
+        if self._status is None:
+            self._status = self.new_buffer("status", np.int64)
+        return self._status
 
     def leaf_buffer(self, node: Node) -> Buffer:
         buf = self.buffer_of.get(node.index)
@@ -85,6 +100,13 @@ class _Fuser:
                 buf = self.new_buffer("param", node.dtype, (), node.attrs["position"])
             self.buffer_of[node.index] = buf
         return buf
+
+    def in_memory(self, node: Node) -> bool:
+        """Whether `node` reads straight from a buffer (through views): a leaf, a literal or
+        something already materialised."""
+        while node.op.kind is Kind.VIEW and node.index not in self.buffer_of:
+            node = node.inputs[0]
+        return node.index in self.buffer_of or node.op.kind is Kind.LEAF
 
     # ---- driver ----------------------------------------------------------------------------
     def run(self) -> Plan:
@@ -102,6 +124,9 @@ class _Fuser:
         self.plan.kernels = [k for k in self.plan.kernels if k.launch_size > 0]
         return self.plan
 
+    def add_kernel(self, kb: "_KernelBuilder"):
+        self.plan.kernels.append(kb.finish())
+
     def emit_store_groups(self, stores):
         """One kernel per iteration shape for full-array stores (buffer, strides, node)."""
         by_shape: dict = {}
@@ -109,27 +134,29 @@ class _Fuser:
             by_shape.setdefault(node.shape, []).append((buf, strides, node))
         for shape, group in by_shape.items():
             kb = _KernelBuilder(self, shape, (), "map")
-            ident = tuple(Index.loop(d) for d in range(len(shape)))
+            ident = _idents(len(shape))
             for buf, strides, node in group:
                 kb.store(buf, _address(strides, ident), kb.build(node, ident))
-            self.plan.kernels.append(kb.finish())
+            self.add_kernel(kb)
 
     # ---- materialisation -------------------------------------------------------------------
     def materialize(self, node: Node, into: Buffer | None = None) -> Buffer:
         buf = self.buffer_of.get(node.index)
         if buf is not None:
             return buf
-        if node.op.kind is Kind.LEAF:
+        if node.op.kind is Kind.LEAF and node.op is not Op.LITERAL:
             return self.leaf_buffer(node)
         buf = into or self.new_buffer("temp", node.dtype, node.shape)
         if node.size == 0:
             pass
         elif node.op.kind is Kind.REDUCE:
             self.emit_reduce(node, buf)
-        elif node.op is Op.SETSLICE:
-            self.emit_setslice(node, buf)
+        elif node.op.kind is Kind.SCAN:
+            self.emit_scan(node, buf)
+        elif node.op.kind in _UPDATES:
+            self.emit_update_chain(node, buf)
         else:
-            # an elementwise value that must sit in memory (e.g. a reshape that strides cannot express)
+            # an elementwise value or view that must sit in memory (e.g. a computed gather source)
             self.emit_store_groups([(buf, buf.strides, node)])
         self.buffer_of[node.index] = buf
         return buf
@@ -140,9 +167,8 @@ class _Fuser:
         kept = [d for d in range(src.ndim) if d not in axes]
         space = tuple(src.shape[d] for d in kept)
         rspace = tuple(src.shape[d] for d in axes)
-        order = kept + list(axes)
         imap = [None] * src.ndim
-        for loop_dim, d in enumerate(order):
+        for loop_dim, d in enumerate(kept + list(axes)):
             imap[d] = Index.loop(loop_dim)
         imap = tuple(imap)
         kept_size = int(np.prod(space, dtype=np.int64))
@@ -151,65 +177,117 @@ class _Fuser:
                  and rsize >= 2 * REDUCE_CHUNK)
         if not split:
             kb = _KernelBuilder(self, space, rspace, node.op.value)
-            value = kb.build(src, _shift_loops(imap, 0))
+            value = kb.build(src, imap)
             kb.reduce(node.op, value, out, _address(out.strides, _idents(len(space))))
-            self.plan.kernels.append(kb.finish())
+            self.add_kernel(kb)
             return
         nchunks = -(-rsize // REDUCE_CHUNK)
         acc = accumulator_dtype(node.op, src.dtype)
         partial = self.new_buffer("temp", acc, space + (nchunks,))
         # loop dims: kept..., chunk, then the reduced dims
         kb = _KernelBuilder(self, space + (nchunks,), rspace, node.op.value + " partial")
-        value = kb.build(src, _shift_loops(imap, len(space), start=len(space)))
+        shifted = tuple(ix.substitute(lambda d: Index.loop(d + 1 if d >= len(space) else d))
+                        for ix in imap)
+        value = kb.build(src, shifted)
         kb.reduce(node.op, value, partial, _address(partial.strides, _idents(len(space) + 1)),
                   chunk=REDUCE_CHUNK)
-        self.plan.kernels.append(kb.finish())
+        self.add_kernel(kb)
         kb = _KernelBuilder(self, space, (nchunks,), node.op.value + " combine")
         loads = kb.load(partial, _address(partial.strides, _idents(len(space) + 1)), acc)
         kb.reduce(_COMBINE[node.op], loads, out, _address(out.strides, _idents(len(space))))
-        self.plan.kernels.append(kb.finish())
+        self.add_kernel(kb)
 
-    def emit_setslice(self, node: Node, out: Buffer):
-        base, value = node.inputs
-        self.emit_store_groups([(out, out.strides, base)])
-        self.emit_region_store(out, out.strides, node.attrs["start"], node.attrs["step"], value)
+    def emit_scan(self, node: Node, out: Buffer):
+        """cumsum/cumprod: the scanned axis is the one reduction loop; every step is stored."""
+        src = node.inputs[0]
+        axis = node.attrs["axis"]
+        others = [d for d in range(src.ndim) if d != axis]
+        imap = [None] * src.ndim
+        for loop_dim, d in enumerate(others + [axis]):
+            imap[d] = Index.loop(loop_dim)
+        space = tuple(src.shape[d] for d in others)
+        kb = _KernelBuilder(self, space, (src.shape[axis],), node.op.value)
+        value = kb.build(src, tuple(imap))
+        fold = Op.SUM if node.op is Op.CUMSUM else Op.PROD
+        kb.reduce(fold, value, out, _address(out.strides, tuple(imap)), scan=True,
+                  acc=node.dtype)
+        self.add_kernel(kb)
 
-    def emit_region_store(self, buf: Buffer, strides, start, step, value: Node):
-        shape = value.shape
-        kb = _KernelBuilder(self, shape, (), "setslice")
-        ident = _idents(len(shape))
-        region = tuple(Index.loop(d).scale(st).shift(s0) for d, (s0, st) in enumerate(zip(start, step)))
-        kb.store(buf, _address(strides, region), kb.build(value, ident))
-        self.plan.kernels.append(kb.finish())
+    def emit_update_chain(self, node: Node, out: Buffer):
+        """Materialise a chain of region updates and scatters into `out`: the bottom value
+        first (unless the updates cover it all), then each update in order."""
+        chain = []
+        while node.op.kind in _UPDATES and node.index not in self.buffer_of:
+            chain.append(node)
+            node = node.inputs[0]
+        chain.reverse()
+        if not _covers(chain, node.shape):
+            self.emit_store_groups([(out, out.strides, node)])
+        for update in chain:
+            self.emit_update(update, out)
+
+    def emit_update(self, update: Node, dest: Buffer, check_only: bool = False):
+        """Write one SETSLICE or SCATTER's new elements into dest (addressed by its strides).
+        check_only: a kernel that only validates the scatter's indices, writing nothing."""
+        if update.op is Op.SETSLICE:
+            value = update.inputs[1]
+            kb = _KernelBuilder(self, value.shape, (), "setslice")
+            region = tuple(Index.loop(d).scale(st).shift(s0) for d, (s0, st) in
+                           enumerate(zip(update.attrs["start"], update.attrs["step"])))
+            kb.store(dest, _address(dest.strides, region), kb.build(value, _idents(value.ndim)))
+            self.add_kernel(kb)
+            return
+        base, values, *indices = update.inputs
+        axis = update.attrs["axis"]
+        ident = _idents(values.ndim)
+        nb = indices[0].ndim
+        kb = _KernelBuilder(self, values.shape, (), "check indices" if check_only else
+                            f"scatter-{update.attrs['mode']}")
+        picks = tuple(Index.of(0, [(Pick(kb.build(ix, ident[axis:axis + nb]), base.shape[axis + j]), 1)])
+                      for j, ix in enumerate(indices))
+        where = ident[:axis] + picks + ident[axis + nb:]
+        if check_only:
+            kb.check(_address(dest.strides, where))
+        else:
+            kb.store(dest, _address(dest.strides, where), kb.build(values, ident),
+                     mode=update.attrs["mode"])
+            kb.kernel.serial = True    # repeated indices must apply in order
+        self.add_kernel(kb)
 
     # ---- in-place updates of inputs --------------------------------------------------------
     def emit_writebacks(self):
-        jobs = []   # (dest buffer, [(region or None, value node)])
+        jobs = []   # (dest buffer, full value node or None, [update nodes])
         for pos, node in self.graph.writebacks:
             dest = self.leaf_buffer(self._arg_node(pos))
-            regions = []
-            while node.op is Op.SETSLICE and not (node.index in self.buffer_of):
-                regions.append((node.attrs["start"], node.attrs["step"], node.inputs[1]))
+            chain = []
+            while node.op.kind in _UPDATES and node.index not in self.buffer_of:
+                chain.append(node)
                 node = node.inputs[0]
-            regions.reverse()
+            chain.reverse()
             full = None if (node.op is Op.ARG and node.attrs["position"] == pos) else node
-            jobs.append((dest, full, regions))
+            jobs.append((dest, full, chain))
         dests = {dest.id for dest, _, _ in jobs}
-        # values that read any overwritten input elsewhere than at their own store index go
+        # operands that read an overwritten input anywhere but at their own store index go
         # through a temporary computed now, while every input still holds its old value
         full_stores = []
-        for dest, full, regions in jobs:
+        for dest, full, chain in jobs:
             if full is not None:
                 if self._reads_overwritten(full, dests, dest, full_store=True):
-                    full = self._to_temp(full)
+                    self._to_temp(full)
                 full_stores.append((dest, dest.strides, full))
-            for i, (start, step, value) in enumerate(regions):
-                if self._reads_overwritten(value, dests, dest, full_store=False):
-                    regions[i] = (start, step, self._to_temp(value))
+            for update in chain:
+                for operand in update.inputs[1:]:
+                    if self._reads_overwritten(operand, dests, dest, full_store=False):
+                        self._to_temp(operand)
+        # validate scatter indices before anything is written
+        for dest, _, chain in jobs:
+            for update in chain:
+                if update.op is Op.SCATTER:
+                    self.emit_update(update, dest, check_only=True)
         self.emit_store_groups([s for s in full_stores if s[2].size])
-        for dest, _, regions in jobs:
-            for start, step, value in regions:
-                self.emit_region_store(dest, dest.strides, start, step, value)
+        for dest, _, chain in jobs:
+            for update in chain:
+                self.emit_update(update, dest)
 
     def _arg_node(self, pos: int) -> Node:
         for n in self.graph.nodes:
@@ -217,12 +295,17 @@ class _Fuser:
                 return n
         raise KeyError(pos)
 
-    def _to_temp(self, node: Node) -> Node:
-        """Materialise `node` into a temporary; return a node that reads it."""
+    def _to_temp(self, node: Node):
+        """Materialise `node` into a temporary that later reads of it load from."""
+        if node.index in self.buffer_of or node.op.kind is Kind.LEAF:
+            return
         buf = self.new_buffer("temp", node.dtype, node.shape)
-        self.emit_store_groups([(buf, buf.strides, node)])
+        if node.size:
+            if _needs_buffer(node):
+                self.materialize(node, into=buf)
+            else:
+                self.emit_store_groups([(buf, buf.strides, node)])
         self.buffer_of[node.index] = buf
-        return node
 
     def _reads_overwritten(self, node: Node, dests: set, own: Buffer, full_store: bool) -> bool:
         kb = _KernelBuilder(self, node.shape, (), "probe")
@@ -242,19 +325,29 @@ _COMBINE = {Op.SUM: Op.SUM, Op.PROD: Op.PROD, Op.MAX: Op.MAX, Op.MIN: Op.MIN,
 
 
 def _needs_buffer(node: Node) -> bool:
-    return node.op.kind in (Kind.REDUCE, Kind.SCAN, Kind.GATHER, Kind.SCATTER, Kind.UPDATE,
-                            Kind.MATMUL)
+    return node.op.kind in (Kind.REDUCE, Kind.SCAN, Kind.SCATTER, Kind.UPDATE)
+
+
+def _covers(chain: list, shape) -> bool:
+    """Whether unit-step region updates alone overwrite every element (np.concatenate)."""
+    boxes = []
+    for u in chain:
+        if u.op is not Op.SETSLICE or any(s != 1 for s in u.attrs["step"]):
+            return False
+        start = u.attrs["start"]
+        boxes.append([(s0, s0 + n) for s0, n in zip(start, u.inputs[1].shape)])
+    volume = sum(int(np.prod([b - a for a, b in box], dtype=np.int64)) for box in boxes)
+    if volume != int(np.prod(shape, dtype=np.int64)):
+        return False
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            if all(lo1 < hi2 and lo2 < hi1 for (lo1, hi1), (lo2, hi2) in zip(a, b)):
+                return False
+    return True
 
 
 def _idents(n: int, start: int = 0) -> tuple:
     return tuple(Index.loop(start + d) for d in range(n))
-
-
-def _shift_loops(imap, split_at: int, start: int | None = None):
-    """Renumber loop dims >= split_at by +1 (making room for a chunk dim) when start is given."""
-    if start is None:
-        return imap
-    return tuple(ix.substitute(lambda d: Index.loop(d + 1 if d >= split_at else d)) for ix in imap)
 
 
 def _address(strides, imap) -> Index:
@@ -305,6 +398,7 @@ class _KernelBuilder:
         self.arg_of: dict[int, int] = {}      # buffer id -> argument index
         self.arg_buffers: list[int] = []
         self.memo: dict = {}
+        self.checked = False                  # has data-dependent indices
 
     # ---- arguments -------------------------------------------------------------------------
     def arg(self, buf, kind) -> int:
@@ -323,17 +417,24 @@ class _KernelBuilder:
     def load(self, buf: Buffer, index: Index, dtype=None) -> Load:
         return self._intern(Load(self.arg(buf, "buffer"), np.dtype(dtype or buf.dtype), index))
 
-    def store(self, buf: Buffer, index: Index, value):
+    def store(self, buf: Buffer, index: Index, value, mode="set"):
         i = self.arg(buf, "buffer")
         self._mark_write(i)
         if value.dtype != buf.dtype:
             value = self._intern(Compute(Op.CAST, buf.dtype, (value,)))
-        self.kernel.stores.append(Store(i, index, value))
+        self.kernel.stores.append(Store(i, index, value, mode))
+        self.checked |= bool(index_picks(index))
 
-    def reduce(self, op: Op, value, buf: Buffer, index: Index, chunk=0):
+    def check(self, index: Index):
+        """Evaluate an index only to validate its picks (a bounds-check kernel)."""
+        self.kernel.checks.append(index)
+        self.checked = True
+
+    def reduce(self, op: Op, value, buf: Buffer, index: Index, chunk=0, scan=False, acc=None):
         i = self.arg(buf, "buffer")
         self._mark_write(i)
-        self.kernel.reduction = Reduction(op, value, i, index, chunk)
+        self.kernel.reduction = Reduction(op, value, i, index, chunk,
+                                          np.dtype(acc) if acc is not None else None, scan)
 
     def _intern(self, e):
         return self.memo.setdefault(("e", e), e)
@@ -367,12 +468,29 @@ class _KernelBuilder:
             return self._intern(Compute(op, node.dtype, operands))
         if op.kind is Kind.VIEW:
             return self.build(node.inputs[0], _view_input_map(node, imap))
+        if op is Op.GATHER:
+            return self._gather(node, imap)
         buf = self.fuser.materialize(node)
         return self.load(buf, _address(buf.strides, imap))
 
+    def _gather(self, node: Node, imap: tuple):
+        src, *indices = node.inputs
+        axis = node.attrs["axis"]
+        nb = indices[0].ndim
+        if not self.fuser.in_memory(src):
+            self.fuser.materialize(src)        # a gather from a computed array reads a buffer
+        picks = tuple(Index.of(0, [(Pick(self.build(ix, imap[axis:axis + nb]), src.shape[axis + j]), 1)])
+                      for j, ix in enumerate(indices))
+        self.checked = True
+        return self.build(src, imap[:axis] + picks + imap[axis + nb:])
+
     # ---- finishing -------------------------------------------------------------------------
     def finish(self) -> Kernel:
+        if self.checked:
+            self.kernel.status = self.arg(self.fuser.status_buffer(), "status")
+            self._mark_write(self.kernel.status)
         k = coalesce(self.kernel)
+        choose_tiling(k)
         _set_extents(k)
         return k
 
@@ -431,6 +549,7 @@ def _reshape_input_map(out_shape, in_shape, imap) -> tuple:
     return tuple(result)
 
 
+# ---- loop-nest clean-up ----------------------------------------------------------------------
 def coalesce(k: Kernel) -> Kernel:
     """Drop size-1 loops and merge adjacent loops every access walks contiguously."""
     sizes = list(k.sizes())
@@ -473,6 +592,7 @@ def coalesce(k: Kernel) -> Kernel:
 
 
 def _all_indices(k: Kernel) -> list:
+    """Every index of the kernel, also those inside DivMod atoms and pick expressions."""
     out = []
 
     def add(ix: Index):
@@ -486,6 +606,8 @@ def _all_indices(k: Kernel) -> list:
             add(e.index)
     for s in k.stores:
         add(s.index)
+    for ix in k.checks:
+        add(ix)
     if k.reduction is not None:
         add(k.reduction.index)
     return out
@@ -495,7 +617,7 @@ def _substitute(k: Kernel, space, rspace, mapping) -> Kernel:
     memo: dict = {}
 
     def sub(ix: Index) -> Index:
-        return simplify(ix.substitute(mapping))
+        return simplify(ix.substitute(mapping, lambda p: Pick(rebuild(p.expr), p.size)))
 
     def rebuild(e):
         r = memo.get(id(e))
@@ -512,12 +634,37 @@ def _substitute(k: Kernel, space, rspace, mapping) -> Kernel:
         memo[id(e)] = r
         return r
 
-    out = Kernel(space, rspace, list(k.args), [], None, k.label)
-    out.stores = [Store(s.arg, sub(s.index), rebuild(s.value)) for s in k.stores]
+    out = Kernel(space, rspace, list(k.args), [], None, k.label, k.tile, k.serial, k.status)
+    out.stores = [Store(s.arg, sub(s.index), rebuild(s.value), s.mode) for s in k.stores]
+    out.checks = [sub(ix) for ix in k.checks]
     if k.reduction is not None:
         r = k.reduction
-        out.reduction = Reduction(r.op, rebuild(r.value), r.arg, sub(r.index), r.chunk)
+        out.reduction = Reduction(r.op, rebuild(r.value), r.arg, sub(r.index), r.chunk, r.acc,
+                                  r.scan)
     return out
+
+
+def choose_tiling(k: Kernel):
+    """Pick the tiled loop order for a reduction whose inner loop would walk memory with a
+    stride while the outputs' innermost dim walks it contiguously (column sums, products)."""
+    r = k.reduction
+    if r is None or r.chunk or not k.rspace or not k.space or r.op in (Op.ARGMAX, Op.ARGMIN):
+        return
+    j = len(k.space) - 1                      # innermost output dim
+    inner_r = len(k.sizes()) - 1              # innermost reduction dim
+    loads = [e for e in walk([r.value]) if isinstance(e, Load)]
+    if not loads or r.index.coef(Loop(j)) != 1:
+        return
+    strided_inner = any(abs(e.index.coef(Loop(inner_r))) > 1 for e in loads)
+    tile_ok = all(abs(e.index.coef(Loop(j))) <= 1 and e.index.is_affine for e in loads)
+    if not (strided_inner and tile_ok):
+        return
+    rows = 1
+    if len(k.space) >= 2:
+        m = len(k.space) - 2
+        shared = any(e.index.coef(Loop(m)) == 0 and e.index.coef(Loop(j)) != 0 for e in loads)
+        rows = TILE_ROWS if shared else 1
+    k.tile = (rows, TILE_COLUMNS)
 
 
 def _set_extents(k: Kernel):
@@ -540,7 +687,7 @@ def _set_extents(k: Kernel):
     for s in k.stores:
         see(s.arg, s.index)
     if k.reduction is not None and all(k.space):
-        see(k.reduction.arg, k.reduction.index, inside_all=False)
+        see(k.reduction.arg, k.reduction.index, inside_all=k.reduction.scan)
     for i, a in enumerate(k.args):
         if a.kind == "buffer":
             extent = (lo[i], hi[i]) if i in lo else (0, -1)

@@ -22,7 +22,6 @@ class Kind(enum.Enum):
     GATHER = "gather"            # reads its first operand at data-dependent indices
     SCATTER = "scatter"          # writes or accumulates values at data-dependent indices
     UPDATE = "update"            # replaces a strided region of its base
-    MATMUL = "matmul"            # contraction of the last axes
 
 
 class Op(enum.Enum):
@@ -132,12 +131,13 @@ class Op(enum.Enum):
     # running folds
     CUMSUM = ("cumsum", Kind.SCAN, 1)
     CUMPROD = ("cumprod", Kind.SCAN, 1)
-    # data-dependent indexing: gather(src, idx0, idx1, ...), scatter(base, values, idx0, ...)
+    # data-dependent indexing along axes [axis, axis+k): gather(src, idx0..idxk-1) reads
+    # src[..., idx0[b], ..., idxk-1[b], ...]; scatter(base, values, idx0..idxk-1) is base with
+    # values written (mode set) or combined (add/max/min) at those positions
     GATHER = ("gather", Kind.GATHER, -1)
     SCATTER = ("scatter", Kind.SCATTER, -1)
-    # setslice(base, value): base with the strided region `view` replaced by value
+    # setslice(base, value): base with the strided region start + step*i replaced by value
     SETSLICE = ("setslice", Kind.UPDATE, 2)
-    MATMUL = ("matmul", Kind.MATMUL, 2)
 
     def __repr__(self):
         return f"Op.{self.name}"

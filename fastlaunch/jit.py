@@ -363,7 +363,8 @@ def _make_entry(sig_bytes, keys, statics, program, kernels, traced, out_tree):
         [k.address for k in kernels], [k.work_per_item for k in program.kernels],
         program.consts, temp_slots, program.outputs,
         [(leaf, lo, hi) for leaf, (lo, hi) in sorted(traced.int_bounds.items())],
-        program.mutated_leaves, results, structure, unflatten, (kernels, program))
+        program.mutated_leaves, results, structure, unflatten, (kernels, program),
+        program.status_slot)
     return _core.Entry(sig_bytes, keys, statics, core, None)
 
 

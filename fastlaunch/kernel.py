@@ -13,8 +13,9 @@ import numpy as np
 
 from .ir import Op, dtype_short
 
-__all__ = ["accumulator_dtype", "Loop", "DivMod", "Index", "Load", "Scalar", "Const", "IndexValue", "Compute",
-           "Store", "Reduction", "KernelArg", "Kernel", "walk"]
+__all__ = ["accumulator_dtype", "Loop", "DivMod", "Pick", "Index", "Load", "Scalar", "Const",
+           "IndexValue", "Compute", "Store", "Reduction", "KernelArg", "Kernel", "walk",
+           "tiled_launch_size", "index_picks"]
 
 
 def accumulator_dtype(op: Op, dtype: np.dtype) -> np.dtype:
@@ -48,8 +49,22 @@ class DivMod:
         return f"(({self.f}) / {self.div} % {self.mod})"
 
 
+@dataclass(frozen=True)
+class Pick:
+    """A data-dependent index: the int64 value of kernel expression `expr`, an index into an
+    axis of `size` elements.  Negative values count from the end, as in NumPy; a value outside
+    [-size, size) is never dereferenced: it reads element 0 and raises the kernel's error flag."""
+    expr: object
+    size: int
+
+    def __str__(self):
+        return f"pick({self.size})"
+
+
 def _atom_key(atom):
-    return (0, atom.dim) if isinstance(atom, Loop) else (1, str(atom))
+    if isinstance(atom, Loop):
+        return (0, atom.dim, "")
+    return (1 if isinstance(atom, DivMod) else 2, 0, repr(atom))
 
 
 @dataclass(frozen=True)
@@ -92,26 +107,42 @@ class Index:
         return all(isinstance(a, Loop) for a, _ in self.terms)
 
     def loops(self) -> set:
+        """Loop dims the index depends on through its affine part and DivMod atoms."""
         out = set()
         for a, _ in self.terms:
-            out |= {a.dim} if isinstance(a, Loop) else a.f.loops()
+            if isinstance(a, Loop):
+                out.add(a.dim)
+            elif isinstance(a, DivMod):
+                out |= a.f.loops()
         return out
 
-    def substitute(self, mapping) -> "Index":
-        """Replace loop atoms: mapping(dim) -> Index."""
+    @property
+    def picks(self) -> list:
+        return [a for a, _ in self.terms if isinstance(a, Pick)]
+
+    def substitute(self, mapping, pick=lambda p: p) -> "Index":
+        """Replace loop atoms: mapping(dim) -> Index; Pick atoms: pick(atom) -> Pick."""
         total = Index(self.const)
         for a, c in self.terms:
             if isinstance(a, Loop):
                 total = total + mapping(a.dim).scale(c)
+            elif isinstance(a, DivMod):
+                f = a.f.substitute(mapping, pick)
+                total = total + Index.of(0, [(DivMod(f, a.div, a.mod, a.bound), c)])
             else:
-                total = total + Index.of(0, [(DivMod(a.f.substitute(mapping), a.div, a.mod, a.bound), c)])
+                total = total + Index.of(0, [(pick(a), c)])
         return total
 
     def bounds(self, sizes) -> tuple[int, int]:
         """Smallest and largest value over loop variables in [0, sizes[dim])."""
         lo = hi = self.const
         for a, c in self.terms:
-            top = sizes[a.dim] - 1 if isinstance(a, Loop) else a.mod - 1
+            if isinstance(a, Loop):
+                top = sizes[a.dim] - 1
+            elif isinstance(a, DivMod):
+                top = a.mod - 1
+            else:
+                top = a.size - 1
             lo += min(0, c * top)
             hi += max(0, c * top)
         return lo, hi
@@ -165,9 +196,12 @@ class Compute:
 
 @dataclass(frozen=True)
 class Store:
+    """arg[index] = value.  With `mode` add/max/min the value combines with the old one
+    (scatter-accumulate, where Pick indices may repeat: duplicates combine in loop order)."""
     arg: int
     index: Index
     value: object
+    mode: str = "set"
 
 
 @dataclass(frozen=True)
@@ -182,6 +216,12 @@ class Reduction:
     arg: int
     index: Index
     chunk: int = 0
+    acc: np.dtype | None = None   # accumulation dtype (default: accumulator_dtype(op, value))
+    scan: bool = False            # store the running value at every rspace step (cumsum)
+
+    @property
+    def acc_dtype(self) -> np.dtype:
+        return self.acc if self.acc is not None else accumulator_dtype(self.op, self.value.dtype)
 
 
 @dataclass(frozen=True)
@@ -201,17 +241,32 @@ class Kernel:
     stores: list = field(default_factory=list)
     reduction: Reduction | None = None
     label: str = ""                  # short human description, e.g. "sum" or "map"
+    # a reduction whose innermost space dim is walked in tiles of tile[1] outputs (rows of the
+    # second-innermost dim in blocks of tile[0]), folding the rspace around them: the loop
+    # order that vectorises column sums and matrix products
+    tile: tuple | None = None
+    serial: bool = False             # scatters: one thread, iteration order matters
+    status: int | None = None        # argument index of the error flag, for checked gathers
+    checks: list = field(default_factory=list)   # indices evaluated only to validate picks
 
     @property
     def launch_size(self) -> int:
+        if self.tile is not None:
+            return tiled_launch_size(self.space, self.tile)
         return int(np.prod(self.space, dtype=np.int64))
 
     @property
     def work_per_item(self) -> int:
-        """Inner iterations per launch index: the interpreter's threading heuristic."""
+        """Inner iterations per launch index: the interpreter's threading heuristic
+        (-1: must run on one thread)."""
+        if self.serial:
+            return -1
+        r = max(1, int(np.prod(self.rspace, dtype=np.int64)))
+        if self.tile is not None:
+            return self.tile[0] * self.tile[1] * r
         if self.reduction is not None and self.reduction.chunk:
             return self.reduction.chunk
-        return max(1, int(np.prod(self.rspace, dtype=np.int64)))
+        return r
 
     def sizes(self) -> tuple:
         return tuple(self.space) + tuple(self.rspace)
@@ -234,7 +289,9 @@ class Kernel:
         return int(np.prod([s for d, s in enumerate(self.sizes()) if d in used], dtype=np.int64))
 
     def _roots(self):
-        roots = [s.value for s in self.stores]
+        roots = [p.expr for ix in self.checks for p in index_picks(ix)]
+        roots += [p.expr for s in self.stores for p in index_picks(s.index)]
+        roots += [s.value for s in self.stores]
         if self.reduction is not None:
             roots.append(self.reduction.value)
         return roots
@@ -253,18 +310,49 @@ class Kernel:
             names[id(e)] = f"v{len(names)}"
             lines.append(f"  {names[id(e)]} = {_expr_text(e, names)}")
         for s in self.stores:
-            lines.append(f"  store arg{s.arg}[{s.index}] = {names[id(s.value)]}")
+            verb = "store" if s.mode == "set" else f"store-{s.mode}"
+            lines.append(f"  {verb} arg{s.arg}[{_index_text(s.index, names)}] = "
+                         f"{names[id(s.value)]}")
+        for ix in self.checks:
+            lines.append(f"  check [{_index_text(ix, names)}]")
         if self.reduction is not None:
             r = self.reduction
-            chunk = f" chunk={r.chunk}" if r.chunk else ""
-            lines.append(f"  arg{r.arg}[{r.index}] = {r.op.value}{chunk} over rspace of "
-                         f"{names[id(r.value)]}")
+            extra = (f" chunk={r.chunk}" if r.chunk else "") + (" scan" if r.scan else "")
+            extra += f" tile={list(self.tile)}" if self.tile else ""
+            lines.append(f"  arg{r.arg}[{r.index}] = {r.op.value}{extra} over rspace of "
+                         f"{names[id(r.value)]} (acc {dtype_short(r.acc_dtype)})")
         return "\n".join(lines)
+
+
+def tiled_launch_size(space, tile) -> int:
+    """Launch indices of a tiled reduction: outer dims x row blocks x column tiles."""
+    space = tuple(space)
+    rows = space[-2] if len(space) >= 2 else 1
+    outer = int(np.prod(space[:-2], dtype=np.int64)) if len(space) >= 2 else 1
+    return outer * -(-rows // tile[0]) * -(-space[-1] // tile[1])
+
+
+def index_picks(ix: Index) -> list:
+    """Pick atoms of an index, also inside DivMod atoms."""
+    out = []
+    for a, _ in ix.terms:
+        if isinstance(a, Pick):
+            out.append(a)
+        elif isinstance(a, DivMod):
+            out += index_picks(a.f)
+    return out
+
+
+def _index_text(ix: Index, names) -> str:
+    text = str(ix)
+    for p in index_picks(ix):
+        text = text.replace(str(p), f"pick({names.get(id(p.expr), '?')}, {p.size})", 1)
+    return text
 
 
 def _expr_text(e, names) -> str:
     if isinstance(e, Load):
-        return f"load {dtype_short(e.dtype)} arg{e.arg}[{e.index}]"
+        return f"load {dtype_short(e.dtype)} arg{e.arg}[{_index_text(e.index, names)}]"
     if isinstance(e, Scalar):
         return f"scalar {dtype_short(e.dtype)} arg{e.arg}"
     if isinstance(e, Const):
@@ -285,6 +373,9 @@ def walk(roots):
         if isinstance(e, Compute):
             for o in e.operands:
                 visit(o)
+        if isinstance(e, (Load, IndexValue)):
+            for p in index_picks(e.index):
+                visit(p.expr)
         order.append(e)
 
     for r in roots:

@@ -113,9 +113,19 @@ _UNSUPPORTED_UFUNC_KWARGS = ("where", "axes", "axis", "order", "subok", "signatu
 
 def array_ufunc(ufunc, method, inputs, kwargs):
     if method == "__call__":
+        if ufunc is np.matmul:
+            out = kwargs.pop("out", None)
+            _no_extra("matmul", **kwargs)
+            r = matmul(*inputs)
+            return _write_out(out[0] if isinstance(out, tuple) else out, r.node, "matmul") \
+                if out is not None else r
         return call_ufunc(ufunc, inputs, **kwargs)
     if method == "reduce":
         return ufunc_reduce(ufunc, *inputs, **kwargs)
+    if method == "at":
+        return ufunc_at(ufunc, *inputs, **kwargs)
+    if method == "accumulate":
+        return ufunc_accumulate(ufunc, *inputs, **kwargs)
     raise TracingError(f"np.{ufunc.__name__}.{method} is not supported by fastlaunch yet")
 
 
@@ -201,6 +211,41 @@ def ufunc_reduce(ufunc, array_, axis=0, dtype=None, out=None, keepdims=False, **
     if op is None or kwargs or out is not None:
         raise TracingError(f"np.{ufunc.__name__}.reduce with these arguments is not supported")
     return _reduce(op, array_, axis, keepdims, dtype)
+
+
+_AT_MODES = {np.add: "add", np.subtract: "add", np.multiply: "mul", np.maximum: "max",
+             np.minimum: "min"}
+
+
+def ufunc_at(ufunc, a, indices, b=None):
+    """np.add.at(a, indices, b) and friends: unbuffered, so repeated indices all apply."""
+    mode = _AT_MODES.get(ufunc)
+    if mode is None:
+        raise TracingError(f"np.{ufunc.__name__}.at is not supported by fastlaunch")
+    if not is_tracer(a):
+        raise TracingError(f"np.{ufunc.__name__}.at needs its first argument to be a traced "
+                           f"array: a NumPy array cannot receive traced values")
+    if b is None:
+        raise TypeError(f"np.{ufunc.__name__}.at needs values for a binary ufunc")
+    g = current_graph()
+    vn, vw = operand(b)
+    loop = ops.resolve_loop(ufunc, [a.dtype, vw or vn.dtype])
+    if not np.can_cast(loop[2], a.dtype, "same_kind"):
+        raise TypeError(f"Cannot cast ufunc '{ufunc.__name__}' output from {loop[2]!r} to "
+                        f"{a.dtype!r} with casting rule 'same_kind'")
+    values = ops.cast(g, vn, a.dtype, vw)
+    if ufunc is np.subtract:
+        values = ops.elementwise(g, Op.NEG, a.dtype, [values])
+    _scatter_into(a, indices, values, mode, f"np.{ufunc.__name__}.at")
+
+
+def ufunc_accumulate(ufunc, array_, axis=0, dtype=None, out=None):
+    op = {np.add: Op.CUMSUM, np.multiply: Op.CUMPROD}.get(ufunc)
+    if op is None or out is not None:
+        raise TracingError(f"np.{ufunc.__name__}.accumulate is not supported by fastlaunch")
+    n = node_of(array_)
+    return wrap(ops.scan(current_graph(), op, n, axis, dtype if dtype is not None else n.dtype),
+                scalar=False)
 
 
 # ---- reductions --------------------------------------------------------------------------
@@ -324,6 +369,235 @@ def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None, 
         correction=None):
     v = var(a, axis, dtype, out, ddof, keepdims, where, mean, correction)
     return wrap(ops.elementwise(current_graph(), Op.SQRT, v.dtype, [v.node]), scalar=v.scalar)
+
+
+@implements(np.cumsum)
+def cumsum(a, axis=None, dtype=None, out=None):
+    _no_extra("cumsum", out=out)
+    return wrap(ops.scan(current_graph(), Op.CUMSUM, node_of(a), axis, dtype), scalar=False)
+
+
+@implements(np.cumprod)
+def cumprod(a, axis=None, dtype=None, out=None):
+    _no_extra("cumprod", out=out)
+    return wrap(ops.scan(current_graph(), Op.CUMPROD, node_of(a), axis, dtype), scalar=False)
+
+
+@implements(np.nansum)
+def nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
+    _no_extra("nansum", out=out, initial=initial, where=where)
+    n = node_of(a)
+    if n.dtype.kind == "f":
+        a = np.where(_isnan_t(a), n.dtype.type(0), a)
+    return sum_(a, axis, dtype, None, keepdims)
+
+
+def _isnan_t(a) -> Tracer:
+    return call_ufunc(np.isnan, (a,))
+
+
+def _nan_extreme(op, a, axis, keepdims):
+    n = node_of(a)
+    if n.dtype.kind != "f":
+        return _reduce(op, a, axis, keepdims)
+    fill = -np.inf if op is Op.MAX else np.inf
+    nan = _isnan_t(a)
+    r = _reduce(op, np.where(nan, n.dtype.type(fill), a), axis, keepdims)
+    all_nan = _reduce(Op.ALL, nan, axis, keepdims)
+    out = np.where(all_nan, n.dtype.type(np.nan), r)
+    out.scalar = r.scalar
+    return out
+
+
+@implements(np.nanmax)
+def nanmax(a, axis=None, out=None, keepdims=False, initial=None, where=None):
+    _no_extra("nanmax", out=out, initial=initial, where=where)
+    return _nan_extreme(Op.MAX, a, axis, keepdims)
+
+
+@implements(np.nanmin)
+def nanmin(a, axis=None, out=None, keepdims=False, initial=None, where=None):
+    _no_extra("nanmin", out=out, initial=initial, where=where)
+    return _nan_extreme(Op.MIN, a, axis, keepdims)
+
+
+@implements(np.nanmean)
+def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
+    _no_extra("nanmean", out=out, where=where)
+    n = node_of(a)
+    if n.dtype.kind != "f":
+        return mean(a, axis, dtype, None, keepdims)
+    nan = _isnan_t(a)
+    total = nansum(a, axis, dtype, None, keepdims)
+    count = sum_(np.logical_not(nan), axis, np.intp, None, keepdims)
+    g = current_graph()
+    r = ops.elementwise(g, Op.DIV, total.dtype, [total.node, ops.cast(g, count.node, total.dtype)])
+    return wrap(r, scalar=total.scalar)
+
+
+def norm(x, ord=None, axis=None, keepdims=False):
+    """np.linalg.norm for vectors (any ord) and the Frobenius/1/inf norms of matrices."""
+    t = _as_tracer(x)
+    if t.dtype.kind != "f":
+        t = astype(t, np.float64)
+    nd = t.ndim
+    axes = ops.normalize_axes(axis, nd) if axis is not None else None
+    if axes is None and ord is None:
+        r = np.sqrt(sum_(t * t, None, None, None, keepdims))
+        r.scalar = not keepdims
+        return r
+    if axes is None:
+        axes = tuple(range(nd))
+    if len(axes) == 1:
+        a = np.abs(t)
+        if ord is None or ord == 2:
+            return np.sqrt(sum_(t * t, axes, None, None, keepdims))
+        if ord == np.inf:
+            return max_(a, axes, None, keepdims)
+        if ord == -np.inf:
+            return min_(a, axes, None, keepdims)
+        if ord == 0:
+            return sum_(astype(t != 0, t.dtype), axes, None, None, keepdims)
+        if ord == 1:
+            return sum_(a, axes, None, None, keepdims)
+        return sum_(a ** ord, axes, None, None, keepdims) ** (1.0 / ord)
+    if len(axes) == 2:
+        r0, r1 = axes
+        a = np.abs(t)
+        if ord in (None, "fro"):
+            return np.sqrt(sum_(t * t, axes, None, None, keepdims))
+        if ord in (1, -1):
+            col = sum_(a, r0, None, None, True)
+            red = max_ if ord == 1 else min_
+            return red(col, r1, None, True) if keepdims else squeeze(red(col, r1, None, True), axes)
+        if ord in (np.inf, -np.inf):
+            row = sum_(a, r1, None, None, True)
+            red = max_ if ord == np.inf else min_
+            return red(row, r0, None, True) if keepdims else squeeze(red(row, r0, None, True), axes)
+        raise TracingError(f"np.linalg.norm(ord={ord!r}) of a matrix needs an SVD, which "
+                           f"fastlaunch does not support")
+    raise ValueError("Improper number of dimensions to norm.")
+
+
+FUNCTIONS[np.linalg.norm] = norm
+
+
+# ---- matrix products -------------------------------------------------------------------------
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _product_dtype(a: Node, b: Node) -> np.dtype:
+    return ops.check_dtype(np.result_type(a.dtype, b.dtype), "matrix product")
+
+
+@implements(np.matmul)
+def matmul(a, b, out=None, **kwargs):
+    g = current_graph()
+    an, bn = node_of(a), node_of(b)
+    if an.ndim == 0 or bn.ndim == 0:
+        raise ValueError("matmul: Input operand does not have enough dimensions")
+    dt = _product_dtype(an, bn)
+    a_vec, b_vec = an.ndim == 1, bn.ndim == 1
+    if a_vec:
+        an = ops.reshape(g, an, (1,) + an.shape)
+    if b_vec:
+        bn = ops.reshape(g, bn, bn.shape + (1,))
+    if an.shape[-1] != bn.shape[-2]:
+        raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0, with "
+                         f"gufunc signature (n?,k),(k,m?)->(n?,m?) (size {bn.shape[-2]} is "
+                         f"different from {an.shape[-1]})")
+    batch = ops.broadcast_shapes(an.shape[:-2], bn.shape[:-2])
+    an = ops.broadcast_to(g, an, batch + an.shape[-2:])
+    bn = ops.broadcast_to(g, bn, batch + bn.shape[-2:])
+    lb = _LETTERS[:len(batch)]
+    r = ops.contract(g, an, lb + "xz", bn, lb + "zy", lb + "xy", dt)
+    shape = batch + (() if a_vec else (r.shape[-2],)) + (() if b_vec else (r.shape[-1],))
+    r = ops.reshape(g, r, shape)
+    return wrap(r, scalar=r.ndim == 0)
+
+
+@implements(np.dot)
+def dot(a, b, out=None):
+    _no_extra("dot", out=out)
+    an, bn = node_of(a), node_of(b)
+    if an.ndim == 0 or bn.ndim == 0:
+        return call_ufunc(np.multiply, (a, b))
+    g = current_graph()
+    dt = _product_dtype(an, bn)
+    la = _LETTERS[:an.ndim - 1] + "z"
+    if bn.ndim == 1:
+        lb = "z"
+    else:
+        rest = _LETTERS[an.ndim - 1:an.ndim - 1 + bn.ndim - 1]
+        lb = rest[:-1] + "z" + rest[-1]
+    out_labels = la[:-1] + lb.replace("z", "")
+    if an.shape[-1] != bn.shape[lb.index("z")]:
+        raise ValueError(f"shapes {an.shape} and {bn.shape} not aligned: {an.shape[-1]} "
+                         f"(dim {an.ndim - 1}) != {bn.shape[lb.index('z')]} (dim {lb.index('z')})")
+    r = ops.contract(g, an, la, bn, lb, out_labels, dt)
+    return wrap(r, scalar=r.ndim == 0)
+
+
+@implements(np.inner)
+def inner(a, b):
+    an, bn = node_of(a), node_of(b)
+    if an.ndim == 0 or bn.ndim == 0:
+        return call_ufunc(np.multiply, (a, b))
+    la = _LETTERS[:an.ndim - 1] + "z"
+    lb = _LETTERS[an.ndim - 1:an.ndim - 1 + bn.ndim - 1] + "z"
+    if an.shape[-1] != bn.shape[-1]:
+        raise ValueError("shapes not aligned for np.inner")
+    r = ops.contract(current_graph(), an, la, bn, lb, la[:-1] + lb[:-1], _product_dtype(an, bn))
+    return wrap(r, scalar=r.ndim == 0)
+
+
+@implements(np.outer)
+def outer(a, b, out=None):
+    _no_extra("outer", out=out)
+    return call_ufunc(np.multiply, (reshape(_as_tracer(a), (-1, 1)), reshape(_as_tracer(b), (1, -1))))
+
+
+@implements(np.vdot)
+def vdot(a, b):
+    return dot(ravel(_as_tracer(a)), ravel(_as_tracer(b)))
+
+
+@implements(np.einsum)
+def einsum(subscripts, *operands, out=None, dtype=None, optimize=False, **kwargs):
+    _no_extra("einsum", out=out, **kwargs)
+    if not isinstance(subscripts, str):
+        raise TracingError("np.einsum with interleaved operand/label lists is not supported")
+    spec = subscripts.replace(" ", "")
+    if "." in spec:
+        raise TracingError("np.einsum with '...' is not supported by fastlaunch")
+    inputs, _, output = spec.partition("->")
+    labels = inputs.split(",")
+    if len(labels) != len(operands):
+        raise ValueError("more operands than subscripts" if len(operands) > len(labels)
+                         else "fewer operands provided to einstein sum function than specified")
+    if "->" not in spec:
+        counts = {c: inputs.count(c) for c in inputs if c != ","}
+        output = "".join(sorted(c for c, k in counts.items() if k == 1))
+    g = current_graph()
+    nodes = [node_of(o) for o in operands]
+    dt = ops.check_dtype(dtype if dtype is not None else np.result_type(*(n.dtype for n in nodes)),
+                         "np.einsum")
+    if len(nodes) == 1:
+        (n,), (lab,) = nodes, labels
+        if len(set(lab)) != len(lab):
+            raise TracingError("np.einsum with a repeated label (a diagonal) is not supported")
+        n = ops.cast(g, n, dt)
+        summed = tuple(i for i, c in enumerate(lab) if c not in output)
+        kept = [c for c in lab if c in output]
+        if summed:
+            n = ops.reduce(g, Op.SUM, n, summed, dtype=dt) if dt.kind != "b" else \
+                ops.reduce(g, Op.ANY, n, summed)
+        r = ops.transpose(g, n, [kept.index(c) for c in output])
+        return wrap(r, scalar=r.ndim == 0)
+    if len(nodes) != 2:
+        raise TracingError("np.einsum with more than two operands is not supported by fastlaunch")
+    r = ops.contract(g, nodes[0], labels[0], nodes[1], labels[1], output, dt)
+    return wrap(r, scalar=r.ndim == 0)
 
 
 # ---- elementwise functions that are not ufuncs -----------------------------------------------
@@ -629,8 +903,12 @@ def vstack(tup, dtype=None, casting="same_kind"):
 
 
 # ---- indexing ----------------------------------------------------------------------------
+def _is_advanced(k) -> bool:
+    return is_tracer(k) or isinstance(k, (np.ndarray, list))
+
+
 def _normalize_key(key, ndim: int) -> tuple:
-    """Expand a basic-indexing key to one entry per dim (plus Nones); reject other keys."""
+    """Expand a key to one entry per dim (plus Nones): ints, slices, None, and index arrays."""
     if not isinstance(key, tuple):
         key = (key,)
     out = []
@@ -641,65 +919,160 @@ def _normalize_key(key, ndim: int) -> tuple:
             raise TracingError("indexing with a boolean scalar is not supported by fastlaunch")
         elif isinstance(k, (int, np.integer)):
             out.append(int(k))
-        elif is_tracer(k) and k.dtype == np.bool_ or (isinstance(k, np.ndarray) and k.dtype == np.bool_):
+        elif is_tracer(k) and k.dtype == np.bool_:
             raise TracingError(
                 "boolean-mask indexing (x[mask]) gives an array whose size depends on the data, "
                 "which cannot be traced; use np.where(mask, x, fill) to keep the shape")
+        elif isinstance(k, (np.ndarray, list)) and np.asarray(k).dtype == np.bool_:
+            out += [i for i in np.nonzero(np.asarray(k))]   # a constant mask: fixed indices
+        elif is_tracer(k) or isinstance(k, (np.ndarray, list)):
+            arr = k if is_tracer(k) else np.asarray(k)
+            if arr.dtype.kind not in "iu" and not (isinstance(k, list) and len(k) == 0):
+                raise IndexError("arrays used as indices must be of integer (or boolean) type")
+            out.append(k if is_tracer(k) else arr.astype(np.intp))
         else:
-            raise TracingError(f"indexing with {type(k).__name__} (integer-array gather) is not "
-                               f"supported by fastlaunch yet")
-    if out.count(Ellipsis) > 1:
+            raise TracingError(f"indexing with {type(k).__name__} is not supported by fastlaunch")
+    if sum(1 for k in out if k is Ellipsis) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     used = sum(1 for k in out if k is not None and k is not Ellipsis)
     if used > ndim:
         raise IndexError(f"too many indices for array: array is {ndim}-dimensional, "
                          f"but {used} were indexed")
-    if Ellipsis in out:
-        i = out.index(Ellipsis)
-        out[i:i + 1] = [slice(None)] * (ndim - used)
+    at = next((i for i, k in enumerate(out) if k is Ellipsis), None)
+    if at is not None:
+        out[at:at + 1] = [slice(None)] * (ndim - used)
     else:
         out += [slice(None)] * (ndim - used)
     return tuple(out)
 
 
-def getitem(t: Tracer, key):
-    key = _normalize_key(key, t.ndim)
-    dims = [k for k in key if k is not None]
+def _basic_view(t: Tracer, key: tuple) -> Tracer:
+    """t[key] for a normalized key of ints, slices and None: a view sharing t's storage."""
     shape = t.shape
-    for k, n in zip(dims, shape):
+    dims = [k for k in key if k is not None]
+    for d, (k, n) in enumerate(zip(dims, shape)):
         if isinstance(k, int) and not -n <= k < n:
-            raise IndexError(f"index {k} is out of bounds for axis with size {n}")
-    key = tuple(k % shape[i] if isinstance(k, int) else k
-                for i, k in zip(_dim_positions(key), key))
-    scalar = all(isinstance(k, int) for k in key) and bool(key) or (not key and t.scalar)
+            raise IndexError(f"index {k} is out of bounds for axis {d} with size {n}")
+    wrapped, d = [], 0
+    for k in key:                         # negative ints count from the end of their axis
+        if k is not None:
+            k = k % shape[d] if isinstance(k, int) else k
+            d += 1
+        wrapped.append(k)
+    key = tuple(wrapped)
+    scalar = bool(dims) and all(isinstance(k, int) for k in dims) and None not in key
     if t._reshape is None:
         vm = (t._view or ViewMap.identity(t._storage.node.shape)).index(key)
         return view_of(t, vm, scalar=scalar)
     base = wrap(t.node, scalar=False)
-    out = view_of(base, ViewMap.identity(base.shape).index(key), scalar=scalar)
-    return out
+    return view_of(base, ViewMap.identity(base.shape).index(key), scalar=scalar)
 
 
-def _dim_positions(key):
-    """For each key entry, the array dim it indexes (None entries get -1)."""
-    d = 0
-    for k in key:
-        if k is None:
-            yield -1
-        else:
-            yield d
-            d += 1
+def _advanced(t: Tracer, key: tuple):
+    """Split a key with index arrays: (view of t holding every indexed dim, first indexed axis,
+    index operands).  Ints join the index arrays, as in NumPy; when the indexed dims are not
+    adjacent they move to the front (NumPy's rule for where the broadcast dims go)."""
+    if any(k is None for k in key):
+        raise TracingError("mixing np.newaxis with array indices is not supported by fastlaunch")
+    adv = [d for d, k in enumerate(key) if _is_advanced(k) or isinstance(k, int)]
+    view = _basic_view(t, tuple(slice(None) if d in adv else k for d, k in enumerate(key)))
+    indices = [key[d] for d in adv]
+    if adv == list(range(adv[0], adv[0] + len(adv))):
+        return view, adv[0], indices
+    rest = [d for d in range(len(key)) if d not in adv]
+    return transpose(view, adv + rest), 0, indices
+
+
+def getitem(t: Tracer, key):
+    key = _normalize_key(key, t.ndim)
+    if not any(_is_advanced(k) for k in key):
+        return _basic_view(t, key)
+    view, axis, indices = _advanced(t, key)
+    g = current_graph()
+    idx = [node_of(i) for i in indices]
+    n = ops.gather(g, view.node, idx, axis)
+    return wrap(n, scalar=n.ndim == 0 and all(i.ndim == 0 for i in idx))
 
 
 def setitem(t: Tracer, key, value):
-    target = getitem(t, key)
-    if target.scalar:
-        target.scalar = False
-        target.weak = None
+    key = _normalize_key(key, t.ndim)
+    if any(_is_advanced(k) for k in key):
+        _scatter_into(t, key, node_of(value), "set", "item assignment (x[idx] = value)")
+        return
+    target = _basic_view(t, key)
+    target.scalar = False
     g = current_graph()
     v = node_of(value)
     target._assign(ops.broadcast_to(g, ops.cast(g, v, t.dtype), target.shape),
                    "item assignment (x[...] = value)")
+
+
+def _scatter_into(t: Tracer, key, values: Node, mode: str, what: str):
+    key = _normalize_key(key, t.ndim)
+    if not any(_is_advanced(k) for k in key):
+        # a basic key: write through a view, combining with the current values
+        target = _basic_view(t, key)
+        target.scalar = False
+        g = current_graph()
+        v = ops.broadcast_to(g, ops.cast(g, values, t.dtype), target.shape)
+        if mode != "set":
+            v = _combine(g, mode, target.node, v)
+        target._assign(v, what)
+        return
+    view, axis, indices = _advanced(t, key)
+    g = current_graph()
+    new = ops.scatter(g, view.node, values, [node_of(i) for i in indices], axis, mode)
+    view.scalar = False
+    view._assign(new, what)
+
+
+def _combine(g, mode: str, old: Node, new: Node) -> Node:
+    op = {"add": Op.ADD, "mul": Op.MUL, "max": Op.MAXIMUM, "min": Op.MINIMUM}[mode]
+    return ops.elementwise(g, op, old.dtype, [old, new])
+
+
+@implements(np.take)
+def take(a, indices, axis=None, out=None, mode="raise"):
+    _no_extra("take", out=out)
+    t = _as_tracer(a)
+    if axis is None:
+        t, axis = ravel(t), 0
+    axis = ops.normalize_axes(axis, t.ndim)[0]
+    g = current_graph()
+    idx = node_of(indices)
+    size = t.shape[axis]
+    if mode in ("wrap", "clip") and size:
+        idx = ops.cast(g, idx, np.intp)
+        if mode == "wrap":
+            idx = ops.elementwise(g, Op.MOD, idx.dtype, [idx, ops.literal(g, size, idx.dtype)])
+        else:
+            lo, hi = ops.literal(g, 0, idx.dtype), ops.literal(g, size - 1, idx.dtype)
+            idx = ops.elementwise(g, Op.MINIMUM, idx.dtype,
+                                  [ops.elementwise(g, Op.MAXIMUM, idx.dtype, [idx, lo]), hi])
+    elif mode != "raise":
+        raise ValueError(f"clipmode not understood: {mode!r}")
+    n = ops.gather(g, t.node, [idx], axis)
+    return wrap(n, scalar=n.ndim == 0)
+
+
+@implements(np.take_along_axis)
+def take_along_axis(arr, indices, axis=-1):
+    t = _as_tracer(arr)
+    idx = node_of(indices)
+    if axis is None:
+        t, axis = ravel(t), 0
+    if idx.ndim != t.ndim:
+        raise ValueError("`indices` and `arr` must have the same number of dimensions")
+    axis = ops.normalize_axes(axis, t.ndim)[0]
+    g = current_graph()
+    picks = []
+    for d in range(t.ndim):
+        if d == axis:
+            picks.append(idx)
+        else:
+            shape = tuple(t.shape[d] if j == d else 1 for j in range(t.ndim))
+            picks.append(ops.iota(g, shape, d, np.intp))
+    return wrap(ops.gather(g, t.node, picks, 0), scalar=False)
 
 
 # ---- methods and operators on Tracer ----------------------------------------------------------
@@ -753,8 +1126,8 @@ _method("__pos__", lambda self: self if self.weak is not None else call_ufunc(np
 _method("__abs__", lambda self: call_ufunc(np.absolute, (self,)) if self.weak is None
         else _weak_unary(np.absolute, self))
 _method("__invert__", lambda self: call_ufunc(np.invert, (self,)))
-_method("__matmul__", lambda self, other: _unsupported("the @ operator (matmul)"))
-_method("__rmatmul__", lambda self, other: _unsupported("the @ operator (matmul)"))
+_method("__matmul__", lambda self, other: matmul(self, other))
+_method("__rmatmul__", lambda self, other: matmul(other, self))
 _method("__getitem__", getitem)
 
 
@@ -764,11 +1137,7 @@ def _weak_unary(ufunc, t):
     return r
 
 
-def _unsupported(what):
-    raise TracingError(f"{what} is not supported by fastlaunch yet")
 
-
-FUNCTIONS[np.positive] = lambda x, **kw: call_ufunc(np.positive, (x,), **kw)
 
 _method("astype", astype)
 _method("copy", lambda self, order="C": copy(self))
@@ -788,4 +1157,8 @@ for _name, _impl in [("sum", sum_), ("prod", prod_), ("max", max_), ("min", min_
     _method(_name, _impl)
 _method("round", lambda self, decimals=0, out=None: round_(self, decimals, out))
 _method("fill", lambda self, value: setitem(self, Ellipsis, value))
-_method("dot", lambda self, other: _unsupported("x.dot (matmul)"))
+_method("dot", lambda self, other, out=None: dot(self, other, out))
+_method("cumsum", lambda self, axis=None, dtype=None, out=None: cumsum(self, axis, dtype, out))
+_method("cumprod", lambda self, axis=None, dtype=None, out=None: cumprod(self, axis, dtype, out))
+_method("take", lambda self, indices, axis=None, out=None, mode="raise":
+        take(self, indices, axis, out, mode))

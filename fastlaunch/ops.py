@@ -141,16 +141,43 @@ def _fold_elementwise(op: Op, values, out_dtype):
         return np.asarray(UFUNC_OF_OP[op](*values)).astype(out_dtype)[()]
 
 
+def _scaled(factor):
+    return lambda g, dt, x: elementwise(g, Op.MUL, dt, [x, literal(g, factor, dt)])
+
+
+# ufuncs that are another op on their loop dtypes (NumPy computes them the same way)
+_UFUNC_AS = {
+    np.square: lambda g, dt, x: elementwise(g, Op.MUL, dt, [x, x]),
+    np.positive: lambda g, dt, x: x,
+    np.conjugate: lambda g, dt, x: x,
+    np.fabs: lambda g, dt, x: elementwise(g, Op.ABS, dt, [x]),
+    np.float_power: lambda g, dt, x, y: elementwise(g, Op.POW, dt, [x, y]),
+    np.deg2rad: _scaled(np.pi / 180.0),
+    np.radians: _scaled(np.pi / 180.0),
+    np.rad2deg: _scaled(180.0 / np.pi),
+    np.degrees: _scaled(180.0 / np.pi),
+}
+
+
+def supported_ufuncs() -> list:
+    return sorted({u.__name__ for u in list(OP_OF_UFUNC) + list(_UFUNC_AS)})
+
+
 def apply_ufunc(g: Graph, ufunc, operands: list[tuple[Node, type | None]]) -> Node:
     """`ufunc(*operands)` with NumPy's dtype resolution; operands are (node, weak python type)."""
     op = OP_OF_UFUNC.get(ufunc)
-    if op is None:
+    rewrite = _UFUNC_AS.get(ufunc)
+    if op is None and rewrite is None:
         raise TracingError(f"np.{ufunc.__name__} is not supported by fastlaunch yet")
     loop = resolve_loop(ufunc, [w if w is not None else n.dtype for n, w in operands])
     nin = len(operands)
     for dt in loop:
         check_dtype(dt, f"np.{ufunc.__name__}")
     cast_in = [cast(g, n, dt, w) for (n, w), dt in zip(operands, loop[:nin])]
+    if rewrite is not None:
+        shape = broadcast_shapes(*(o.shape for o in cast_in))
+        cast_in = [o if o.ndim == 0 else broadcast_to(g, o, shape) for o in cast_in]
+        return broadcast_to(g, cast(g, rewrite(g, loop[nin], *cast_in), loop[nin]), shape)
     return elementwise(g, op, loop[nin], cast_in)
 
 
@@ -284,7 +311,7 @@ def reduce(g: Graph, op: Op, n: Node, axis=None, keepdims=False, dtype=None) -> 
         n = cast(g, n, np.bool_)
     elif op not in (Op.ARGMAX, Op.ARGMIN):
         n = cast(g, n, reduce_dtype(op, n.dtype))
-    out_dtype = reduce_dtype(op, n.dtype)
+    out_dtype = n.dtype if dtype is not None and op in (Op.SUM, Op.PROD) else reduce_dtype(op, n.dtype)
     if op in (Op.MAX, Op.MIN, Op.ARGMAX, Op.ARGMIN) and any(n.shape[a] == 0 for a in axes):
         raise ValueError(f"zero-size array to reduction operation {op.value} which has no identity")
     kept = tuple(s for i, s in enumerate(n.shape) if i not in axes)
@@ -304,6 +331,108 @@ def reduce(g: Graph, op: Op, n: Node, axis=None, keepdims=False, dtype=None) -> 
 
 def count(n: Node, axes) -> int:
     return _fold(operator.mul, (n.shape[a] for a in axes), 1)
+
+
+# ---- running folds -----------------------------------------------------------------------
+def scan(g: Graph, op: Op, n: Node, axis, dtype=None) -> Node:
+    """cumsum / cumprod along `axis` (None: over the flattened array)."""
+    if axis is None:
+        n = reshape(g, n, (-1,))
+        axis = 0
+    ax = normalize_axes(axis, n.ndim)[0] if n.ndim else 0
+    if n.ndim == 0:
+        n = reshape(g, n, (1,))
+    fold = Op.SUM if op is Op.CUMSUM else Op.PROD
+    dt = check_dtype(dtype, f"np.{op.value}(dtype=...)") if dtype is not None else \
+        reduce_dtype(fold, n.dtype)
+    n = cast(g, n, dt)
+    if n.size == 0:
+        return n
+    return g.add(op, dt, n.shape, (n,), axis=ax)
+
+
+# ---- data-dependent indexing ---------------------------------------------------------------
+def _index_nodes(g: Graph, src_shape, indices, axis: int) -> tuple[list, tuple]:
+    """Indices cast to intp and broadcast together; constant ones are bounds-checked now."""
+    nodes = [cast(g, i, np.intp) for i in indices]
+    shape = broadcast_shapes(*(i.shape for i in nodes))
+    nodes = [broadcast_to(g, i, shape) for i in nodes]
+    for j, i in enumerate(nodes):
+        size = src_shape[axis + j]
+        values = _constant_values(g, i)
+        if values is not None and values.size:
+            bad = values[(values < -size) | (values >= size)]
+            if bad.size:
+                raise IndexError(f"index {int(bad[0])} is out of bounds for axis {axis + j} "
+                                 f"with size {size}")
+    return nodes, shape
+
+
+def _constant_values(g: Graph, n: Node):
+    v = literal_value(n)
+    if v is not None:
+        return np.asarray(v)
+    while n.op in (Op.BROADCAST, Op.RESHAPE, Op.TRANSPOSE, Op.SLICE, Op.CAST):
+        n = n.inputs[0]
+    if n.op is Op.CONST:
+        return g.consts[n.attrs["index"]]
+    return None
+
+
+def gather(g: Graph, src: Node, indices: list, axis: int) -> Node:
+    """src[..., idx0, ..., idxk-1, ...] with the index arrays at axes [axis, axis+k)."""
+    nodes, bshape = _index_nodes(g, src.shape, indices, axis)
+    shape = src.shape[:axis] + bshape + src.shape[axis + len(nodes):]
+    return g.add(Op.GATHER, src.dtype, shape, (src, *nodes), axis=axis)
+
+
+def scatter(g: Graph, base: Node, values: Node, indices: list, axis: int, mode: str) -> Node:
+    """base with `values` written (mode "set") or combined ("add", "max", "min") at
+    base[..., idx0, ..., idxk-1, ...]; repeated indices apply in C order, as NumPy does."""
+    nodes, bshape = _index_nodes(g, base.shape, indices, axis)
+    region = base.shape[:axis] + bshape + base.shape[axis + len(nodes):]
+    values = broadcast_to(g, cast(g, values, base.dtype), region)
+    if any(s == 0 for s in region):
+        return base
+    return g.add(Op.SCATTER, base.dtype, base.shape, (base, values, *nodes), axis=axis, mode=mode)
+
+
+# ---- contractions (einsum, matmul, dot) ------------------------------------------------------
+def contract(g: Graph, a: Node, a_labels: str, b: Node, b_labels: str, out_labels: str,
+             dtype) -> Node:
+    """einsum(f"{a_labels},{b_labels}->{out_labels}", a, b) as sum(broadcast(a) * broadcast(b)):
+    one reduction kernel whose product is computed inline."""
+    if len(set(a_labels)) != len(a_labels) or len(set(b_labels)) != len(b_labels):
+        raise TracingError("einsum with a label repeated within one operand (a diagonal) is "
+                           "not supported by fastlaunch")
+    sizes: dict = {}
+    for labels, n in ((a_labels, a), (b_labels, b)):
+        if len(labels) != n.ndim:
+            raise ValueError(f"einstein sum subscripts string {labels!r} does not match an "
+                             f"operand of {n.ndim} dimensions")
+        for lab, s in zip(labels, n.shape):
+            if sizes.setdefault(lab, s) != s:
+                raise ValueError(f"operands could not be broadcast together: dimension {lab!r} "
+                                 f"is {sizes[lab]} and {s}")
+    summed = [lab for lab in sizes if lab not in out_labels]
+    order = list(out_labels) + summed
+    full = tuple(sizes[lab] for lab in order)
+    dt = check_dtype(dtype, "matrix product")
+
+    def spread(n, labels):
+        n = cast(g, n, dt)
+        mine = [lab for lab in order if lab in labels]
+        n = transpose(g, n, [labels.index(lab) for lab in mine])
+        n = reshape(g, n, tuple(sizes[lab] if lab in labels else 1 for lab in order))
+        return broadcast_to(g, n, full)
+
+    prod = elementwise(g, Op.MUL if dt.kind != "b" else Op.LOGICAL_AND, dt,
+                       [spread(a, a_labels), spread(b, b_labels)])
+    if not summed:
+        return prod
+    if dt.kind == "b":
+        return reduce(g, Op.ANY, prod, tuple(range(len(out_labels), len(order))))
+    return reduce(g, Op.SUM, prod, tuple(range(len(out_labels), len(order))), dtype=dt)
 
 
 # ---- in-place region update --------------------------------------------------------------

@@ -42,6 +42,9 @@ def record(plan: Plan, kernel_names: list[str], leaves: list, consts: list,
             slot_of[b.id] = len(slots)
             slots.append(SlotInfo("const", b.dtype.str, 0, b.size - 1, label=f"const{b.ref}"))
             const_slots.append((slot_of[b.id], consts[b.ref]))
+        elif b.role == "status":
+            slot_of[b.id] = len(slots)
+            slots.append(SlotInfo("status", np.dtype(np.int64).str, label="status"))
         elif b.role == "output":
             slot_of[b.id] = len(slots)
             slots.append(SlotInfo("output", b.dtype.str, 0, b.size - 1, label=f"out{b.ref}"))
@@ -62,7 +65,15 @@ def record(plan: Plan, kernel_names: list[str], leaves: list, consts: list,
 
     asm = Assembler()
     infos = []
+    status = next((slot_of[b.id] for b in plan.buffers if b.role == "status"), None)
+    unchecked = False             # a kernel has raised the error flag since the last CHECK
     for k_index, (k, name) in enumerate(zip(plan.kernels, kernel_names)):
+        writes_input = any(a.writes and a.kind == "buffer" and
+                           slots[slot_of[a.buffer]].role == "input" for a in k.args)
+        if unchecked and writes_input:
+            asm.check(status)     # no input is written after a bad index was seen
+            unchecked = False
+        unchecked |= k.status is not None
         for a in k.args:
             if a.buffer in temps and first_use[a.buffer] == k_index:
                 slot = slot_of[a.buffer]
@@ -79,6 +90,8 @@ def record(plan: Plan, kernel_names: list[str], leaves: list, consts: list,
             arg_writes=tuple(a.writes for a in k.args),
             arg_dtypes=tuple(a.dtype.str for a in k.args),
             work_per_item=k.work_per_item, bytes_moved=k.bytes_moved()))
+    if unchecked:
+        asm.check(status)
     code, arg_lists = asm.arrays()
     return Program(code=code, arg_lists=arg_lists, slots=slots, kernels=infos,
                    nargwords=asm.nargwords, nleaves=len(leaves), consts=const_slots,

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir import Op
-from ..kernel import (Compute, Const, DivMod, Index, IndexValue, Kernel, Load, Loop, Scalar,
-                      accumulator_dtype)
+from ..kernel import (Compute, Const, DivMod, Index, IndexValue, Kernel, Load, Loop, Pick, Scalar,
+                      index_picks)
 from .llvm_text import FunctionWriter
 
 PLACEHOLDER_NAME = "__fastlaunch_kernel__"
@@ -162,7 +162,7 @@ class _Emitter:
         call_args = ["i64 %start", "i64 %end"]
         for i, a in enumerate(self.k.args):
             lines.append(f"  %w{i}.p = getelementptr inbounds i64, ptr %args, i64 {i}")
-            if a.kind == "buffer":
+            if a.kind in ("buffer", "status"):
                 lines.append(f"  %w{i} = load ptr, ptr %w{i}.p, align 8")
                 call_args.append(f"ptr %w{i}")
             else:
@@ -176,7 +176,7 @@ class _Emitter:
     def body_function(self) -> str:
         params = ["i64 %start", "i64 %end"]
         for i, a in enumerate(self.k.args):
-            if a.kind == "buffer":
+            if a.kind in ("buffer", "status"):
                 params.append(f"ptr noalias %p{i}")
             else:
                 params.append(f"{'double' if a.dtype.kind == 'f' else 'i64'} %s{i}.w")
@@ -185,10 +185,26 @@ class _Emitter:
         for i, a in enumerate(self.k.args):
             if a.kind == "scalar":
                 self.scalars[i] = self.word_to_value(f"%s{i}.w", a.dtype)
-        if self.k.reduction is None:
+        if self.k.status is not None:
+            # a local flag: SROA turns it into a register, so checked loops still vectorise
+            fw.emit("%errflag = alloca i8, align 1")
+            fw.emit("store i8 0, ptr %errflag, align 1")
+        if self.k.tile is not None:
+            self.acc_tile = fw.op(f"alloca [{self.k.tile[0] * self.k.tile[1]} x "
+                                  f"{llvm_type(self.k.reduction.acc_dtype)}], align 64", "tile")
+            fw.counted_loop("%start", "%end", [], self.tiled_body)
+        elif self.k.reduction is None:
             fw.flat_range(list(self.k.space), "%start", "%end", [], self.map_body)
         else:
             fw.flat_range(list(self.k.space), "%start", "%end", [], self.reduce_body)
+        if self.k.status is not None:
+            flag = fw.op("load i8, ptr %errflag, align 1")
+            report, done = fw.label("report"), fw.label("exit")
+            fw.cond_br(fw.op(f"icmp ne i8 {flag}, 0"), report, done)
+            fw.start(report)
+            fw.emit(f"store atomic i64 1, ptr %p{self.k.status} monotonic, align 8")
+            fw.br(done)
+            fw.start(done)
         fw.emit("ret void")
         return (f"define internal void @{self.name}.body({', '.join(params)}) #0 {{\nentry:\n"
                 + fw.text() + "\n}")
@@ -204,19 +220,22 @@ class _Emitter:
     # ---- loop bodies -------------------------------------------------------------------
     def map_body(self, loops, vals):
         memo: dict = {}
+        for ix in self.k.checks:
+            self.index(ix, loops, memo)
         values = [(s, self.expr(s.value, loops, memo)) for s in self.k.stores]
         # all loads of an iteration come before its stores: an in-place update reads old values
         for s, v in values:
-            self.store(s.arg, self.index(s.index, loops, memo), v, self.k.args[s.arg].dtype)
+            self.store(s, loops, memo, v)
         return []
 
     def reduce_body(self, outer, vals):
         r = self.k.reduction
         fw = self.fw
-        acc_dt = accumulator_dtype(r.op, r.value.dtype)
+        acc_dt = r.acc_dtype
         nspace = len(self.k.space)
         rsizes = list(self.k.rspace)
         arg_like = r.op in (Op.ARGMAX, Op.ARGMIN)
+        out_dt = self.k.args[r.arg].dtype
         carried = [(llvm_type(acc_dt), self.reduce_init(r.op, acc_dt))]
         if arg_like:
             carried.append(("i64", "0"))
@@ -224,12 +243,14 @@ class _Emitter:
         def step(inner, acc):
             loops = list(outer) + list(inner)
             memo: dict = {}
-            v = self.expr(r.value, loops, memo)
-            v = self.convert(v, r.value.dtype, acc_dt)
+            v = self.convert(self.expr(r.value, loops, memo), r.value.dtype, acc_dt)
             if arg_like:
                 flat = self.flat_position(loops, nspace, rsizes, memo)
                 return self.arg_step(r.op, acc_dt, acc, v, flat)
-            return [self.combine(r.op, acc_dt, acc[0], v)]
+            new = self.combine(r.op, acc_dt, acc[0], v)
+            if r.scan:
+                self.store_at(r.arg, self.index(r.index, loops, memo), new, acc_dt, out_dt)
+            return [new]
 
         if r.chunk:
             c = outer[nspace - 1]
@@ -240,12 +261,81 @@ class _Emitter:
             result = fw.flat_range(rsizes, lo, hi, carried, step)
         else:
             result = fw.nested_loops(rsizes, carried, step)
+        if r.scan:
+            return []
         memo: dict = {}
-        out_dt = self.k.args[r.arg].dtype
-        value = result[1] if arg_like else self.convert(result[0], acc_dt, out_dt)
         if arg_like:
-            value = self.convert(value, np.dtype(np.int64), out_dt)
-        self.store(r.arg, self.index(r.index, outer, memo), value, out_dt)
+            value, vdt = result[1], np.dtype(np.int64)
+        else:
+            value, vdt = result[0], acc_dt
+        self.store_at(r.arg, self.index(r.index, outer, memo), value, vdt, out_dt)
+        return []
+
+    def tiled_body(self, idx, vals):
+        """One tile of a tiled reduction: rows [m0, m0+rows) x columns [n0, n0+cols) of the
+        output, folded over the whole rspace with the accumulators in a stack tile."""
+        fw, k, r = self.fw, self.k, self.k.reduction
+        rows_per, cols_per = k.tile
+        space = list(k.space)
+        ncols = space[-1]
+        nrows = space[-2] if len(space) >= 2 else 1
+        ntiles = -(-ncols // cols_per)
+        nblocks = -(-nrows // rows_per)
+        acc_dt = r.acc_dtype
+        aty = llvm_type(acc_dt)
+        out_dt = k.args[r.arg].dtype
+        tile_i = fw.op(f"urem i64 {idx}, {ntiles}")
+        rest = fw.op(f"udiv i64 {idx}, {ntiles}")
+        block = fw.op(f"urem i64 {rest}, {nblocks}")
+        rest = fw.op(f"udiv i64 {rest}, {nblocks}")
+        outer = []
+        for size in reversed(space[:-2]):
+            outer.append(fw.op(f"urem i64 {rest}, {size}"))
+            rest = fw.op(f"udiv i64 {rest}, {size}")
+        outer.reverse()
+        m0 = fw.op(f"mul nuw nsw i64 {block}, {rows_per}")
+        n0 = fw.op(f"mul nuw nsw i64 {tile_i}, {cols_per}")
+        rows = fw.op(f"call i64 @llvm.umin.i64(i64 {fw.op(f'sub i64 {nrows}, {m0}')}, i64 {rows_per})")
+        cols = fw.op(f"call i64 @llvm.umin.i64(i64 {fw.op(f'sub i64 {ncols}, {n0}')}, i64 {cols_per})")
+        init = self.reduce_init(r.op, acc_dt)
+
+        def slot(i, c):
+            at = fw.op(f"add nuw nsw i64 {fw.op(f'mul nuw nsw i64 {i}, {cols_per}')}, {c}")
+            return fw.op(f"getelementptr inbounds {aty}, ptr {self.acc_tile}, i64 {at}", "a")
+
+        def out_loops(i, c):
+            row = fw.op(f"add nuw nsw i64 {m0}, {i}")
+            col = fw.op(f"add nuw nsw i64 {n0}, {c}")
+            return outer + ([row] if len(space) >= 2 else []) + [col]
+
+        def each_cell(body):
+            fw.counted_loop("0", rows, [], lambda i, _: fw.counted_loop(
+                "0", cols, [], lambda c, __: body(i, c) or []) or [])
+
+        each_cell(lambda i, c: fw.emit(f"store {aty} {init}, ptr {slot(i, c)}, align {acc_dt.itemsize}"))
+
+        def fold(rloops, _):
+            def cell(i, c):
+                loops = out_loops(i, c) + list(rloops)
+                memo: dict = {}
+                v = self.convert(self.expr(r.value, loops, memo), r.value.dtype, acc_dt)
+                ptr = slot(i, c)
+                old = fw.op(f"load {aty}, ptr {ptr}, align {acc_dt.itemsize}")
+                new = self.combine(r.op, acc_dt, old, v)
+                fw.emit(f"store {aty} {new}, ptr {ptr}, align {acc_dt.itemsize}")
+                if r.scan:
+                    self.store_at(r.arg, self.index(r.index, loops, memo), new, acc_dt, out_dt)
+            each_cell(cell)
+            return []
+
+        fw.nested_loops(list(k.rspace), [], fold)
+        if not r.scan:
+            def write(i, c):
+                memo: dict = {}
+                ptr = slot(i, c)
+                v = fw.op(f"load {aty}, ptr {ptr}, align {acc_dt.itemsize}")
+                self.store_at(r.arg, self.index(r.index, out_loops(i, c), memo), v, acc_dt, out_dt)
+            each_cell(write)
         return []
 
     def flat_position(self, loops, first, sizes, memo) -> str:
@@ -308,11 +398,40 @@ class _Emitter:
     def address(self, arg: int, index: str, dt: np.dtype) -> str:
         return self.fw.op(f"getelementptr inbounds {memory_type(dt)}, ptr %p{arg}, i64 {index}", "a")
 
-    def store(self, arg: int, index: str, value: str, dt: np.dtype):
+    def store_at(self, arg: int, index: str, value: str, vdt: np.dtype, dt: np.dtype):
+        """Store value (of dtype vdt) converted to the argument's dtype dt."""
+        value = self.convert(value, vdt, dt)
         ptr = self.address(arg, index, dt)
         if dt.kind == "b":
             value = self.fw.op(f"zext i1 {value} to i8")
         self.fw.emit(f"store {memory_type(dt)} {value}, ptr {ptr}, align {dt.itemsize}")
+
+    def store(self, s, loops, memo, value: str):
+        """A kernel Store: plain, or combining with the old element (scatter modes); a store
+        whose data-dependent index is out of range is skipped (the error flag is raised)."""
+        fw = self.fw
+        dt = self.k.args[s.arg].dtype
+        index = self.index(s.index, loops, memo)
+        bad = [memo[("bad", id(p.expr), p.size)] for p in index_picks(s.index)]
+        done = None
+        if bad:
+            any_bad = bad[0]
+            for b in bad[1:]:
+                any_bad = fw.op(f"or i1 {any_bad}, {b}")
+            write, done = fw.label("write"), fw.label("skip")
+            fw.cond_br(any_bad, done, write)
+            fw.start(write)
+        if s.mode != "set":
+            ptr = self.address(s.arg, index, dt)
+            old = fw.op(f"load {memory_type(dt)}, ptr {ptr}, align {dt.itemsize}")
+            if dt.kind == "b":
+                old = fw.op(f"icmp ne i8 {old}, 0")
+            op = {"add": Op.ADD, "mul": Op.MUL, "max": Op.MAXIMUM, "min": Op.MINIMUM}[s.mode]
+            value = _emit_op(self, op, dt, [old, value], [dt, dt])
+        self.store_at(s.arg, index, value, dt, dt)
+        if done is not None:
+            fw.br(done)
+            fw.start(done)
 
     def index(self, ix: Index, loops, memo) -> str:
         key = ("ix", ix)
@@ -323,8 +442,10 @@ class _Emitter:
         for atom, coef in ix.terms:
             if isinstance(atom, Loop):
                 a = loops[atom.dim]
-            else:
+            elif isinstance(atom, DivMod):
                 a = self.divmod(atom, loops, memo)
+            else:
+                a = self.pick(atom, loops, memo)
             term = a if coef == 1 else fw.op(f"mul nsw i64 {a}, {coef}")
             acc = term if acc is None else fw.op(f"add nsw i64 {acc}, {term}")
         if acc is None:
@@ -342,6 +463,24 @@ class _Emitter:
         if atom.div * atom.mod >= atom.bound:
             return q
         return self.fw.op(f"urem i64 {q}, {atom.mod}")
+
+    def pick(self, atom: Pick, loops, memo) -> str:
+        """A data-dependent index: wrapped if negative, checked, and element 0 if out of range."""
+        key = ("pick", id(atom.expr), atom.size)
+        if key in memo:
+            return memo[key]
+        fw = self.fw
+        v = self.convert(self.expr(atom.expr, loops, memo), atom.expr.dtype, np.dtype(np.int64))
+        neg = fw.op(f"icmp slt i64 {v}, 0")
+        wrapped = fw.op(f"select i1 {neg}, i64 {fw.op(f'add i64 {v}, {atom.size}')}, i64 {v}")
+        bad = fw.op(f"icmp uge i64 {wrapped}, {atom.size}")
+        safe = fw.op(f"select i1 {bad}, i64 0, i64 {wrapped}")
+        old = fw.op("load i8, ptr %errflag, align 1")
+        flag = fw.op(f"or i8 {old}, {fw.op(f'zext i1 {bad} to i8')}")
+        fw.emit(f"store i8 {flag}, ptr %errflag, align 1")
+        memo[key] = safe
+        memo[("bad", id(atom.expr), atom.size)] = bad
+        return safe
 
     # ---- expressions -------------------------------------------------------------------
     def expr(self, e, loops, memo) -> str:

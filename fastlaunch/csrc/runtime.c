@@ -166,6 +166,10 @@ void fl_set_spin_us(int64_t us) { spin_ns = us * 1000; }
 
 void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args) {
     if (n <= 0) return;
+    if (work_per_item < 0) {          /* must run on one thread, in order (scatters) */
+        fn(0, n, args);
+        return;
+    }
     int64_t work = n * (work_per_item > 0 ? work_per_item : 1);
     if (work < parallel_threshold || n < 2) {
         fn(0, n, args);

@@ -20,7 +20,8 @@ int64_t fl_get_parallel_threshold(void);
 void fl_set_spin_us(int64_t us);
 
 /* Run fn over [0, n): serially when n * work_per_item is below the threshold (or the pool is
- * busy with another caller's launch), else split in chunks over the pool and the caller. */
+ * busy with another caller's launch), else split in chunks over the pool and the caller.
+ * work_per_item < 0 means the kernel must run on one thread, in order. */
 void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args);
 
 /* ---- memory pool: 64-byte aligned blocks, cached by size class ---- */
