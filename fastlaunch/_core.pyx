@@ -10,6 +10,7 @@ the encoder does not know) goes to the Python `miss` callback, which traces and 
 The interpreter knows only bytecode, slots and function pointers.
 """
 from cpython.ref cimport PyObject, Py_INCREF
+from cpython.tuple cimport PyTuple_New
 from libc.stdint cimport int64_t, uint64_t, intptr_t
 from libc.stdlib cimport malloc, free, realloc
 from libc.string cimport memcmp, memcpy, memset
@@ -20,6 +21,16 @@ import numpy as np
 from fastlaunch._launch cimport *
 
 cnp.import_array()
+
+cdef extern from "Python.h":
+    # reference-stealing forms, declared on raw pointers so Cython adds no refcounting
+    void tuple_set_item "PyTuple_SET_ITEM" (object tup, Py_ssize_t i, PyObject *item)
+    PyObject *tuple_get_item "PyTuple_GET_ITEM" (object tup, Py_ssize_t i)
+    PyObject *Py_TYPE_of "(PyObject *)Py_TYPE" (PyObject *o)
+    void Py_XDECREF(PyObject *o)
+
+cdef extern from "numpy/arrayobject.h":
+    PyObject *array_return "PyArray_Return" (PyObject *arr)    # steals arr, returns a new ref
 
 # ---- signature encoding ------------------------------------------------------------------
 # One tag word per node of the argument tree; arrays add their shape (and strides, unless
@@ -189,6 +200,85 @@ def encode(tuple args, tuple static_positions=()):
         words_release(&vals)
 
 
+# The replay fast path: arguments that are all arrays and Python scalars, encoded into stack
+# buffers with borrowed references (the argument tuple keeps every leaf alive).
+DEF FLAT_MAX_ARGS = 32
+DEF FLAT_SIG_WORDS = 128
+
+cdef Py_ssize_t encode_flat(tuple args, int64_t *sig, int64_t *vals, PyObject **objs) noexcept:
+    """Signature words of flat arguments (as encode_value writes them); -1 if not flat."""
+    cdef Py_ssize_t i, d, n = len(args), nsig = 0
+    cdef PyObject *o
+    cdef cnp.ndarray arr
+    cdef int flags, nd
+    cdef Bits bits
+    cdef bint contiguous
+    if n > FLAT_MAX_ARGS:
+        return -1
+    for i in range(n):
+        o = tuple_get_item(args, i)
+        objs[i] = o
+        t = <object>Py_TYPE_of(o)
+        if t is float:
+            bits.f = (<object>o)
+            sig[nsig] = TAG_FLOAT
+            nsig += 1
+            vals[i] = bits.i
+        elif cnp.PyArray_CheckExact(<object>o):
+            arr = <cnp.ndarray>o
+            flags = cnp.PyArray_FLAGS(arr)
+            if not (flags & cnp.NPY_ARRAY_ALIGNED) or not cnp.PyArray_ISNOTSWAPPED(arr):
+                return -1
+            nd = cnp.PyArray_NDIM(arr)
+            contiguous = (flags & cnp.NPY_ARRAY_C_CONTIGUOUS) != 0
+            if nsig + 1 + nd * (1 if contiguous else 2) > FLAT_SIG_WORDS:
+                return -1
+            sig[nsig] = (TAG_ARRAY | (<int64_t>cnp.PyArray_TYPE(arr) << 8)
+                         | (<int64_t>nd << 24) | (<int64_t>contiguous << 40))
+            nsig += 1
+            for d in range(nd):
+                sig[nsig + d] = cnp.PyArray_DIMS(arr)[d]
+            nsig += nd
+            if not contiguous:
+                for d in range(nd):
+                    sig[nsig + d] = cnp.PyArray_STRIDES(arr)[d]
+                nsig += nd
+            vals[i] = <int64_t><intptr_t>cnp.PyArray_DATA(arr)
+        elif t is int:
+            try:
+                vals[i] = <object>o
+            except OverflowError:
+                return -1
+            sig[nsig] = TAG_INT
+            nsig += 1
+        elif t is bool:
+            sig[nsig] = TAG_BOOL
+            nsig += 1
+            vals[i] = 1 if o == <PyObject *>True else 0
+        else:
+            return -1
+        if nsig >= FLAT_SIG_WORDS - 1:
+            return -1
+    return nsig
+
+
+cdef bint _is_flat(bytes sig):
+    """Whether a signature has only top-level array and scalar tags (what encode_flat makes)."""
+    cdef const int64_t *w = <const int64_t *><char *>sig
+    cdef Py_ssize_t i = 0, n = len(sig) // sizeof(int64_t), nd
+    cdef int tag
+    while i < n:
+        tag = w[i] & 0xFF
+        if tag == TAG_ARRAY:
+            nd = (w[i] >> 24) & 0xFFFF
+            i += 1 + nd * (1 if (w[i] >> 40) & 1 else 2)
+        elif tag in (TAG_FLOAT, TAG_INT, TAG_BOOL):
+            i += 1
+        else:
+            return False
+    return True
+
+
 # ---- the interpreter ---------------------------------------------------------------------
 cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, int64_t *slots,
                   int64_t *argwords, fl_kernel_fn *kernels, const int64_t *work) except -1 nogil:
@@ -250,9 +340,9 @@ cdef class OutputLayout:
         free(self.ndims)
         free(self.dims)
 
-    cdef list allocate(self, int64_t *slots, const int64_t *out_slots):
-        """Fresh C-ordered arrays; their data pointers go to slots[out_slots[i]] when given."""
-        cdef list outs = [None] * self.n
+    cdef int allocate(self, PyObject **outs, int64_t *slots, const int64_t *out_slots) except -1:
+        """Fresh C-ordered arrays as new references in outs[i] (NULL until made); their data
+        pointers go to slots[out_slots[i]] when slots is given."""
         cdef Py_ssize_t i, dim_at = 0
         cdef cnp.ndarray arr
         for i in range(self.n):
@@ -260,8 +350,9 @@ cdef class OutputLayout:
             dim_at += self.ndims[i]
             if slots != NULL:
                 slots[out_slots[i]] = <int64_t><intptr_t>cnp.PyArray_DATA(arr)
-            outs[i] = arr
-        return outs
+            Py_INCREF(arr)
+            outs[i] = <PyObject *>arr
+        return 0
 
 
 cdef class FloorCall:
@@ -276,14 +367,13 @@ cdef class FloorCall:
         self.as_scalar = [bool(x) for _, _, x in specs]
 
     def __call__(self, *args):
-        cdef list outs = self.layout.allocate(NULL, NULL)
-        cdef Py_ssize_t i
-        for i in range(len(outs)):
-            if self.as_scalar[i]:
-                value = outs[i]
-                Py_INCREF(value)
-                outs[i] = cnp.PyArray_Return(<cnp.ndarray>value)
-        return tuple(outs)
+        cdef PyObject *outs[64]
+        cdef Py_ssize_t i, n = self.layout.n
+        cdef tuple result = PyTuple_New(n)
+        self.layout.allocate(outs, NULL, NULL)
+        for i in range(n):
+            tuple_set_item(result, i, array_return(outs[i]) if self.as_scalar[i] else outs[i])
+        return result
 
 
 cdef class Program:
@@ -306,7 +396,11 @@ cdef class Program:
     cdef int64_t *mutated              # leaves written in place
     cdef Py_ssize_t nmutated
     cdef Py_ssize_t status_slot        # slot pointing at the call's error flag, or -1
-    cdef list results                  # per result leaf: (kind, index, as_scalar)
+    cdef Py_ssize_t nresults           # result leaves: kind 0 a new output, 1 an argument
+    cdef int *res_kind                 # leaf returned as is, 2 a constant Python value
+    cdef int64_t *res_index            # output index, argument leaf, or index in res_values
+    cdef bint *res_scalar              # hand a 0-d output back as a NumPy scalar
+    cdef list res_values
     cdef int structure                 # 0: one leaf, 1: flat tuple, 2: call unflatten
     cdef object unflatten
     cdef object keepalive
@@ -339,7 +433,21 @@ cdef class Program:
         self.int_checks = _copy_words(np.asarray([x for t in int_checks for x in t], np.int64))
         self.nmutated = len(mutated)
         self.mutated = _copy_words(np.asarray(mutated, np.int64))
-        self.results = list(results)
+        self.nresults = len(results)
+        self.res_kind = <int *>malloc(max(1, self.nresults) * sizeof(int))
+        self.res_index = <int64_t *>malloc(max(1, self.nresults) * sizeof(int64_t))
+        self.res_scalar = <bint *>malloc(max(1, self.nresults) * sizeof(bint))
+        self.res_values = []
+        for i, (kind, index, as_scalar) in enumerate(results):
+            self.res_kind[i] = kind
+            self.res_scalar[i] = as_scalar
+            if kind == 2:
+                self.res_index[i] = len(self.res_values)
+                self.res_values.append(index)
+            else:
+                self.res_index[i] = index
+        if self.outputs.n > 64:
+            raise ValueError("fastlaunch: more than 64 result arrays are not supported")
         self.status_slot = status_slot
         self.structure = structure
         self.unflatten = unflatten
@@ -351,16 +459,17 @@ cdef class Program:
             free(self.const_slots); free(self.const_ptrs); free(self.temp_slots)
             free(self.out_slots)
             free(self.int_checks); free(self.mutated)
+            free(self.res_kind); free(self.res_index); free(self.res_scalar)
 
     cdef object invoke(self, int64_t *leaf_words, PyObject **leaf_objs):
         cdef int64_t local_slots[64]
         cdef int64_t local_args[128]
+        cdef PyObject *outs[64]
         cdef int64_t *slots = local_slots
         cdef int64_t *argwords = local_args
         cdef int64_t error_flag = 0
         cdef Py_ssize_t i
         cdef int status
-        cdef list outs
         if self.nint_checks:
             self._check_ints(leaf_words)
         if self.nmutated:
@@ -372,6 +481,7 @@ cdef class Program:
         if slots == NULL or argwords == NULL:
             _release(slots, local_slots, argwords, local_args)
             raise MemoryError()
+        memset(outs, 0, self.outputs.n * sizeof(PyObject *))
         try:
             memcpy(slots, leaf_words, self.nleaves * sizeof(int64_t))
             for i in range(self.nconsts):
@@ -380,46 +490,61 @@ cdef class Program:
                 slots[self.temp_slots[i]] = 0
             if self.status_slot >= 0:
                 slots[self.status_slot] = <int64_t><intptr_t>&error_flag
-            outs = self.outputs.allocate(slots, self.out_slots)
+            self.outputs.allocate(outs, slots, self.out_slots)
             with nogil:
                 status = run_code(self.code, self.ncode, self.lists, slots, argwords,
                                   self.kernels, self.work)
             if status != STATUS_OK:
-                for i in range(self.ntemps):
-                    if slots[self.temp_slots[i]] != 0:
-                        fl_mem_free(<void *><intptr_t>slots[self.temp_slots[i]])
-                if status == STATUS_NO_MEMORY:
-                    raise MemoryError("fastlaunch: out of memory for a temporary buffer")
-                if status == STATUS_INDEX_ERROR:
-                    raise IndexError("fastlaunch: an index array holds a value out of bounds "
-                                     "for the axis it indexes (no argument was modified)")
-                raise RuntimeError(f"fastlaunch: program failed with status {status}")
+                self._fail(status, slots)
             return self._pack(outs, leaf_objs)
         finally:
+            for i in range(self.outputs.n):
+                Py_XDECREF(outs[i])
             _release(slots, local_slots, argwords, local_args)
 
-    cdef object _pack(self, list outs, PyObject **leaf_objs):
-        cdef Py_ssize_t n = len(self.results)
+    cdef int _fail(self, int status, int64_t *slots) except -1:
+        cdef Py_ssize_t i
+        for i in range(self.ntemps):
+            if slots[self.temp_slots[i]] != 0:
+                fl_mem_free(<void *><intptr_t>slots[self.temp_slots[i]])
+        if status == STATUS_NO_MEMORY:
+            raise MemoryError("fastlaunch: out of memory for a temporary buffer")
+        if status == STATUS_INDEX_ERROR:
+            raise IndexError("fastlaunch: an index array holds a value out of bounds "
+                             "for the axis it indexes (no argument was modified)")
+        raise RuntimeError(f"fastlaunch: program failed with status {status}")
+
+    cdef object _pack(self, PyObject **outs, PyObject **leaf_objs):
+        """The call's result; takes over the references in outs (clearing them)."""
+        cdef Py_ssize_t i
+        cdef tuple result
         cdef list values
-        cdef tuple spec
         if self.structure == 0:
-            return self._leaf(<tuple>self.results[0], outs, leaf_objs)
-        values = [self._leaf(<tuple>spec, outs, leaf_objs) for spec in self.results]
+            return self._take(0, outs, leaf_objs)
         if self.structure == 1:
-            return tuple(values)
+            result = PyTuple_New(self.nresults)
+            for i in range(self.nresults):
+                item = self._take(i, outs, leaf_objs)
+                Py_INCREF(item)
+                tuple_set_item(result, i, <PyObject *>item)
+            return result
+        values = [self._take(i, outs, leaf_objs) for i in range(self.nresults)]
         return self.unflatten(values)
 
-    cdef inline object _leaf(self, tuple spec, list outs, PyObject **leaf_objs):
-        kind = spec[0]
-        if kind == 0:
-            value = outs[spec[1]]
-            if spec[2]:
-                Py_INCREF(value)    # PyArray_Return steals a reference; Cython's declaration says not
-                return cnp.PyArray_Return(<cnp.ndarray>value)
-            return value
-        if kind == 1:
-            return <object>leaf_objs[<Py_ssize_t>spec[1]]
-        return spec[1]
+    cdef inline object _take(self, Py_ssize_t i, PyObject **outs, PyObject **leaf_objs):
+        cdef PyObject *ref
+        cdef Py_ssize_t k = self.res_index[i]
+        if self.res_kind[i] == 0:
+            ref = outs[k]
+            outs[k] = NULL
+            if self.res_scalar[i]:
+                ref = array_return(ref)       # steals the array, returns a new scalar
+            result = <object>ref               # Cython takes a new reference...
+            Py_XDECREF(ref)                    # ...so drop the one we owned
+            return result
+        if self.res_kind[i] == 1:
+            return <object>leaf_objs[k]
+        return self.res_values[k]
 
     cdef int _check_ints(self, int64_t *leaf_words) except -1:
         cdef Py_ssize_t i
@@ -508,6 +633,8 @@ cdef object call_program(Program program, tuple leaves):
 cdef class Entry:
     """One traced signature: its encoded words and the program that replays it."""
     cdef bytes sig
+    cdef Py_ssize_t nsig
+    cdef bint flat              # only arrays and Python scalars, directly in the arguments
     cdef list keys
     cdef list statics
     cdef readonly Program program
@@ -515,8 +642,10 @@ cdef class Entry:
 
     def __init__(self, bytes sig, list keys, list statics, Program program, info=None):
         self.sig = sig
+        self.nsig = len(sig) // sizeof(int64_t)
         self.keys = keys
         self.statics = statics
+        self.flat = not keys and not statics and _is_flat(sig)
         self.program = program
         self.info = info
 
@@ -549,14 +678,32 @@ cdef class Dispatcher:
         raise NotImplementedError
 
     def __call__(self, *args, **kwargs):
+        cdef int64_t sig[FLAT_SIG_WORDS]
+        cdef int64_t vals[FLAT_MAX_ARGS]
+        cdef PyObject *objs[FLAT_MAX_ARGS]
+        cdef Py_ssize_t nsig
+        cdef Entry entry
+        if kwargs or not self._replay or not self._entries:
+            return self._miss(args, kwargs)
+        if not self._static_positions:
+            nsig = encode_flat(args, sig, vals, objs)
+            if nsig >= 0:
+                for entry in self._entries:
+                    if entry.flat and entry.nsig == nsig and \
+                            memcmp(<char *>entry.sig, sig, nsig * sizeof(int64_t)) == 0:
+                        return entry.program.invoke(vals, objs)
+                return self._miss(args, kwargs)
+        return self._general_call(args, kwargs)
+
+    cdef object _general_call(self, tuple args, dict kwargs):
+        """Arguments with containers, static values or many leaves: encoded with strong
+        references to every leaf."""
         cdef Words sig, vals
         cdef list leaves, keys = [], statics = []
         cdef Entry entry
         cdef PyObject *objs_local[64]
         cdef PyObject **objs = objs_local
         cdef Py_ssize_t i, n
-        if kwargs or not self._replay or not self._entries:
-            return self._miss(args, kwargs)
         words_init(&sig)
         words_init(&vals)
         leaves = []
@@ -568,9 +715,7 @@ cdef class Dispatcher:
             for entry in self._entries:
                 if len(entry.sig) != n or memcmp(<char *>entry.sig, sig.data, n) != 0:
                     continue
-                if keys and keys != entry.keys:
-                    continue
-                if statics and statics != entry.statics:
+                if keys != entry.keys or statics != entry.statics:
                     continue
                 if len(leaves) > 64:
                     objs = <PyObject **>malloc(len(leaves) * sizeof(PyObject *))
