@@ -3,5 +3,8 @@ __version__ = "0.1.0"
 
 from .errors import TracingError  # noqa: E402
 from .jit import Compiled, Lowered, RetraceWarning, compile  # noqa: E402
+from .saved import LoadedProgram, SavedProgramError, load  # noqa: E402
+from .trace import asarray  # noqa: E402
 
-__all__ = ["compile", "Compiled", "Lowered", "TracingError", "RetraceWarning", "__version__"]
+__all__ = ["compile", "load", "asarray", "Compiled", "Lowered", "LoadedProgram", "TracingError",
+           "RetraceWarning", "SavedProgramError", "__version__"]

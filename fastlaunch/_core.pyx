@@ -48,6 +48,7 @@ cdef enum:
     TAG_DICT = 9
     TAG_NONE = 10
     TAG_NAMEDTUPLE = 11
+    TAG_BIGINT = 12         # a Python int in [2**63, 2**64): NumPy takes it as uint64
 
 # encode() results
 cdef enum:
@@ -115,9 +116,12 @@ cdef int encode_value(object obj, Words *sig, Words *vals, list leaves, list key
     elif t is int:
         try:
             iv = obj
+            words_push(sig, TAG_INT)
         except OverflowError:
-            return NOT_ENCODABLE
-        words_push(sig, TAG_INT)
+            if not 0 <= obj < 2**64:
+                return NOT_ENCODABLE
+            iv = <int64_t><uint64_t>obj
+            words_push(sig, TAG_BIGINT)
         words_push(vals, iv)
         leaves.append(obj)
     elif cnp.PyArray_Check(obj):
@@ -515,7 +519,7 @@ cdef class Program:
         raise RuntimeError(f"fastlaunch: program failed with status {status}")
 
     cdef object _pack(self, PyObject **outs, PyObject **leaf_objs):
-        """The call's result; takes over the references in outs (clearing them)."""
+        """The call's result (outs keep their references; the caller drops them)."""
         cdef Py_ssize_t i
         cdef tuple result
         cdef list values
@@ -535,12 +539,12 @@ cdef class Program:
         cdef PyObject *ref
         cdef Py_ssize_t k = self.res_index[i]
         if self.res_kind[i] == 0:
-            ref = outs[k]
-            outs[k] = NULL
-            if self.res_scalar[i]:
-                ref = array_return(ref)       # steals the array, returns a new scalar
-            result = <object>ref               # Cython takes a new reference...
-            Py_XDECREF(ref)                    # ...so drop the one we owned
+            if not self.res_scalar[i]:
+                return <object>outs[k]
+            Py_INCREF(<object>outs[k])         # PyArray_Return steals one reference...
+            ref = array_return(outs[k])        # ...and returns a new one to the scalar
+            result = <object>ref
+            Py_XDECREF(ref)
             return result
         if self.res_kind[i] == 1:
             return <object>leaf_objs[k]

@@ -28,8 +28,22 @@ for _op, _names in OPERANDS.items():
     assert (_op & 0xFF) == 1 + len(_names), f"{_op.name}: width and operand names disagree"
 
 
+VALID_OPCODES = {int(op) for op in OPERANDS}
+
+
 def width(opcode: int) -> int:
     return int(opcode) & 0xFF
+
+
+def decode(code, pc: int):
+    """(opcode, operands) at pc, or (None, reason) when the code there is malformed."""
+    raw = int(code[pc])
+    if raw not in VALID_OPCODES:
+        return None, f"unknown opcode {raw:#x}"
+    op = Opcode(raw)
+    if pc + width(op) > len(code):
+        return None, f"{op.name} runs past the end of the code"
+    return op, [int(x) for x in code[pc + 1:pc + width(op)]]
 
 
 class VerifyError(ValueError):
@@ -72,10 +86,13 @@ class Program:
 
     # ---- derived facts ---------------------------------------------------------------------
     def instructions(self):
+        """(pc, opcode, operands) of each well-formed instruction, up to the first bad one."""
         pc, code = 0, self.code
         while pc < len(code):
-            op = Opcode(int(code[pc]))
-            yield pc, op, [int(x) for x in code[pc + 1:pc + width(op)]]
+            op, operands = decode(code, pc)
+            if op is None:
+                return
+            yield pc, op, operands
             pc += width(op)
 
     def peak_temp_bytes(self) -> int:
@@ -87,7 +104,7 @@ class Program:
                 live += operands[1]
                 peak = max(peak, live)
             elif op is Opcode.FREE:
-                live -= sizes.pop(operands[0])
+                live -= sizes.pop(operands[0], 0)
         return peak
 
     def launch_count(self) -> int:
@@ -105,8 +122,13 @@ class Program:
         for i, s in enumerate(self.slots):
             extra = f" nbytes={s.nbytes}" if s.role == "temp" else ""
             lines.append(f";   slot {i}: {s.role} {np.dtype(s.dtype)} {s.label}{extra}")
+        pc = 0
         for pc, op, operands in self.instructions():
             lines.append(f"{pc:04d}: {op.name:<7}" + self._operand_text(op, operands))
+            pc += width(op)
+        if pc < len(self.code):
+            _, reason = decode(self.code, pc)
+            lines.append(f"{pc:04d}: ?? {reason}; raw words {[int(x) for x in self.code[pc:pc + 4]]}")
         return "\n".join(lines)
 
     def _operand_text(self, op, operands) -> str:
@@ -228,16 +250,10 @@ def verify(p: Program) -> None:
     bound: dict[int, list] = {}   # args_at -> slots bound there
     pc, code = 0, p.code
     while pc < len(code):
-        raw = int(code[pc])
-        try:
-            op = Opcode(raw)
-        except ValueError:
-            errors.append(f"{pc:04d}: unknown opcode {raw:#x}")
+        op, ops = decode(code, pc)
+        if op is None:
+            errors.append(f"{pc:04d}: {ops}")
             break
-        if pc + width(op) > len(code):
-            errors.append(f"{pc:04d}: {op.name} runs past the end of the code")
-            break
-        ops = [int(x) for x in code[pc + 1:pc + width(op)]]
         where = f"{pc:04d}: {op.name}"
         if op is Opcode.ALLOC:
             slot, nbytes = ops

@@ -437,6 +437,9 @@ class _KernelBuilder:
                                           np.dtype(acc) if acc is not None else None, scan)
 
     def _intern(self, e):
+        """One object per equal leaf expression (loads, constants, scalars)."""
+        if isinstance(e, Compute):
+            return e
         return self.memo.setdefault(("e", e), e)
 
     # ---- expressions -----------------------------------------------------------------------

@@ -144,7 +144,7 @@ class Op(enum.Enum):
 
 
 # float16 is storage only: LLVM promotes each operation to float and rounds back, as NumPy's loops do.
-SUPPORTED_DTYPES = tuple(np.dtype(c) for c in "?bhilqBHILQefd")
+SUPPORTED_DTYPES = tuple(dict.fromkeys(np.dtype(c) for c in "?bhilqBHILQefd"))
 
 _SHORT = {"b": "bool", "i": "i", "u": "u", "f": "f"}
 

@@ -61,6 +61,10 @@ class _EntryInfo:
     kernels: list = field(default_factory=list)
     keys: list = field(default_factory=list)        # dict keys / namedtuple classes in the key
     statics: list = field(default_factory=list)     # values of static arguments
+    results: list = field(default_factory=list)     # result leaf specs (see result_specs)
+    out_tree: object = None                         # the result's pytree structure
+    int_bounds: dict = field(default_factory=dict)
+    leaf_names: list = field(default_factory=list)  # the argument each leaf belongs to
 
 
 class Compiled(_core.Dispatcher):
@@ -76,7 +80,14 @@ class Compiled(_core.Dispatcher):
                              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
         names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
-        positions = set(int(n) for n in nums)
+        positions = set()
+        for n in nums:
+            n = int(n)
+            if n < 0:
+                if not self._param_names or -n > len(self._param_names):
+                    raise ValueError(f"static_argnums={n} does not name a positional parameter")
+                n += len(self._param_names)
+            positions.add(n)
         for name in names:
             if name not in self._param_names:
                 raise ValueError(f"static_argnames: {fn.__name__} has no positional parameter "
@@ -96,6 +107,9 @@ class Compiled(_core.Dispatcher):
 
     # ---- the slow path -----------------------------------------------------------------
     def _miss(self, args, kwargs):
+        if _holds_tracer(args) or _holds_tracer(tuple(kwargs.values())):
+            # called while another compiled function is being traced: trace straight through
+            return self.__wrapped__(*args, **kwargs)
         args, kwargs = self._bind(args, kwargs)
         call = args + ((kwargs,) if kwargs else ())
         enc = _core.encode(call, self._static)
@@ -178,22 +192,34 @@ class Compiled(_core.Dispatcher):
                 return rebuilt[:-1], rebuilt[-1]
             return rebuilt, {}
 
-        traced, result = trace_function(self.__wrapped__, build_args, leaves)
-        layouts = {pos: _element_strides(obj) for pos, obj in enumerate(leaf_objs)
-                   if isinstance(obj, np.ndarray)}
-        plan = fuse.plan(traced.graph, layouts)
-        kernels = [self.backend.compile(k) for k in plan.kernels]
+        for i in self._static:
+            if i < len(call):
+                try:
+                    hash(call[i])
+                except TypeError:
+                    raise TypeError(f"static {self._arg_name(i, call)} must be hashable: its "
+                                    f"value is part of the signature (got "
+                                    f"{type(call[i]).__name__})") from None
+        with _deep_recursion():
+            traced, result = trace_function(self.__wrapped__, build_args, leaves)
+            layouts = {pos: _element_strides(obj) for pos, obj in enumerate(leaf_objs)
+                       if isinstance(obj, np.ndarray)}
+            plan = fuse.plan(traced.graph, layouts)
+            kernels = [self.backend.compile(k) for k in plan.kernels]
         record_leaves = [("array", d[1], d[2], layouts[pos]) if d[0] == "array" else d[:2]
                          for pos, d in enumerate(leaves)]
         program = record.record(plan, [k.name for k in kernels], record_leaves,
                                 traced.graph.consts, traced.mutated_leaves)
         bytecode.verify(program)
         _, out_tree = flatten(result)
-        entry = _make_entry(sig_bytes, keys, statics, program, kernels, traced, out_tree)
+        results = result_specs(traced.outputs)
+        entry = build_entry(sig_bytes, keys, statics, program, kernels, results, out_tree,
+                            traced.int_bounds)
         lowered = Lowered(str(traced.graph),
                           [(k.label, k.describe(), ck.source) for k, ck in zip(plan.kernels, kernels)],
                           program.disassemble(), plan, program)
-        entry.info = _EntryInfo(leaves, lowered, kernels, keys, statics)
+        entry.info = _EntryInfo(leaves, lowered, kernels, keys, statics, results, out_tree,
+                                traced.int_bounds, names)
         seconds = time.perf_counter() - t0
         if install:
             reason = self._reason(leaves)
@@ -246,6 +272,18 @@ class Compiled(_core.Dispatcher):
 
     def lower(self, *args, **kwargs) -> Lowered:
         """Trace for these arguments (without running) and return the IR, kernels and bytecode."""
+        return self._entry_for(args, kwargs).info.lowered
+
+    def save(self, path, *args, **kwargs):
+        """Write the program traced for these arguments' signature to `path`;
+        fastlaunch.load(path) replays it in another process without this function."""
+        from .saved import save_entry
+        if kwargs:
+            raise TypeError("save() takes example arguments positionally")
+        entry = self._entry_for(args, {})
+        save_entry(path, entry, self.backend, self._static)
+
+    def _entry_for(self, args, kwargs):
         args, kwargs = self._bind(args, kwargs)
         call = args + ((kwargs,) if kwargs else ())
         enc = _core.encode(call, self._static)
@@ -255,7 +293,7 @@ class Compiled(_core.Dispatcher):
         entry = self._find(enc) if self.replay else None
         if entry is None:
             entry = self._trace(call, enc, bool(kwargs), install=False)
-        return entry.info.lowered
+        return entry
 
     def dis(self, *args, file=None, **kwargs):
         """Print the IR, kernel sources and bytecode for these arguments (or every cached entry)."""
@@ -291,6 +329,29 @@ def compile(fn=None, *, static_argnums=(), static_argnames=(), backend="cpu", re
 
 
 # ---- helpers -----------------------------------------------------------------------------
+class _deep_recursion:
+    """Tracing, fusion and code generation recurse once per graph node: long chains of
+    operations need more than Python's default 1000 frames."""
+    LIMIT = 30000
+
+    def __enter__(self):
+        self.saved = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(self.saved, self.LIMIT))
+
+    def __exit__(self, *exc):
+        sys.setrecursionlimit(self.saved)
+
+
+def _holds_tracer(values) -> bool:
+    from .trace import Tracer
+    for v in values:
+        leaves, _ = flatten(v)
+        if any(isinstance(x, Tracer) for x in leaves):
+            return True
+    return False
+
+
+
 def _describe_leaf(name: str, leaf):
     if isinstance(leaf, np.ndarray):
         ops.check_dtype(leaf.dtype, name)
@@ -298,7 +359,7 @@ def _describe_leaf(name: str, leaf):
     if type(leaf) is bool:
         return ("scalar", np.dtype(np.bool_), bool)
     if type(leaf) is int:
-        return ("scalar", np.dtype(np.int64), int)
+        return ("scalar", np.dtype(np.int64 if leaf < 2**63 else np.uint64), int)
     if type(leaf) is float:
         return ("scalar", np.dtype(np.float64), float)
     if isinstance(leaf, np.generic):
@@ -314,10 +375,10 @@ def _normalize_leaf(name: str, leaf):
             ops.check_dtype(leaf.dtype, name)
         if not leaf.dtype.isnative or not leaf.flags.aligned or any(
                 s % leaf.dtype.itemsize for s in leaf.strides):
-            return np.ascontiguousarray(leaf, leaf.dtype.newbyteorder("="))
+            return np.array(leaf, dtype=leaf.dtype.newbyteorder("="), order="C", copy=True)
         return leaf
-    if type(leaf) is int and not -2**63 <= leaf < 2**63:
-        raise OverflowError(f"{name}: Python integer {leaf} does not fit in int64")
+    if type(leaf) is int and not -2**63 <= leaf < 2**64:
+        raise OverflowError(f"{name}: Python integer {leaf} does not fit in int64 or uint64")
     if isinstance(leaf, (bool, int, float, np.generic)) and not isinstance(leaf, complex):
         if isinstance(leaf, np.generic):
             ops.check_dtype(leaf.dtype, name)
@@ -342,15 +403,14 @@ def _signature_text(leaves) -> str:
     return "(" + ", ".join(_leaf_text(d) for d in leaves) + ")"
 
 
-def _make_entry(sig_bytes, keys, statics, program, kernels, traced, out_tree):
-    results = []
-    for spec in traced.outputs:
-        if spec[0] == "new":
-            results.append((0, spec[1], spec[2]))
-        elif spec[0] == "input":
-            results.append((1, spec[1], False))
-        else:
-            results.append((2, spec[1], False))
+def result_specs(outputs) -> list:
+    """(kind, index or value, as_scalar) per result leaf, as _core.Program takes them."""
+    kinds = {"new": 0, "input": 1, "value": 2}
+    return [(kinds[o[0]], o[1], bool(o[2]) if o[0] == "new" else False) for o in outputs]
+
+
+def build_entry(sig_bytes, keys, statics, program, kernels, results, out_tree, int_bounds):
+    """A dispatcher entry: the verified program bound to its kernels' addresses."""
     if out_tree.kind == "leaf":
         structure, unflatten = 0, None
     elif out_tree.kind == "tuple" and all(c.kind == "leaf" for c in out_tree.children):
@@ -362,7 +422,7 @@ def _make_entry(sig_bytes, keys, statics, program, kernels, traced, out_tree):
         program.code, program.arg_lists, len(program.slots), program.nargwords, program.nleaves,
         [k.address for k in kernels], [k.work_per_item for k in program.kernels],
         program.consts, temp_slots, program.outputs,
-        [(leaf, lo, hi) for leaf, (lo, hi) in sorted(traced.int_bounds.items())],
+        [(leaf, lo, hi) for leaf, (lo, hi) in sorted(int_bounds.items())],
         program.mutated_leaves, results, structure, unflatten, (kernels, program),
         program.status_slot)
     return _core.Entry(sig_bytes, keys, statics, core, None)

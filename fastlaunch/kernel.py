@@ -187,11 +187,16 @@ class IndexValue:
     dtype: np.dtype
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Compute:
-    op: Op            # an elementwise op of ir.Op, on operands of its loop dtypes
+    """op (an elementwise ir.Op) on operands of its loop dtypes.  Compared by identity: the
+    builder makes one object per value, and deep chains must not hash recursively."""
+    op: Op
     dtype: np.dtype
     operands: tuple
+
+    def __repr__(self):
+        return f"<Compute {self.op.value} {dtype_short(self.dtype)}>"
 
 
 @dataclass(frozen=True)
@@ -362,22 +367,28 @@ def _expr_text(e, names) -> str:
     return f"{e.op.value} {dtype_short(e.dtype)} " + ", ".join(names[id(o)] for o in e.operands)
 
 
+def _children(e) -> list:
+    if isinstance(e, Compute):
+        return list(e.operands)
+    if isinstance(e, (Load, IndexValue)):
+        return [p.expr for p in index_picks(e.index)]
+    return []
+
+
 def walk(roots):
-    """Expressions reachable from roots, operands before users, each once."""
+    """Expressions reachable from roots, operands before users, each once (iterative: long
+    chains of operations are deep)."""
     order, seen = [], set()
-
-    def visit(e):
-        if id(e) in seen:
-            return
-        seen.add(id(e))
-        if isinstance(e, Compute):
-            for o in e.operands:
-                visit(o)
-        if isinstance(e, (Load, IndexValue)):
-            for p in index_picks(e.index):
-                visit(p.expr)
-        order.append(e)
-
-    for r in roots:
-        visit(r)
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            e, expanded = stack.pop()
+            if expanded:
+                order.append(e)
+                continue
+            if id(e) in seen:
+                continue
+            seen.add(id(e))
+            stack.append((e, True))
+            stack.extend((c, False) for c in reversed(_children(e)) if id(c) not in seen)
     return order

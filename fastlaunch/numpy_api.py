@@ -257,7 +257,7 @@ def _no_extra(name, **kwargs):
 
 def _reduce(op: Op, a, axis=None, keepdims=False, dtype=None) -> Tracer:
     n = ops.reduce(current_graph(), op, node_of(a), axis, bool(keepdims), dtype)
-    return wrap(n, scalar=n.ndim == 0 and not keepdims)
+    return wrap(n, scalar=n.ndim == 0)
 
 
 @implements(np.sum)
@@ -341,7 +341,7 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
     total = ops.reduce(g, Op.SUM, ops.cast(g, n, acc), axis, bool(keepdims), acc)
     count = ops.count(n, ops.normalize_axes(axis, n.ndim))
     r = ops.elementwise(g, Op.DIV, acc, [total, ops.literal(g, count, acc)])
-    return wrap(ops.cast(g, r, res), scalar=r.ndim == 0 and not keepdims)
+    return wrap(ops.cast(g, r, res), scalar=r.ndim == 0)
 
 
 @implements(np.var)
@@ -361,7 +361,7 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None, 
     d = ops.elementwise(g, Op.SUB, acc, [x, mu])
     ss = ops.reduce(g, Op.SUM, ops.elementwise(g, Op.MUL, acc, [d, d]), axes, bool(keepdims), acc)
     r = ops.elementwise(g, Op.DIV, acc, [ss, ops.literal(g, max(count - ddof, 0), acc)])
-    return wrap(ops.cast(g, r, res), scalar=r.ndim == 0 and not keepdims)
+    return wrap(ops.cast(g, r, res), scalar=r.ndim == 0)
 
 
 @implements(np.std)

@@ -63,10 +63,13 @@ def literal_value(n: Node):
 
 
 def weak_literal(g: Graph, value) -> tuple[Node, type]:
-    """A Python scalar written in the traced code: a NEP 50 weak literal."""
+    """A Python scalar written in the traced code: a NEP 50 weak literal.  (A Python bool is
+    NumPy's bool: the lowest kind, so it never needs to be weak.)"""
     kind = type(value) if type(value) in _WEAK_TYPES else None
     if kind is None:
         raise TypeError(f"unsupported Python scalar {value!r} of type {type(value).__name__}")
+    if kind is bool:
+        return literal(g, value, np.bool_), None
     dtype = {bool: np.bool_, int: np.int64, float: np.float64}[kind]
     if kind is int and not (-2**63 <= value < 2**64):
         raise OverflowError(f"Python integer {value} out of bounds for int64 and uint64")
@@ -80,6 +83,9 @@ def cast(g: Graph, n: Node, dtype, weak: type | None = None) -> Node:
     dt = np.dtype(dtype)
     if n.dtype == dt:
         return n
+    if weak is int and n.op is Op.PARAM and n.dtype == np.uint64 and dt.kind in "iu":
+        # a Python int argument of at least 2**63 meets a narrower integer array
+        raise OverflowError(f"Python integer argument out of bounds for {dt}")
     value = literal_value(n)
     if value is not None:
         if weak is int and dt.kind in "iu":
@@ -285,13 +291,15 @@ def normalize_axes(axis, ndim: int) -> tuple:
     out = []
     for a in axes:
         a = int(a)
-        if not -ndim <= a < max(ndim, 1) or (ndim == 0 and a not in (0, -1)):
+        if ndim == 0 and a in (0, -1):     # NumPy lets a 0-d array be reduced along 0 or -1
+            continue
+        if not -ndim <= a < ndim:
             raise np.exceptions.AxisError(a, ndim)
-        a = a % ndim if ndim else 0
+        a %= ndim
         if a in out:
             raise ValueError("duplicate value in 'axis'")
         out.append(a)
-    return tuple(sorted(out)) if ndim else ()
+    return tuple(sorted(out))
 
 
 def reduce_dtype(op: Op, dtype: np.dtype) -> np.dtype:

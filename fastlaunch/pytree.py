@@ -37,6 +37,25 @@ class TreeDef:
             return self.meta(*items)
         return dict(zip(self.meta, items))
 
+    def to_json(self):
+        """A JSON-able description (saved programs); dict keys must be str, int or float."""
+        out = {"kind": self.kind}
+        if self.kind == "namedtuple":
+            raise TypeError("a saved program cannot return a namedtuple; return a tuple or dict")
+        if self.kind == "dict":
+            if not all(type(k) in (str, int, float) for k in self.meta):
+                raise TypeError("a saved program's result dicts need str, int or float keys")
+            out["keys"] = list(self.meta)
+        if self.children:
+            out["children"] = [c.to_json() for c in self.children]
+        return out
+
+    @staticmethod
+    def from_json(data) -> "TreeDef":
+        children = [TreeDef.from_json(c) for c in data.get("children", ())]
+        meta = tuple(data["keys"]) if data["kind"] == "dict" else None
+        return TreeDef(data["kind"], children, meta)
+
     def __eq__(self, other):
         return (isinstance(other, TreeDef) and self.kind == other.kind
                 and self.meta == other.meta and self.children == other.children)

@@ -204,7 +204,8 @@ class Tracer:
         self._concrete("int(x)")
 
     def __index__(self):
-        self._concrete("using an array as a Python index (operator.index)")
+        self._concrete("using a traced array as a Python index (operator.index); to index a "
+                       "NumPy array by a traced index use fastlaunch.asarray(array)[index], and")
 
     def __complex__(self):
         self._concrete("complex(x)")
@@ -218,9 +219,10 @@ class Tracer:
     def __array__(self, dtype=None, copy=None):
         raise TracingError(
             f"converting a traced array ({self.dtype}{list(self.shape)}) to a NumPy array "
-            f"(np.asarray, or storing it into a NumPy array) is not possible while tracing. "
-            f"Create arrays from traced values instead, e.g. np.zeros_like(x) or np.empty_like(x); "
-            f"for data-dependent choices use np.where.")
+            f"(np.asarray, indexing a NumPy array with it, or storing it into a NumPy array) is "
+            f"not possible while tracing. Create arrays from traced values instead, e.g. "
+            f"np.zeros_like(x); index a NumPy constant by a traced index with "
+            f"fastlaunch.asarray(table)[index]; for data-dependent choices use np.where.")
 
     # ---- NumPy protocols (implemented in numpy_api) ----
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -247,6 +249,15 @@ class Tracer:
         view = self._view or ViewMap.identity(st.node.shape)
         st.node = view.write(g, st.node, value_node)
         st.version += 1
+
+
+def asarray(obj):
+    """Inside a traced function: `obj` (a NumPy array or nested list) as a traced constant, so
+    that NumPy-level indexing by traced values works (`fl.asarray(table)[idx]`).  Outside a
+    trace this is np.asarray."""
+    if getattr(_state, "graph", None) is None:
+        return np.asarray(obj)
+    return numpy_api.array(obj)
 
 
 def new_tracer(node: Node, weak: type | None = None, scalar: bool | None = None) -> Tracer:
@@ -293,7 +304,8 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
                 tracers.append(Tracer(st))
             else:
                 node = g.add(Op.PARAM, leaf[1], (), position=pos)
-                tracers.append(Tracer(Storage(node, position=pos), weak=leaf[2], scalar=True))
+                weak = leaf[2] if leaf[2] is not bool else None   # see ops.weak_literal
+                tracers.append(Tracer(Storage(node, position=pos), weak=weak, scalar=True))
         args, kwargs = build_args(tracers)
         result = fn(*args, **kwargs)
         return _finish(g, result, tracers, storages), result
@@ -305,6 +317,7 @@ def _finish(g: Graph, result, tracers, storages) -> Traced:
     from .pytree import flatten
     leaves, _ = flatten(result)
     outputs = []
+    returned: dict = {}            # id(tracer) -> output index: `return y, y` gives y twice
     for leaf in leaves:
         if isinstance(leaf, Tracer):
             st = leaf._storage
@@ -312,8 +325,10 @@ def _finish(g: Graph, result, tracers, storages) -> Traced:
                     and (leaf is tracers[st.position] or st.node.op is not Op.PARAM):
                 outputs.append(("input", st.position))
                 continue
-            g.outputs.append(leaf.node)
-            outputs.append(("new", len(g.outputs) - 1, bool(leaf.scalar)))
+            if id(leaf) not in returned:
+                g.outputs.append(leaf.node)
+                returned[id(leaf)] = len(g.outputs) - 1
+            outputs.append(("new", returned[id(leaf)], bool(leaf.scalar)))
         elif isinstance(leaf, np.ndarray):
             g.outputs.append(g.add_const(leaf))
             outputs.append(("new", len(g.outputs) - 1, False))

@@ -19,9 +19,11 @@ _LOCK = threading.Lock()
 class CompiledKernel:
     name: str
     address: int
-    source: str
+    source: str               # the kernel's source (LLVM IR text for the CPU)
     seconds: float = 0.0      # time spent compiling (0 on a cache hit)
     origin: str = "compiled"  # compiled | memory | disk
+    key: str = ""             # cache key: hash of the source and the target
+    obj: bytes = b""          # machine code, for saved programs
 
 
 def register_backend(name: str, factory):

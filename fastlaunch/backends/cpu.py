@@ -102,13 +102,17 @@ class CPUBackend:
         return generate(kernel, self.math)
 
     def compile(self, kernel: Kernel) -> CompiledKernel:
-        text = generate(kernel, self.math)
+        return self.compile_source(generate(kernel, self.math), kernel.label)
+
+    def compile_source(self, text: str, label: str = "") -> CompiledKernel:
+        """Kernel source with the placeholder entry name -> loaded kernel (memory cache, then
+        disk cache, then LLVM)."""
         key = kernel_key(text, self.target_key)
         name = "fl_" + key[:32]
         with self._lock:
             hit = self._loaded.get(key)
             if hit is not None:
-                return CompiledKernel(hit.name, hit.address, hit.source, 0.0, "memory")
+                return CompiledKernel(hit.name, hit.address, hit.source, 0.0, "memory", key, hit.obj)
             source = text.replace(PLACEHOLDER_NAME, name)
             t0 = time.perf_counter()
             obj = self.disk.get(key)
@@ -122,20 +126,29 @@ class CPUBackend:
                 self.disk_loads += 1
             address = self._load(obj, name)
             seconds = time.perf_counter() - t0
-            compiled = CompiledKernel(name, address, source, seconds, origin)
+            compiled = CompiledKernel(name, address, source, seconds, origin, key, obj)
             self._loaded[key] = compiled
-            log.debug("kernel %s (%s): %s in %.2f ms", name, kernel.label, origin, seconds * 1e3)
+            log.debug("kernel %s (%s): %s in %.2f ms", name, label, origin, seconds * 1e3)
             return compiled
 
-    def load_object(self, key: str, obj: bytes, source: str) -> CompiledKernel:
-        """Load object code compiled earlier (a saved program) under its cache key."""
+    def load_object(self, text: str, obj: bytes, target_key: str) -> CompiledKernel:
+        """A kernel saved with its machine code: loaded as is when it was compiled for this
+        very target, else compiled again from its source."""
+        if target_key != self.target_key:
+            return self.compile_source(text)
+        key = kernel_key(text, self.target_key)
         name = "fl_" + key[:32]
         with self._lock:
             hit = self._loaded.get(key)
             if hit is None:
-                hit = CompiledKernel(name, self._load(obj, name), source, 0.0, "disk")
+                source = text.replace(PLACEHOLDER_NAME, name)
+                hit = CompiledKernel(name, self._load(obj, name), source, 0.0, "saved", key, obj)
                 self._loaded[key] = hit
             return hit
+
+    def kernel_text(self, compiled: CompiledKernel) -> str:
+        """The placeholder-named source of a compiled kernel (what compile_source takes)."""
+        return compiled.source.replace(compiled.name, PLACEHOLDER_NAME)
 
     # ---- compilation -------------------------------------------------------------------
     def optimized_module(self, source: str):

@@ -20,7 +20,17 @@ class NullBackend:
     def source(self, kernel: Kernel) -> str:
         return kernel.describe()
 
+    target_key = "null"
+
     def compile(self, kernel: Kernel) -> CompiledKernel:
+        return self.compile_source(self.source(kernel), kernel.label)
+
+    def compile_source(self, text: str, label: str = "") -> CompiledKernel:
         self.compile_count += 1
-        return CompiledKernel(f"null_{self.compile_count}", self._address, self.source(kernel),
-                              0.0, "compiled")
+        return CompiledKernel(f"null_{self.compile_count}", self._address, text, 0.0, "compiled")
+
+    def load_object(self, text: str, obj: bytes, target_key: str) -> CompiledKernel:
+        return self.compile_source(text)
+
+    def kernel_text(self, compiled: CompiledKernel) -> str:
+        return compiled.source

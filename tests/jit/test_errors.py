@@ -1,0 +1,259 @@
+"""Errors: bad arguments, data-dependent control flow, exceptions while tracing, unsupported NumPy."""
+import re
+
+import numpy as np
+import pytest
+
+import fastlaunch as fl
+
+
+def add(alpha, beta):
+    return alpha + beta
+
+
+# ---- arguments -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad, position", [
+    (np.array([1, "a"], dtype=object), "beta"),
+    (np.array(["a", "b"]), "beta"),
+    (np.ones(3, np.complex128), "beta"),
+    (np.ones(3, np.complex64), "beta"),
+    (np.array([b"x", b"y"]), "beta"),
+    (np.array(["2020-01-01"], dtype="datetime64[D]"), "beta"),
+], ids=["object", "str", "complex128", "complex64", "bytes", "datetime"])
+def test_unsupported_dtype_names_argument_and_dtype(bad, position):
+    cf = fl.compile(add)
+    with pytest.raises(TypeError) as info:
+        cf(np.ones(3), bad)
+    msg = str(info.value)
+    assert position in msg
+    assert str(bad.dtype) in msg
+    assert cf.stats["entries"] == 0
+
+
+def test_unsupported_dtype_in_first_argument():
+    cf = fl.compile(add)
+    bad = np.ones(2, np.complex128)
+    with pytest.raises(TypeError, match=r"alpha.*complex128"):
+        cf(bad, np.ones(2))
+
+
+def test_unsupported_dtype_inside_a_container_names_the_argument():
+    cf = fl.compile(lambda pair: pair[0] + pair[1])
+    with pytest.raises(TypeError) as info:
+        cf((np.ones(2), np.ones(2, np.complex128)))
+    assert "pair" in str(info.value) and "complex128" in str(info.value)
+
+
+def test_unsupported_dtype_after_a_successful_call():
+    """The fast path must not accept an unsupported dtype because an entry exists."""
+    cf = fl.compile(add)
+    cf(np.ones(3), np.ones(3))
+    with pytest.raises(TypeError, match="complex128"):
+        cf(np.ones(3), np.ones(3, np.complex128))
+
+
+def test_complex_python_scalar():
+    with pytest.raises(TypeError, match="complex"):
+        fl.compile(add)(np.ones(3), 1j)
+
+
+def test_unsupported_python_object_argument():
+    with pytest.raises(TypeError, match="beta"):
+        fl.compile(add)(np.ones(3), object())
+
+
+@pytest.mark.parametrize("args, kwargs", [
+    ((np.ones(2),), {}),
+    ((np.ones(2), np.ones(2), np.ones(2)), {}),
+    ((), {}),
+    ((np.ones(2),), {"gamma": np.ones(2)}),
+    ((np.ones(2), np.ones(2)), {"alpha": np.ones(2)}),
+], ids=["too-few", "too-many", "none", "unknown-kw", "duplicate"])
+def test_wrong_arguments_raise_like_python(args, kwargs):
+    with pytest.raises(TypeError) as python_error:
+        add(*args, **kwargs)
+    cf = fl.compile(add)
+    with pytest.raises(type(python_error.value)):
+        cf(*args, **kwargs)
+    # also once an entry exists
+    cf(np.ones(2), np.ones(2))
+    with pytest.raises(type(python_error.value)):
+        cf(*args, **kwargs)
+
+
+def test_python_int_too_big_for_int64():
+    cf = fl.compile(lambda x, n: x + n)
+    with pytest.raises(OverflowError):
+        cf(np.ones(3, np.int64), 2 ** 64)
+
+
+@pytest.mark.parametrize("dtype, value", [(np.int8, 300), (np.uint8, -1), (np.int16, 40000)])
+def test_python_int_parameter_out_of_range_like_numpy(dtype, value):
+    x = np.arange(3, dtype=dtype)
+    with pytest.raises(OverflowError):
+        x + value
+    cf = fl.compile(lambda x, n: x + n)
+    np.testing.assert_array_equal(cf(x, 1), x + 1)
+    with pytest.raises(OverflowError):
+        cf(x, value)
+
+
+# ---- data-dependent control flow ------------------------------------------------------------------
+CONTROL_FLOW = [
+    (lambda x: bool(x.sum()), "bool"),
+    (lambda x: float(x.sum()), "float"),
+    (lambda x: int(x[0]), "int"),
+    (lambda x: x.tolist(), "tolist"),
+    (lambda x: x.sum().item(), "item"),
+    (lambda x: x if x.sum() > 0 else -x, "bool"),
+    (lambda x: x + 1 if (x > 0).any() else x, "bool"),
+    (lambda x: x * 2 if x.max() else x, "bool"),
+    (lambda x: [v for v in x if v > 0], "bool"),
+]
+
+
+@pytest.mark.parametrize("fn, what", CONTROL_FLOW,
+                         ids=["bool", "float", "int", "tolist", "item", "if-sum", "if-any",
+                              "if-max", "comprehension"])
+def test_data_dependent_control_flow_raises_tracing_error(fn, what):
+    cf = fl.compile(fn)
+    with pytest.raises(fl.TracingError) as info:
+        cf(np.arange(1.0, 5.0))
+    msg = str(info.value)
+    assert what in msg
+    assert "np.where" in msg
+    assert "static_argnames" in msg
+    assert cf.stats["entries"] == 0
+
+
+def test_if_on_tracer_names_the_operation():
+    def f(x):
+        if x > 0:
+            return x
+        return -x
+
+    with pytest.raises(fl.TracingError, match=r"bool\(x\)"):
+        fl.compile(f)(np.ones(3))
+
+
+def test_tracing_error_is_an_exception_class():
+    assert issubclass(fl.TracingError, Exception)
+
+
+def test_asarray_of_tracer_raises_tracing_error():
+    with pytest.raises(fl.TracingError, match="np.where|zeros_like"):
+        fl.compile(lambda x: np.asarray(x) + 1)(np.ones(3))
+
+
+def test_storing_tracer_into_numpy_array_raises_tracing_error():
+    def f(x):
+        out = np.zeros(3)
+        out[:] = x
+        return out
+
+    with pytest.raises(fl.TracingError):
+        fl.compile(f)(np.ones(3))
+
+
+# ---- exceptions raised by fn while tracing ------------------------------------------------------
+class CustomError(Exception):
+    pass
+
+
+def test_exception_in_fn_propagates_unchanged_and_leaves_no_entry():
+    raised = []
+    calls = [0]
+
+    def f(x, fail):
+        calls[0] += 1
+        if calls[0] == 1:
+            err = CustomError("boom", 42)
+            raised.append(err)
+            raise err
+        return x * 2
+
+    cf = fl.compile(f)
+    x = np.arange(4.0)
+    with pytest.raises(CustomError) as info:
+        cf(x, 1.0)
+    assert info.value is raised[0]
+    assert info.value.args == ("boom", 42)
+    assert cf.stats["entries"] == 0 and cf.stats["traces"] == 0
+    np.testing.assert_array_equal(cf(x, 1.0), x * 2)    # traces again, and works
+    assert calls[0] == 2
+    cf(x, 1.0)
+    assert calls[0] == 2
+    assert cf.stats["entries"] == 1
+
+
+@pytest.mark.parametrize("exc", [ValueError("bad value"), KeyError("k"), ZeroDivisionError("z"),
+                                 IndexError("i")])
+def test_builtin_exceptions_propagate(exc):
+    def f(x):
+        y = x + 1
+        raise exc
+
+    cf = fl.compile(f)
+    with pytest.raises(type(exc)) as info:
+        cf(np.ones(2))
+    assert str(info.value) == str(exc)
+    assert cf.stats["entries"] == 0
+
+
+def test_numpy_shape_error_while_tracing_leaves_no_entry():
+    cf = fl.compile(lambda x, y: x + y)
+    with pytest.raises(ValueError, match="broadcast"):
+        cf(np.ones(3), np.ones(4))
+    assert cf.stats["entries"] == 0
+    np.testing.assert_array_equal(cf(np.ones(3), np.ones(3)), np.full(3, 2.0))
+
+
+def test_failed_trace_does_not_break_other_functions():
+    bad = fl.compile(lambda x: float(x))
+    good = fl.compile(lambda x: x + 1)
+    with pytest.raises(fl.TracingError):
+        bad(np.ones(1))
+    np.testing.assert_array_equal(good(np.ones(2)), [2.0, 2.0])
+    # and NumPy itself still works on plain arrays afterwards
+    assert float(np.ones(1)[0]) == 1.0
+
+
+# ---- unsupported NumPy -------------------------------------------------------------------------
+@pytest.mark.parametrize("fn, name", [
+    (lambda x: np.fft.fft(x), "fft"),
+    (lambda x: np.sort(x), "sort"),
+    (lambda x: np.unique(x), "unique"),
+    (lambda x: np.argsort(x), "argsort"),
+    (lambda x: np.add.reduceat(x, [0, 2]), "reduceat"),
+], ids=["fft", "sort", "unique", "argsort", "ufunc-method"])
+def test_unsupported_numpy_function_names_it(fn, name):
+    cf = fl.compile(fn)
+    with pytest.raises(fl.TracingError) as info:
+        cf(np.arange(4.0))
+    assert name in str(info.value)
+    assert cf.stats["entries"] == 0
+
+
+@pytest.mark.parametrize("fn", [lambda x: x[x > 0], lambda x: x[(x > 0) & (x < 2)],
+                                lambda x: np.where(x > 0, x, 0)[x < 0]],
+                         ids=["mask", "combined-mask", "mask-of-computed"])
+def test_boolean_mask_indexing_raises_tracing_error(fn):
+    with pytest.raises(fl.TracingError, match="mask"):
+        fl.compile(fn)(np.array([1.0, -1.0, 2.0]))
+
+
+def test_unsupported_ufunc_keyword():
+    with pytest.raises(fl.TracingError, match="order"):
+        fl.compile(lambda x: np.add(x, 1, order="F"))(np.ones(3))
+
+
+def test_out_of_bounds_index_array_raises_index_error():
+    """Index arrays are checked before anything is written, like NumPy's IndexError."""
+    cf = fl.compile(lambda x, i: x[i])
+    x = np.arange(5.0)
+    np.testing.assert_array_equal(cf(x, np.array([0, 4, -1])), x[np.array([0, 4, -1])])
+    with pytest.raises(IndexError):
+        x[np.array([0, 5])]
+    with pytest.raises(IndexError):
+        cf(x, np.array([0, 5]))
+    np.testing.assert_array_equal(cf(x, np.array([1, 2])), x[[1, 2]])

@@ -1,0 +1,187 @@
+"""Surprising but documented behaviour.  Each test says why it behaves this way."""
+import numpy as np
+import pytest
+
+import fastlaunch as fl
+
+TABLE = np.arange(8.0)
+SCALE = 2.0
+
+
+def test_captured_global_array_is_frozen_at_trace_time():
+    """Arrays captured from globals are constants copied when the function is traced (a replay
+    runs no Python, so it cannot look the global up again).  Mutating the global later changes
+    nothing until .clear() forces a new trace.  Pass arrays that change as arguments."""
+    global TABLE
+    TABLE = np.arange(8.0)
+
+    @fl.compile
+    def f(x):
+        return x + TABLE
+
+    x = np.ones(8)
+    np.testing.assert_array_equal(f(x), x + np.arange(8.0))
+    TABLE[:] = 100.0                      # mutated in place
+    np.testing.assert_array_equal(f(x), x + np.arange(8.0))
+    TABLE = np.full(8, -1.0)              # rebound
+    np.testing.assert_array_equal(f(x), x + np.arange(8.0))
+    f.clear()
+    np.testing.assert_array_equal(f(x), x + TABLE)
+
+
+def test_captured_closure_array_is_frozen_at_trace_time():
+    """Same for arrays from an enclosing scope."""
+    weights = np.linspace(0, 1, 5)
+
+    @fl.compile
+    def f(x):
+        return x * weights
+
+    x = np.ones(5)
+    first = f(x)
+    weights[:] = 0
+    np.testing.assert_array_equal(f(x), first)
+
+
+def test_closure_python_scalars_are_baked_in():
+    """Python scalars from a closure or a global are literals of the trace, not parameters:
+    only *arguments* are parameters.  Changing the captured value later is ignored."""
+    global SCALE
+    SCALE = 2.0
+    factor = [3.0]
+
+    @fl.compile
+    def f(x):
+        return x * SCALE + factor[0]
+
+    x = np.arange(4.0)
+    np.testing.assert_array_equal(f(x), x * 2.0 + 3.0)
+    assert "literal 2.0" in f.lower(x).graph and "param" not in f.lower(x).graph
+    SCALE, factor[0] = 10.0, -1.0
+    np.testing.assert_array_equal(f(x), x * 2.0 + 3.0)
+    f.clear()
+    np.testing.assert_array_equal(f(x), x * 10.0 - 1.0)
+
+
+def test_python_scalar_arguments_are_parameters():
+    """...whereas a Python scalar passed as an argument is a runtime parameter."""
+    @fl.compile
+    def f(x, s):
+        return x * s
+
+    x = np.arange(4.0)
+    assert "param 1" in f.lower(x, 2.0).graph
+    np.testing.assert_array_equal(f(x, 2.0), x * 2.0)
+    np.testing.assert_array_equal(f(x, 10.0), x * 10.0)
+
+
+def test_returning_an_input_returns_the_input_object():
+    """`return x` is not a computation: the caller gets its own array back, not a copy
+    (NumPy code would return the same object too).  Writing to it writes the argument."""
+    @fl.compile
+    def f(x, y):
+        return x, y * 2
+
+    x = np.arange(3.0)
+    a, b = f(x, x)
+    assert a is x
+    assert b is not x
+    a[0] = 42
+    assert x[0] == 42
+
+
+def test_returning_a_view_of_an_input_returns_a_copy():
+    """Every result other than an input itself is a fresh array: x[::2] is a view in NumPy,
+    but compiled it is a new array that does not share memory with x."""
+    @fl.compile
+    def f(x):
+        return x[::2]
+
+    x = np.arange(6.0)
+    out = f(x)
+    np.testing.assert_array_equal(out, x[::2])
+    assert not np.shares_memory(out, x)
+
+
+def test_outputs_are_c_contiguous_even_when_numpy_gives_f_order():
+    """NumPy keeps the layout of its inputs (a Fortran-ordered input gives a Fortran-ordered
+    result, x.T + 0 is F-ordered); fastlaunch always allocates C-contiguous outputs.  Values
+    and shapes are NumPy's; only the strides differ."""
+    a = np.asfortranarray(np.arange(12.0).reshape(3, 4))
+    b = np.arange(12.0).reshape(3, 4)
+    for fn, arg in ((lambda x: x * 2, a), (lambda x: x.T + 0, b)):
+        want = fn(arg)
+        assert want.flags.f_contiguous and not want.flags.c_contiguous
+        got = fl.compile(fn)(arg)
+        assert got.flags.c_contiguous
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("n", [1000, 100_000, 1_000_003])
+def test_float32_sums_accumulate_in_float64(n):
+    """fastlaunch accumulates float32 sums in float64 (then rounds to float32), while NumPy uses
+    pairwise float32 summation.  Results agree closely but may differ in the last bits, so
+    compare with a tolerance, never with ==.  The fastlaunch result is the more accurate one."""
+    rng = np.random.default_rng(0)
+    x = rng.random(n).astype(np.float32)
+    got = fl.compile(lambda x: x.sum())(x)
+    want = x.sum()
+    exact = x.astype(np.float64).sum()
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert abs(float(got) - exact) <= abs(float(want) - exact) + float(np.spacing(np.float32(exact)))
+    # fastlaunch's result is the float64 sum rounded to float32
+    assert abs(float(got) - exact) <= float(np.spacing(np.float32(exact)))
+
+
+def test_float32_mean_matches_within_tolerance():
+    """np.mean of float32 likewise: close to NumPy, not bit-identical."""
+    x = np.random.default_rng(1).standard_normal(50_000).astype(np.float32)
+    got = fl.compile(np.mean)(x)
+    assert type(got) is np.float32
+    np.testing.assert_allclose(got, np.mean(x), rtol=1e-4, atol=1e-6)
+
+
+def test_python_bool_control_flow_on_static_argument_is_fine():
+    """Control flow is allowed on anything whose value is known at trace time: static arguments,
+    shapes and dtypes.  Each distinct static value is its own trace."""
+    @fl.compile(static_argnames="flip")
+    def f(x, flip):
+        if flip:
+            x = -x
+        if x.shape[0] > 2 and x.dtype == np.float64:
+            x = x * 2
+        return x
+
+    x = np.arange(4.0)
+    np.testing.assert_array_equal(f(x, True), -x * 2)
+    np.testing.assert_array_equal(f(x, False), x * 2)
+    np.testing.assert_array_equal(f(x[:2], False), x[:2])
+    assert f.stats["traces"] == 3
+
+
+def test_python_side_effects_happen_only_while_tracing():
+    """The body runs only when tracing: prints, appends, counters are not replayed."""
+    log = []
+
+    @fl.compile
+    def f(x):
+        log.append("ran")
+        return x + 1
+
+    for _ in range(5):
+        f(np.zeros(3))
+    assert log == ["ran"]
+
+
+def test_random_numbers_drawn_while_tracing_are_constants():
+    """np.random called inside fn runs once, at trace time: the draw becomes a constant and
+    every replay returns the same 'random' numbers.  Pass random arrays as arguments."""
+    rng = np.random.default_rng(0)
+
+    @fl.compile
+    def f(x):
+        return x + rng.standard_normal(x.shape)
+
+    x = np.zeros(4)
+    np.testing.assert_array_equal(f(x), f(x))

@@ -1,0 +1,374 @@
+"""fastlaunch.bytecode: assembler, disassembler, verifier and (de)serialiser."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+import fastlaunch as fl
+from fastlaunch import bytecode as bc
+from fastlaunch._launch import Opcode
+from fastlaunch.__main__ import step
+
+
+# ---- fixtures ------------------------------------------------------------------------------
+def hand_program():
+    """in0 -> tmp (kernel 0) -> out0 (kernel 1), written with the Assembler."""
+    asm = bc.Assembler()
+    asm.alloc(2, 32)
+    asm.launch(0, 8, [0, 2])
+    asm.launch(1, 8, [2, 1])
+    asm.free(2)
+    code, arg_lists = asm.arrays()
+    slots = [bc.SlotInfo("input", "<f4", 0, 7, label="in0"),
+             bc.SlotInfo("output", "<f4", 0, 7, label="out0"),
+             bc.SlotInfo("temp", "<f4", 0, 7, 32, label="tmp")]
+    kinfo = dict(arg_kinds=("buffer", "buffer"), arg_ranges=((0, 7), (0, 7)),
+                 arg_writes=(False, True), arg_dtypes=("<f4", "<f4"))
+    kernels = [bc.KernelInfo("k0", "map", **kinfo), bc.KernelInfo("k1", "map", **kinfo)]
+    return bc.Program(code, arg_lists, slots, kernels, asm.nargwords, 1,
+                      outputs=[(1, "<f4", (8,))])
+
+
+HAND_DISASSEMBLY = """\
+; 3 slots, 4 argument words, 2 kernels, peak temporaries 32 bytes
+;   slot 0: input float32 in0
+;   slot 1: output float32 out0
+;   slot 2: temp float32 tmp nbytes=32
+0000: ALLOC   slot=2 nbytes=32  ; 2:tmp
+0003: BIND    args_at=0 list_at=0 count=2  [0:in0, 2:tmp]
+0007: LAUNCH  kernel=0 n=8 args_at=0  ; map (k0)
+0011: BIND    args_at=2 list_at=2 count=2  [2:tmp, 1:out0]
+0015: LAUNCH  kernel=1 n=8 args_at=2  ; map (k1)
+0019: FREE    slot=2  ; 2:tmp"""
+
+
+def real_program(fn, *args, **kw):
+    return fl.compile(fn, backend="null", **kw).lower(*args).program
+
+
+@pytest.fixture(scope="module")
+def step_program():
+    return real_program(step, *[np.ones(64, np.float32)] * 4, 1e-2)
+
+
+def _iadd(x, y):
+    x += y
+
+
+@pytest.fixture(scope="module")
+def inplace_program():
+    return real_program(_iadd, np.ones(16), np.ones(16))
+
+
+def clone(p, **changes):
+    """A deep-enough copy of p, so corrupting it leaves the fixture alone."""
+    fields = dict(code=p.code.copy(), arg_lists=p.arg_lists.copy(),
+                  slots=[dataclasses.replace(s) for s in p.slots],
+                  kernels=[dataclasses.replace(k) for k in p.kernels],
+                  consts=list(p.consts), outputs=list(p.outputs),
+                  mutated_leaves=list(p.mutated_leaves))
+    fields.update(changes)
+    return dataclasses.replace(p, **fields)
+
+
+def find(p, opcode, nth=0):
+    hits = [(pc, ops) for pc, op, ops in p.instructions() if op is opcode]
+    return hits[nth]
+
+
+def delete_instruction(p, pc):
+    w = bc.width(int(p.code[pc]))
+    return clone(p, code=np.delete(p.code, np.s_[pc:pc + w]))
+
+
+def assert_rejected(p, *fragments):
+    with pytest.raises(bc.VerifyError) as info:
+        bc.verify(p)
+    msg = str(info.value)
+    for frag in fragments:
+        assert frag in msg, msg
+    # the message carries the disassembly of the bad program
+    assert p.disassemble() in msg
+    return msg
+
+
+# ---- opcodes ---------------------------------------------------------------------------------
+def test_opcode_widths_match_operand_names():
+    assert set(bc.OPERANDS) == set(Opcode)
+    for op in Opcode:
+        assert bc.width(op) == 1 + len(bc.OPERANDS[op]), op.name
+        assert bc.width(int(op)) == bc.width(op)
+
+
+def test_opcodes_are_distinct_and_named():
+    values = [int(op) for op in Opcode]
+    assert len(set(values)) == len(values)
+    assert {op.name for op in Opcode} >= {"ALLOC", "FREE", "BIND", "LAUNCH"}
+
+
+def test_assembler_emits_widths_the_decoder_walks():
+    p = hand_program()
+    decoded = [(pc, op.name, ops) for pc, op, ops in p.instructions()]
+    assert decoded == [(0, "ALLOC", [2, 32]), (3, "BIND", [0, 0, 2]), (7, "LAUNCH", [0, 8, 0]),
+                       (11, "BIND", [2, 2, 2]), (15, "LAUNCH", [1, 8, 2]), (19, "FREE", [2])]
+    assert len(p.code) == 21
+    assert p.code.dtype == np.int64 and p.arg_lists.dtype == np.int64
+    assert list(p.arg_lists) == [0, 2, 2, 1]
+    assert p.nargwords == 4
+
+
+# ---- disassembly ---------------------------------------------------------------------------
+def test_disassembly_golden():
+    p = hand_program()
+    assert p.disassemble() == HAND_DISASSEMBLY
+
+
+def test_hand_program_facts():
+    p = hand_program()
+    bc.verify(p)
+    assert p.peak_temp_bytes() == 32
+    assert p.launch_count() == 2
+
+
+def test_real_disassembly_lists_every_slot_and_instruction(step_program):
+    text = step_program.disassemble()
+    for i in range(len(step_program.slots)):
+        assert f";   slot {i}: " in text
+    n_instr = sum(1 for _ in step_program.instructions())
+    assert sum(1 for ln in text.splitlines() if not ln.startswith(";")) == n_instr
+
+
+# ---- the verifier accepts real programs ------------------------------------------------------
+def _softmax(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _setslice(x, v):
+    x[1:3] = v
+    return x * 2
+
+
+@pytest.mark.parametrize("fn, args", [
+    (lambda x: x * 2 + 1, (np.ones(10, np.float32),)),
+    (lambda x: x / x.sum(), (np.ones(1000),)),
+    (_softmax, (np.ones((4, 16), np.float32),)),
+    (lambda x: np.sum(x * x), (np.ones(1 << 16, np.float32),)),
+    (lambda x: x.T[::2] + 1, (np.ones((6, 5)),)),
+    (_setslice, (np.ones(8), 3.0)),
+    (lambda x: x + np.arange(8.0) * np.pi, (np.ones(8),)),    # a captured constant
+], ids=["map", "x/sum", "softmax", "split-sum", "view", "setslice", "const"])
+def test_verify_accepts_real_programs(fn, args):
+    bc.verify(real_program(fn, *args))
+
+
+def test_verify_accepts_step_and_inplace(step_program, inplace_program):
+    bc.verify(step_program)
+    bc.verify(inplace_program)
+
+
+# ---- the verifier rejects corrupted programs --------------------------------------------------
+def test_rejects_bad_opcode(step_program):
+    p = clone(step_program)
+    p.code[0] = 0x7777
+    assert_rejected(p, "unknown opcode", "0x7777")
+
+
+def test_rejects_unknown_opcode_with_plausible_width():
+    bogus = 0x7E02                        # low byte 2: a width the decoder would step over
+    assert bogus not in {int(op) for op in Opcode}
+    p = hand_program()
+    p.code = np.concatenate([[bogus, 0], p.code]).astype(np.int64)
+    assert_rejected(p, "unknown opcode")
+
+
+def test_rejects_truncated_instruction(step_program):
+    p = clone(step_program, code=step_program.code[:-1].copy())
+    assert_rejected(p, "runs past the end")
+
+
+def test_rejects_read_of_unallocated_temp(step_program):
+    """Neither ALLOC nor FREE for the temporary: its BIND reads an unset slot."""
+    pc, (slot, _) = find(step_program, Opcode.ALLOC)
+    p = delete_instruction(step_program, pc)
+    free_pc = next(pc for pc, op, ops in p.instructions() if op is Opcode.FREE and ops == [slot])
+    p = delete_instruction(p, free_pc)
+    assert_rejected(p, f"slot {slot} is read before it is allocated")
+
+
+def test_rejects_missing_alloc(step_program):
+    pc, (slot, _) = find(step_program, Opcode.ALLOC)
+    p = delete_instruction(step_program, pc)
+    assert_rejected(p, f"slot {slot} is read before it is allocated", "is not allocated")
+
+
+def test_rejects_read_after_free(step_program):
+    pc, _ = find(step_program, Opcode.FREE)
+    # move the FREE to the very start: every later read of the slot is of a dead temporary
+    w = bc.width(Opcode.FREE)
+    instr = step_program.code[pc:pc + w]
+    rest = np.delete(step_program.code, np.s_[pc:pc + w])
+    alloc_pc, _ = find(step_program, Opcode.ALLOC)
+    end_of_alloc = alloc_pc + bc.width(Opcode.ALLOC)
+    code = np.concatenate([rest[:end_of_alloc], instr, rest[end_of_alloc:]])
+    assert_rejected(clone(step_program, code=code), "read before it is allocated")
+
+
+def test_rejects_kernel_index_out_of_range(step_program):
+    pc, _ = find(step_program, Opcode.LAUNCH)
+    p = clone(step_program)
+    p.code[pc + 1] = len(p.kernels)
+    assert_rejected(p, f"kernel {len(p.kernels)} out of range")
+
+
+def test_rejects_slot_index_out_of_range(step_program):
+    p = clone(step_program)
+    p.arg_lists[0] = len(p.slots) + 5
+    assert_rejected(p, f"slot {len(p.slots) + 5} out of range")
+
+
+def test_rejects_argument_range_bigger_than_its_slot(step_program):
+    p = clone(step_program)
+    k = p.kernels[0]
+    i = k.arg_kinds.index("buffer")
+    lo, hi = k.arg_ranges[i]
+    ranges = list(k.arg_ranges)
+    ranges[i] = (lo, hi + 1)
+    p.kernels[0] = dataclasses.replace(k, arg_ranges=tuple(ranges))
+    assert_rejected(p, f"argument {i} of {k.name} touches elements")
+
+
+def test_rejects_slot_shrunk_below_kernel_range(step_program):
+    p = clone(step_program)
+    s = next(i for i, s in enumerate(p.slots) if s.role == "input")
+    p.slots[s].hi -= 1
+    assert_rejected(p, "touches elements", f"outside slot {s}")
+
+
+def test_rejects_alloc_smaller_than_slot(step_program):
+    pc, (slot, nbytes) = find(step_program, Opcode.ALLOC)
+    p = clone(step_program)
+    p.code[pc + 2] = nbytes - 1
+    assert_rejected(p, f"less than slot {slot} needs")
+
+
+def test_rejects_temp_never_freed(step_program):
+    pc, (slot,) = find(step_program, Opcode.FREE)
+    p = delete_instruction(step_program, pc)
+    assert_rejected(p, f"temporary slot {slot} is never freed")
+
+
+def test_rejects_double_alloc(step_program):
+    pc, _ = find(step_program, Opcode.ALLOC)
+    w = bc.width(Opcode.ALLOC)
+    instr = step_program.code[pc:pc + w]
+    code = np.concatenate([step_program.code[:pc], instr, step_program.code[pc:]])
+    assert_rejected(clone(step_program, code=code), "already allocated")
+
+
+def test_rejects_write_to_input_not_declared_mutated(inplace_program):
+    assert inplace_program.mutated_leaves == [0]
+    p = clone(inplace_program, mutated_leaves=[])
+    assert_rejected(p, "writes input slot 0", "not declare")
+
+
+def test_rejects_write_to_param_or_const():
+    p = hand_program()
+    p.slots[0] = bc.SlotInfo("const", "<f4", 0, 7, label="c")
+    p.kernels[0] = dataclasses.replace(p.kernels[0], arg_writes=(True, True))
+    assert_rejected(p, "writes read-only slot 0")
+
+
+def test_rejects_dtype_mismatch():
+    p = hand_program()
+    p.kernels[1] = dataclasses.replace(p.kernels[1], arg_dtypes=("<f8", "<f4"))
+    assert_rejected(p, "is float64", "holds float32")
+
+
+def test_rejects_wrong_argument_count():
+    p = hand_program()
+    p.kernels[0] = dataclasses.replace(p.kernels[0], arg_kinds=("buffer",) * 3,
+                                       arg_ranges=((0, 7),) * 3, arg_writes=(False,) * 3,
+                                       arg_dtypes=("<f4",) * 3)
+    assert_rejected(p, "takes 3 arguments, 2 are bound")
+
+
+def test_rejects_launch_without_bind():
+    p = hand_program()
+    pc, _ = find(p, Opcode.BIND, 1)
+    assert_rejected(delete_instruction(p, pc), "no arguments bound")
+
+
+def test_rejects_output_that_is_not_an_output_slot():
+    p = hand_program()
+    p.outputs = [(2, "<f4", (8,))]
+    assert_rejected(p, "slot 2 is not an output slot")
+
+
+def test_rejects_free_of_unallocated():
+    p = hand_program()
+    p.code = np.concatenate([p.code, [int(Opcode.FREE), 2]]).astype(np.int64)
+    assert_rejected(p, "slot 2 is not allocated")
+
+
+def test_verify_error_is_a_value_error():
+    assert issubclass(bc.VerifyError, ValueError)
+
+
+# ---- serialisation -------------------------------------------------------------------------
+def assert_same_program(a, b):
+    assert np.array_equal(a.code, b.code) and a.code.dtype == b.code.dtype
+    assert np.array_equal(a.arg_lists, b.arg_lists)
+    assert a.slots == b.slots
+    assert a.kernels == b.kernels
+    assert a.nargwords == b.nargwords and a.nleaves == b.nleaves
+    assert a.outputs == b.outputs
+    assert list(a.mutated_leaves) == list(b.mutated_leaves)
+    assert [s for s, _ in a.consts] == [s for s, _ in b.consts]
+    for (_, x), (_, y) in zip(a.consts, b.consts):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        assert np.array_equal(x, y)
+
+
+def test_round_trip_hand_program():
+    p = hand_program()
+    q = bc.Program.from_bytes(p.to_bytes())
+    assert_same_program(p, q)
+    assert q.disassemble() == p.disassemble()
+    assert q.to_bytes() == p.to_bytes()
+    assert q.digest() == p.digest()
+
+
+def test_round_trip_real_programs(step_program, inplace_program):
+    for p in (step_program, inplace_program):
+        q = bc.Program.from_bytes(p.to_bytes())
+        assert_same_program(p, q)
+        bc.verify(q)
+        assert q.digest() == p.digest()
+
+
+def test_round_trip_keeps_constants():
+    table = np.arange(12, dtype=np.float32).reshape(3, 4) ** 2
+
+    def f(x):
+        return x * table
+
+    p = real_program(f, np.ones((3, 4), np.float32))
+    assert len(p.consts) == 1
+    q = bc.Program.from_bytes(p.to_bytes())
+    assert_same_program(p, q)
+    assert not q.consts[0][1].flags.writeable
+
+
+def test_digest_changes_with_the_code(step_program):
+    p = clone(step_program)
+    pc, _ = find(p, Opcode.LAUNCH)
+    p.code[pc + 2] += 1
+    assert p.digest() != step_program.digest()
+
+
+@pytest.mark.parametrize("cut", [0, 4, 9, -1])
+def test_truncated_bytes_are_rejected(step_program, cut):
+    data = step_program.to_bytes()
+    with pytest.raises(ValueError):
+        bc.Program.from_bytes(data[:cut] if cut >= 0 else data[:-1])
