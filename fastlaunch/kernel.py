@@ -262,16 +262,28 @@ class Kernel:
 
     @property
     def work_per_item(self) -> int:
-        """Inner iterations per launch index: the interpreter's threading heuristic
-        (-1: must run on one thread)."""
+        """Estimated cost of one launch index (inner iterations x operations per iteration):
+        the interpreter splits a launch over threads above a threshold of total work.
+        -1: must run on one thread."""
         if self.serial:
             return -1
         r = max(1, int(np.prod(self.rspace, dtype=np.int64)))
         if self.tile is not None:
-            return self.tile[0] * self.tile[1] * r
-        if self.reduction is not None and self.reduction.chunk:
-            return self.reduction.chunk
-        return r
+            r *= self.tile[0] * self.tile[1]
+        elif self.reduction is not None and self.reduction.chunk:
+            r = self.reduction.chunk
+        return r * self.cost_per_iteration()
+
+    def cost_per_iteration(self) -> int:
+        """Memory accesses and operations of one innermost iteration; a math-library call
+        counts as TRANSCENDENTAL_COST."""
+        cost = len(self.stores) + (self.reduction is not None)
+        for e in walk(self._roots()):
+            if isinstance(e, Compute):
+                cost += TRANSCENDENTAL_COST if e.op in TRANSCENDENTAL else 1
+            elif isinstance(e, Load):
+                cost += 1
+        return max(1, cost)
 
     def sizes(self) -> tuple:
         return tuple(self.space) + tuple(self.rspace)
@@ -327,6 +339,13 @@ class Kernel:
             lines.append(f"  arg{r.arg}[{r.index}] = {r.op.value}{extra} over rspace of "
                          f"{names[id(r.value)]} (acc {dtype_short(r.acc_dtype)})")
         return "\n".join(lines)
+
+
+TRANSCENDENTAL_COST = 8
+TRANSCENDENTAL = {Op.CBRT, Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P,
+                  Op.SIN, Op.COS, Op.TAN, Op.ARCSIN, Op.ARCCOS, Op.ARCTAN, Op.SINH, Op.COSH,
+                  Op.TANH, Op.ARCSINH, Op.ARCCOSH, Op.ARCTANH, Op.POW, Op.ARCTAN2, Op.HYPOT,
+                  Op.NEXTAFTER, Op.LOGADDEXP, Op.LOGADDEXP2, Op.FLOORDIV, Op.MOD, Op.FMOD}
 
 
 def tiled_launch_size(space, tile) -> int:
