@@ -183,17 +183,16 @@ def _special_power(ufunc, operands):
     loop = ops.resolve_loop(ufunc, [bw or base.dtype, ew or exp.dtype])
     if loop[0].kind in "iu" and value < 0 and exp.ndim == 0:
         raise ValueError("Integers to negative integer powers are not allowed.")
-    if exp.ndim != 0 or loop[0] != loop[2]:
+    if exp.ndim != 0:
         return None
-    b = ops.cast(g, base, loop[0], bw)
-    if value == 2:
-        return ops.elementwise(g, Op.MUL, loop[2], [b, b])
-    if value == 1:
-        return b
-    if loop[0].kind == "f" and value == 0.5:
-        return ops.elementwise(g, Op.SQRT, loop[2], [b])
-    if loop[0].kind == "f" and value == -1:
-        return ops.elementwise(g, Op.RECIPROCAL, loop[2], [b])
+    # NumPy's fast paths for a Python scalar exponent: int 2 -> square (bool ** 2 is int8),
+    # int -1 -> reciprocal, float 0.5 -> sqrt
+    if ew is int and value == 2:
+        return ops.apply_ufunc(g, np.square, [(base, bw)])
+    if ew is float and value == 0.5:
+        return ops.apply_ufunc(g, np.sqrt, [(base, bw)])
+    if ew is int and value == -1 and loop[0].kind == "f":
+        return ops.apply_ufunc(g, np.reciprocal, [(base, bw)])
     return None
 
 
@@ -229,11 +228,7 @@ def ufunc_at(ufunc, a, indices, b=None):
         raise TypeError(f"np.{ufunc.__name__}.at needs values for a binary ufunc")
     g = current_graph()
     vn, vw = operand(b)
-    loop = ops.resolve_loop(ufunc, [a.dtype, vw or vn.dtype])
-    if not np.can_cast(loop[2], a.dtype, "same_kind"):
-        raise TypeError(f"Cannot cast ufunc '{ufunc.__name__}' output from {loop[2]!r} to "
-                        f"{a.dtype!r} with casting rule 'same_kind'")
-    values = ops.cast(g, vn, a.dtype, vw)
+    values = ops.cast(g, vn, a.dtype)          # ufunc.at casts the values unsafely, as NumPy
     if ufunc is np.subtract:
         values = ops.elementwise(g, Op.NEG, a.dtype, [values])
     _scatter_into(a, indices, values, mode, f"np.{ufunc.__name__}.at")
@@ -243,9 +238,7 @@ def ufunc_accumulate(ufunc, array_, axis=0, dtype=None, out=None):
     op = {np.add: Op.CUMSUM, np.multiply: Op.CUMPROD}.get(ufunc)
     if op is None or out is not None:
         raise TracingError(f"np.{ufunc.__name__}.accumulate is not supported by fastlaunch")
-    n = node_of(array_)
-    return wrap(ops.scan(current_graph(), op, n, axis, dtype if dtype is not None else n.dtype),
-                scalar=False)
+    return wrap(ops.scan(current_graph(), op, node_of(array_), axis, dtype), scalar=False)
 
 
 # ---- reductions --------------------------------------------------------------------------
@@ -315,9 +308,9 @@ def _arg_reduce(op, a, axis, out, keepdims):
         r = ops.reduce(g, op, n, 0, False)
         if keepdims:
             r = ops.reshape(g, r, (1,) * node_of(a).ndim)
-        return wrap(r, scalar=not keepdims)
+        return wrap(r, scalar=r.ndim == 0)
     r = ops.reduce(g, op, n, int(axis), bool(keepdims))
-    return wrap(r, scalar=False)
+    return wrap(r, scalar=r.ndim == 0)
 
 
 def _mean_dtype(dt: np.dtype, dtype) -> tuple[np.dtype, np.dtype]:
@@ -479,7 +472,13 @@ def norm(x, ord=None, axis=None, keepdims=False):
     raise ValueError("Improper number of dimensions to norm.")
 
 
-FUNCTIONS[np.linalg.norm] = norm
+def _norm(x, ord=None, axis=None, keepdims=False):
+    r = norm(x, ord, axis, keepdims)
+    r.scalar = r.ndim == 0
+    return r
+
+
+FUNCTIONS[np.linalg.norm] = _norm
 
 
 # ---- matrix products -------------------------------------------------------------------------
@@ -520,8 +519,8 @@ def matmul(a, b, out=None, **kwargs):
 def dot(a, b, out=None):
     _no_extra("dot", out=out)
     an, bn = node_of(a), node_of(b)
-    if an.ndim == 0 or bn.ndim == 0:
-        return call_ufunc(np.multiply, (a, b))
+    if an.ndim == 0 or bn.ndim == 0:       # np.dot makes Python scalars arrays: no NEP 50
+        return wrap(ops.apply_ufunc(current_graph(), np.multiply, [(an, None), (bn, None)]))
     g = current_graph()
     dt = _product_dtype(an, bn)
     la = _LETTERS[:an.ndim - 1] + "z"
@@ -542,7 +541,7 @@ def dot(a, b, out=None):
 def inner(a, b):
     an, bn = node_of(a), node_of(b)
     if an.ndim == 0 or bn.ndim == 0:
-        return call_ufunc(np.multiply, (a, b))
+        return wrap(ops.apply_ufunc(current_graph(), np.multiply, [(an, None), (bn, None)]))
     la = _LETTERS[:an.ndim - 1] + "z"
     lb = _LETTERS[an.ndim - 1:an.ndim - 1 + bn.ndim - 1] + "z"
     if an.shape[-1] != bn.shape[-1]:
@@ -631,7 +630,11 @@ def clip(a, a_min=None, a_max=None, out=None, **kwargs):
 def round_(a, decimals=0, out=None):
     if decimals != 0:
         raise TracingError("np.round with decimals != 0 is not supported by fastlaunch")
-    return call_ufunc(np.rint, (a,), out=out) if node_of(a).dtype.kind == "f" else astype(a, node_of(a).dtype)
+    n = node_of(a)
+    if n.dtype.kind in "fb":                  # bool rounds like np.rint: to float16
+        return call_ufunc(np.rint, (a,), out=out)
+    r = wrap(n, scalar=n.ndim == 0)           # integers are already round
+    return _write_out(out, n, "round") if out is not None else r
 
 
 @implements(np.nan_to_num)
@@ -645,6 +648,7 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     r = np.where(np.isnan(x), n.dtype.type(nan), x)
     r = np.where(x == np.inf, n.dtype.type(posinf), r)
     r = np.where(x == -np.inf, n.dtype.type(neginf), r)
+    r.scalar = r.ndim == 0
     return r
 
 
@@ -652,6 +656,18 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
 def astype(a, dtype, order="K", casting="unsafe", subok=True, copy=True):
     dt = ops.check_dtype(dtype, "astype")
     return wrap(ops.cast(current_graph(), node_of(a), dt), scalar=is_tracer(a) and a.scalar)
+
+
+@implements(np.astype)
+def astype_function(x, dtype, /, *, copy=True, device=None):
+    return astype(x, dtype)
+
+
+@implements(np.count_nonzero)
+def count_nonzero(a, axis=None, *, keepdims=False):
+    r = sum_(call_ufunc(np.not_equal, (a, 0)), axis, np.intp, None, keepdims)
+    r.scalar = axis is None and not keepdims
+    return r
 
 
 @implements(np.copy)
@@ -730,11 +746,12 @@ def reshape(a, *shape, order="C", newshape=None, copy=None):
         raise TracingError(f"reshape(order={order!r}) is not supported by fastlaunch")
     t = _as_tracer(a)
     new_shape = ops.normalize_shape(shape, t.size)
+    scalar = t.scalar and not new_shape        # views of a NumPy scalar stay scalars
     if t._reshape is None:
         vm = (t._view or ViewMap.identity(t._storage.node.shape)).squeeze_expand(new_shape)
         if vm is not None:
-            return view_of(t, vm)
-    return view_of(t, reshape=new_shape)
+            return view_of(t, vm, scalar=scalar)
+    return view_of(t, reshape=new_shape, scalar=scalar)
 
 
 @implements(np.ravel)
@@ -756,8 +773,8 @@ def transpose(a, axes=None):
         raise ValueError("axes don't match array")
     if t._reshape is None:
         vm = (t._view or ViewMap.identity(t._storage.node.shape)).transpose(axes)
-        return view_of(t, vm)
-    return wrap(ops.transpose(current_graph(), t.node, axes), scalar=False)
+        return view_of(t, vm, scalar=t.scalar and t.ndim == 0)
+    return wrap(ops.transpose(current_graph(), t.node, axes), scalar=t.scalar and t.ndim == 0)
 
 
 @implements(np.swapaxes)
@@ -984,9 +1001,13 @@ def _advanced(t: Tracer, key: tuple):
 
 
 def getitem(t: Tracer, key):
+    ellipsis = key is Ellipsis or (isinstance(key, tuple) and any(k is Ellipsis for k in key))
     key = _normalize_key(key, t.ndim)
     if not any(_is_advanced(k) for k in key):
-        return _basic_view(t, key)
+        out = _basic_view(t, key)
+        # x[0, 0, ...] is a 0-d array in NumPy; indexing a scalar (s[()]) keeps a scalar
+        out.scalar = (out.scalar and not ellipsis) or (t.scalar and out.ndim == 0)
+        return out
     view, axis, indices = _advanced(t, key)
     g = current_graph()
     idx = [node_of(i) for i in indices]
@@ -1075,6 +1096,18 @@ def take_along_axis(arr, indices, axis=-1):
     return wrap(ops.gather(g, t.node, picks, 0), scalar=False)
 
 
+# ---- data-dependent output sizes ---------------------------------------------------------------
+def _data_dependent(name):
+    def refuse(*args, **kwargs):
+        raise TracingError(f"{name} returns an array whose size depends on the data, which "
+                           f"cannot be traced; keep the shape with np.where(cond, x, fill)")
+    return refuse
+
+
+for _f in (np.nonzero, np.argwhere, np.flatnonzero, np.unique, np.extract, np.compress):
+    FUNCTIONS[_f] = _data_dependent(f"np.{_f.__name__}")
+
+
 # ---- methods and operators on Tracer ----------------------------------------------------------
 def _method(name, impl):
     setattr(Tracer, name, impl)
@@ -1157,6 +1190,7 @@ for _name, _impl in [("sum", sum_), ("prod", prod_), ("max", max_), ("min", min_
     _method(_name, _impl)
 _method("round", lambda self, decimals=0, out=None: round_(self, decimals, out))
 _method("fill", lambda self, value: setitem(self, Ellipsis, value))
+_method("nonzero", lambda self: _data_dependent("x.nonzero()")())
 _method("dot", lambda self, other, out=None: dot(self, other, out))
 _method("cumsum", lambda self, axis=None, dtype=None, out=None: cumsum(self, axis, dtype, out))
 _method("cumprod", lambda self, axis=None, dtype=None, out=None: cumprod(self, axis, dtype, out))

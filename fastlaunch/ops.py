@@ -165,6 +165,30 @@ _UFUNC_AS = {
 }
 
 
+_COMPARISONS = {Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE}
+
+
+def _compare_out_of_range(g: Graph, op: Op, operands, loop):
+    """NumPy 2 compares an integer array with a Python int outside its dtype exactly: the
+    answer is then the same for every element."""
+    for side, (n, w) in enumerate(operands):
+        value = literal_value(n)
+        other = operands[1 - side][0]
+        if w is not int or value is None or loop[side].kind not in "iu":
+            continue
+        info = np.iinfo(loop[side])
+        v = int(value)
+        if info.min <= v <= info.max:
+            continue
+        above = v > info.max              # the literal is above (or below) every element
+        literal_is_left = side == 0
+        result = {Op.EQ: False, Op.NE: True,
+                  Op.LT: above != literal_is_left, Op.LE: above != literal_is_left,
+                  Op.GT: above == literal_is_left, Op.GE: above == literal_is_left}[op]
+        return broadcast_to(g, literal(g, result, np.bool_), other.shape)
+    return None
+
+
 def supported_ufuncs() -> list:
     return sorted({u.__name__ for u in list(OP_OF_UFUNC) + list(_UFUNC_AS)})
 
@@ -175,10 +199,19 @@ def apply_ufunc(g: Graph, ufunc, operands: list[tuple[Node, type | None]]) -> No
     rewrite = _UFUNC_AS.get(ufunc)
     if op is None and rewrite is None:
         raise TracingError(f"np.{ufunc.__name__} is not supported by fastlaunch yet")
-    loop = resolve_loop(ufunc, [w if w is not None else n.dtype for n, w in operands])
+    if all(w is not None for _, w in operands):
+        # only Python scalars: NumPy makes them int64/float64 arrays first
+        types = [n.dtype for n, _ in operands]
+    else:
+        types = [w if w is not None else n.dtype for n, w in operands]
+    loop = resolve_loop(ufunc, types)
     nin = len(operands)
     for dt in loop:
         check_dtype(dt, f"np.{ufunc.__name__}")
+    if op in _COMPARISONS:
+        exact = _compare_out_of_range(g, op, operands, loop)
+        if exact is not None:
+            return exact
     cast_in = [cast(g, n, dt, w) for (n, w), dt in zip(operands, loop[:nin])]
     if rewrite is not None:
         shape = broadcast_shapes(*(o.shape for o in cast_in))
@@ -195,7 +228,7 @@ def result_type(operands: list[tuple[Node, type | None]]) -> np.dtype:
 def where(g: Graph, cond: tuple, a: tuple, b: tuple) -> Node:
     dt = check_dtype(result_type([a, b]), "np.where")
     c = cast(g, cond[0], np.bool_)
-    an, bn = cast(g, a[0], dt, a[1]), cast(g, b[0], dt, b[1])
+    an, bn = cast(g, a[0], dt), cast(g, b[0], dt)      # np.where casts Python ints unsafely
     return elementwise(g, Op.WHERE, dt, [c, an, bn])
 
 

@@ -130,7 +130,8 @@ class _Module:
             keep = sorted(set(self.keep))
             lines.append(f"@llvm.compiler.used = appending global [{len(keep)} x ptr] ["
                          + ", ".join(f"ptr @{k}" for k in keep) + '], section "llvm.metadata"')
-        lines.append("declare i64 @llvm.umin.i64(i64, i64)")
+        if "llvm.umin.i64" not in self.decls:     # the loop helpers call it undeclared
+            lines.append("declare i64 @llvm.umin.i64(i64, i64)")
         lines.append("attributes #0 = { alwaysinline nounwind }")
         lines.append("attributes #1 = { nounwind willreturn memory(none) }")
         for i, a in enumerate(self.attrs):
@@ -349,6 +350,8 @@ class _Emitter:
 
     # ---- reductions --------------------------------------------------------------------
     def reduce_init(self, op: Op, dt: np.dtype) -> str:
+        if op is Op.SUM and dt.kind == "f" and all(self.k.rspace):
+            return const_text(-0.0, dt)   # x + -0.0 is x: a fold of [-0.0] stays -0.0, as in NumPy
         if op in (Op.SUM, Op.ANY):
             return const_text(0, dt)
         if op in (Op.PROD, Op.ALL):
@@ -568,6 +571,8 @@ def _emit_op(em: _Emitter, op: Op, out: np.dtype, args: list, dts: list) -> str:
         return fw.op(f"select i1 {c}, {t or ty} {x}, {t or ty} {y}")
 
     cname = MATH_FUNCTIONS.get(op)
+    if op is Op.NEXTAFTER and dt == np.float16:
+        return _half_nextafter(em, a, b)
     if cname is not None and kind == "f":
         if op is Op.POW:
             return _float_pow(em, dt, a, b)
@@ -624,6 +629,8 @@ def _emit_op(em: _Emitter, op: Op, out: np.dtype, args: list, dts: list) -> str:
             return fw.op(f"icmp slt {bits} {fw.op(f'bitcast {ty} {a} to {bits}')}, 0")
         return fw.op(f"icmp slt {ty} {a}, 0") if kind == "i" else "false"
     if op in (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE):
+        if len(dts) == 2 and dts[0].kind in "iu" and dts[1].kind in "iu" and dts[0] != dts[1]:
+            return _mixed_int_compare(em, op, a, b, dts[0], dts[1])
         if kind == "f":
             pred = {Op.EQ: "oeq", Op.NE: "une", Op.LT: "olt", Op.LE: "ole", Op.GT: "ogt",
                     Op.GE: "oge"}[op]
@@ -678,6 +685,50 @@ def _icmp(kind: str, base: str) -> str:
     if base in ("eq", "ne"):
         return base
     return ("s" if kind == "i" else "u") + base
+
+
+def _mixed_int_compare(em, op, a, b, da, db) -> str:
+    """Exact comparison of a signed and an unsigned 64-bit integer (NumPy's mixed loops):
+    a negative signed value is below every unsigned one; otherwise compare as unsigned."""
+    fw = em.fw
+    ta, tb = llvm_type(da), llvm_type(db)
+    base = {Op.EQ: "eq", Op.NE: "ne", Op.LT: "lt", Op.LE: "le", Op.GT: "gt", Op.GE: "ge"}[op]
+    signed_is_a = da.kind == "i"
+    s_val, s_ty = (a, ta) if signed_is_a else (b, tb)
+    negative = fw.op(f"icmp slt {s_ty} {s_val}, 0")
+    unsigned = fw.op(f"icmp {_icmp('u', base)} {ta} {a}, {b}")
+    if base == "eq":
+        known = "false"
+    elif base == "ne":
+        known = "true"
+    else:   # a negative signed operand is the smaller one
+        known = "true" if (base in ("lt", "le")) == signed_is_a else "false"
+    return fw.op(f"select i1 {negative}, i1 {known}, i1 {unsigned}")
+
+
+def _half_nextafter(em, a, b) -> str:
+    """nextafter on float16 bits (float32 steps would round back to the same half)."""
+    fw = em.fw
+    ia = fw.op(f"bitcast half {a} to i16")
+    ib = fw.op(f"bitcast half {b} to i16")
+    a_nan = fw.op(f"fcmp uno half {a}, {a}")
+    b_nan = fw.op(f"fcmp uno half {b}, {b}")
+    nan = fw.op(f"or i1 {a_nan}, {b_nan}")
+    same = fw.op(f"fcmp oeq half {a}, {b}")
+    zero = fw.op(f"fcmp oeq half {a}, 0xH0000")
+    # from zero: the smallest subnormal with b's sign
+    tiny = fw.op(f"or i16 {fw.op(f'and i16 {ib}, -32768')}, 1")
+    # away from zero when (b > a) matches a's sign being positive
+    up = fw.op(f"fcmp ogt half {b}, {a}")
+    positive = fw.op(f"icmp sge i16 {ia}, 0")
+    grow = fw.op(f"icmp eq i1 {up}, {positive}")
+    bigger = fw.op(f"add i16 {ia}, 1")
+    smaller = fw.op(f"sub i16 {ia}, 1")
+    stepped = fw.op(f"select i1 {grow}, i16 {bigger}, i16 {smaller}")
+    r = fw.op(f"select i1 {zero}, i16 {tiny}, i16 {stepped}")
+    r = fw.op(f"bitcast i16 {r} to half")
+    r = fw.op(f"select i1 {same}, half {b}, half {r}")
+    return fw.op(f"select i1 {nan}, half 0xH7E00, half {r}")
 
 
 def _min_max(em, op, dt, a, b) -> str:
