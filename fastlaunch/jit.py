@@ -102,6 +102,7 @@ class Compiled(_core.Dispatcher):
         self.backend = get_backend(backend)
         self.replay = replay
         self.traces: list[TraceRecord] = []
+        self.retraces = 0                  # replay=False: calls traced without caching
         self._lock = threading.RLock()
         self._warned_at = 0
 
@@ -121,6 +122,7 @@ class Compiled(_core.Dispatcher):
                                 f"compiled function")
         if not self.replay:
             entry = self._trace(call, enc, bool(kwargs), install=False)
+            self.retraces += 1
             return _core.run_entry(entry, call, self._static)
         with self._lock:
             entry = self._find(enc)
@@ -259,15 +261,18 @@ class Compiled(_core.Dispatcher):
     # ---- introspection -----------------------------------------------------------------
     @property
     def stats(self) -> dict:
+        """traces: signatures traced and cached (with `history`, why each happened);
+        uncached_traces: calls traced in replay=False mode, which keeps no history."""
         return {"traces": len(self.traces), "entries": len(self._entries_list()),
                 "trace_seconds": sum(t.seconds for t in self.traces),
-                "history": list(self.traces)}
+                "uncached_traces": self.retraces, "history": list(self.traces)}
 
     def clear(self):
         """Forget every traced signature (kernels stay in the kernel cache)."""
         with self._lock:
             self._forget()
             self.traces.clear()
+            self.retraces = 0
             self._warned_at = 0
 
     def lower(self, *args, **kwargs) -> Lowered:

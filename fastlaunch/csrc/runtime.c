@@ -25,6 +25,11 @@ void fl_null_kernel(int64_t start, int64_t end, int64_t *args) {
  * caller runs its launch on its own thread instead of waiting.  Workers spin for a while
  * after each job, then sleep on a condition variable, so that back-to-back launches of a
  * program pay no wake-up cost while an idle process burns no CPU.
+ *
+ * `generation` works as a seqlock: odd while the launcher rewrites `job`, even once the job
+ * is published.  A worker announces itself in `active`, then re-checks that the generation
+ * it saw is still current before touching the job; the launcher makes the generation odd
+ * first and then waits for `active` to drain, so no worker can run a half-written job.
  * ====================================================================================== */
 #define MAX_WORKERS 256
 
@@ -70,18 +75,23 @@ static void run_chunks(void) {
     }
 }
 
+static int no_new_job(uint64_t seen) {
+    uint64_t g = atomic_load(&generation);
+    return (g == seen || (g & 1)) && !atomic_load(&stopping);
+}
+
 static void *worker_main(void *unused) {
     (void)unused;
-    uint64_t seen = atomic_load(&generation);
+    uint64_t seen = atomic_load(&generation) & ~(uint64_t)1;
     for (;;) {
         int64_t deadline = now_ns() + spin_ns;
         int spins = 0;
-        while (atomic_load(&generation) == seen && !atomic_load(&stopping)) {
+        while (no_new_job(seen)) {
             cpu_relax();
             if (++spins % 1024 == 0 && now_ns() > deadline) {
                 pthread_mutex_lock(&sleep_mu);
                 atomic_fetch_add(&sleeping, 1);
-                while (atomic_load(&generation) == seen && !atomic_load(&stopping))
+                while (no_new_job(seen))
                     pthread_cond_wait(&sleep_cv, &sleep_mu);
                 atomic_fetch_sub(&sleeping, 1);
                 pthread_mutex_unlock(&sleep_mu);
@@ -89,7 +99,8 @@ static void *worker_main(void *unused) {
         }
         if (atomic_load(&stopping)) return NULL;
         uint64_t g = atomic_load(&generation);
-        /* announce, then re-check: the launcher waits for active == 0 before it rewrites job */
+        if (g & 1) continue;                  /* the launcher is rewriting the job */
+        /* announce, then re-check: see the seqlock comment above */
         atomic_fetch_add(&active, 1);
         if (atomic_load(&generation) == g) run_chunks();
         atomic_fetch_sub(&active, 1);
@@ -181,6 +192,7 @@ void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args)
         fn(0, n, args);
         return;
     }
+    atomic_fetch_add(&generation, 1);         /* odd: workers keep off the job */
     while (atomic_load(&active) != 0) cpu_relax();
     int threads = nworkers + 1;
     /* a few chunks per thread balance uneven progress; none smaller than the threshold/4 */
@@ -195,9 +207,9 @@ void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args)
     job.n = n;
     job.chunk = chunk;
     job.nchunks = (n + chunk - 1) / chunk;
-    atomic_store(&job.next, 0);
     atomic_store(&job.done, 0);
-    atomic_fetch_add(&generation, 1);
+    atomic_store(&job.next, 0);
+    atomic_fetch_add(&generation, 1);         /* even: published */
     if (atomic_load(&sleeping) > 0) {
         pthread_mutex_lock(&sleep_mu);
         pthread_cond_broadcast(&sleep_cv);

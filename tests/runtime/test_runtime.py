@@ -148,3 +148,28 @@ def test_temporaries_are_reused_from_the_pool():
         f(x)
     assert _core.memory_stats()["cached_bytes"] == cached
     assert _core.memory_stats()["live_bytes"] == 0
+
+
+HAMMER = """
+import numpy as np, fastlaunch as fl
+from fastlaunch import _core
+_core.set_parallel_threshold(1024)
+f = fl.compile(lambda x: np.sqrt(np.abs(x * 1.5 + 0.5)))
+g = fl.compile(lambda x: x / np.sqrt(np.sum(x * x)))
+x = np.ones(65536, np.float32)
+want_f, want_g = f(x), g(x)
+for _ in range(CALLS):
+    assert np.array_equal(f(x), want_f) and np.array_equal(g(x), want_g)
+print("ok")
+"""
+
+
+def test_back_to_back_parallel_launches_never_hang():
+    """Regression: a worker waking late for one launch could run the next, half-written one
+    and lose its completion count, hanging the launcher."""
+    import subprocess
+    import sys
+    calls = 200_000 if os.environ.get("FASTLAUNCH_LONG") else 30_000
+    done = subprocess.run([sys.executable, "-c", HAMMER.replace("CALLS", str(calls))],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
