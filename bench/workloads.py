@@ -1,0 +1,114 @@
+"""The benchmark workloads: plain NumPy functions and the float32 inputs they are timed on.
+
+Every runner executes the function defined here (fastlaunch and Numba-on-NumPy-code call it
+as is; JAX and Dr.Jit run the same source with `np` rebound to their array namespace, see
+runners.py). Where a peer cannot run the code verbatim, its rewrite lives in ports.py.
+
+Inputs are fixed per size: each timed call computes the same thing from the same arrays, so
+every runner does identical work and no state (e.g. the optimiser's m, v) drifts between runners.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from fastlaunch.__main__ import step  # the DESIGN.md optimisation step, verbatim
+
+DTYPE = np.float32
+ROW = 256            # softmax row length
+
+
+def chain(x, y):
+    """A 12-op elementwise chain: one fused kernel, 2 inputs read, 1 output written."""
+    a = x * 1.5 + y
+    a = a * a - 0.5
+    a = np.abs(a) + 1.0
+    a = np.sqrt(a)
+    a = a * y - x
+    a = np.maximum(a, 0.1)
+    return a / (a + 1.0)
+
+
+def softmax(x):
+    """Row softmax of a 2-D array (rows of ROW elements)."""
+    e = np.exp(x - np.max(x, axis=1, keepdims=True))
+    return e / np.sum(e, axis=1, keepdims=True)
+
+
+def normalise(x):
+    """A full reduction feeding an elementwise op."""
+    return x / np.sqrt(np.sum(x * x))
+
+
+def black_scholes(S, K, T, r, sigma):
+    """European call price; the normal CDF is the erf-free tanh approximation
+    0.5 * (1 + tanh(sqrt(2/pi) * (d + 0.044715 d^3))) (abs. error < 1.8e-4; the same code for
+    every runner)."""
+    def cdf(d):
+        return 0.5 * (1.0 + np.tanh(0.7978845608 * (d + 0.044715 * d * d * d)))
+    sqrt_t = np.sqrt(T)
+    d1 = (np.log(S / K) + (r + 0.5 * sigma * sigma) * T) / (sigma * sqrt_t)
+    d2 = d1 - sigma * sqrt_t
+    return S * cdf(d1) - K * np.exp(-r * T) * cdf(d2)
+
+
+def _step_args(n, rng):
+    return (rng.standard_normal(n).astype(DTYPE), (rng.standard_normal(n) * 0.1).astype(DTYPE),
+            (rng.random(n) * 0.1).astype(DTYPE), rng.standard_normal(n).astype(DTYPE), 1e-2)
+
+
+def _chain_args(n, rng):
+    return rng.standard_normal(n).astype(DTYPE), rng.standard_normal(n).astype(DTYPE)
+
+
+def softmax_shape(n: int) -> tuple:
+    """(rows, ROW) holding n elements; a single row below ROW elements."""
+    return (n // ROW, ROW) if n >= ROW else (1, n)
+
+
+def _softmax_args(n, rng):
+    return ((rng.standard_normal(softmax_shape(n)) * 4).astype(DTYPE),)
+
+
+def _normalise_args(n, rng):
+    return (rng.standard_normal(n).astype(DTYPE),)
+
+
+def _black_scholes_args(n, rng):
+    return (rng.uniform(10, 100, n).astype(DTYPE), rng.uniform(10, 100, n).astype(DTYPE),
+            rng.uniform(0.25, 2.0, n).astype(DTYPE), 0.02, 0.3)
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    fn: Callable                   # the NumPy code
+    make_args: Callable            # (n, rng) -> tuple of float32 arrays and Python scalars
+    description: str
+
+    def args(self, n: int, seed: int = 0) -> tuple:
+        return self.make_args(n, np.random.default_rng(seed))
+
+
+WORKLOADS = {w.name: w for w in [
+    Workload("step", step, _step_args,
+             "DESIGN.md optimisation step (loss reduction + Adam-like update; 4 outputs)"),
+    Workload("chain", chain, _chain_args, "12-op elementwise chain"),
+    Workload("softmax", softmax, _softmax_args, f"row softmax, rows of {ROW}"),
+    Workload("normalise", normalise, _normalise_args, "x / np.sqrt(np.sum(x*x))"),
+    Workload("black_scholes", black_scholes, _black_scholes_args,
+             "Black-Scholes call price (S, K, T arrays; r, sigma Python floats)"),
+]}
+
+
+def as_list(out) -> list:
+    """A workload's result as a list of outputs."""
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def bytes_moved(args, outputs) -> int:
+    """Each array input read once, each output written once (Python scalars count as nothing)."""
+    arrays = [a for a in args if isinstance(a, np.ndarray)] + [np.asarray(o) for o in outputs]
+    return int(sum(a.nbytes for a in arrays))
