@@ -192,7 +192,9 @@ class Tracer:
         raise TracingError(
             f"{what} needs the value of a traced array ({self.dtype}{list(self.shape)}), which is "
             f"not known while tracing. Express data-dependent choices with np.where(cond, a, b), "
-            f"or make the deciding argument static with static_argnames=/static_argnums=.")
+            f"or make the deciding argument static with static_argnames=/static_argnums=. "
+            f"(Storing a traced value into a NumPy array, out[i] = x, does this too: create "
+            f"`out` from a traced value instead, e.g. np.zeros_like(x).)")
 
     def __bool__(self):
         self._concrete("bool(x) (an `if`, `while`, `and`/`or` or `not` on an array)")

@@ -185,3 +185,39 @@ def test_random_numbers_drawn_while_tracing_are_constants():
 
     x = np.zeros(4)
     np.testing.assert_array_equal(f(x), f(x))
+
+
+def test_indexing_a_numpy_constant_by_a_traced_index_needs_fl_asarray():
+    """NumPy's own indexing (and np.take, whose dispatch ignores the index argument) cannot
+    take a traced index: the error says to wrap the constant with fastlaunch.asarray."""
+    table = np.arange(10.0) ** 2
+
+    def plain(i):
+        return table[i]
+
+    with pytest.raises(fl.TracingError, match="fastlaunch.asarray"):
+        fl.compile(plain)(np.array([1, 2]))
+
+    def wrapped(i):
+        return fl.asarray(table)[i]
+
+    np.testing.assert_array_equal(fl.compile(wrapped)(np.array([1, 9, -1])), table[[1, 9, -1]])
+
+
+def test_writing_traced_values_into_a_numpy_array_is_refused():
+    """np.zeros(...) inside fn is a real NumPy array (a constant); NumPy cannot store a traced
+    value into it.  Build the array from a traced value instead (np.zeros_like)."""
+    def bad(x):
+        out = np.zeros(3)
+        out[0] = x[0]
+        return out
+
+    with pytest.raises(fl.TracingError, match="zeros_like"):
+        fl.compile(bad)(np.ones(3))
+
+    def good(x):
+        out = np.zeros_like(x)
+        out[0] = x[0]
+        return out
+
+    np.testing.assert_array_equal(fl.compile(good)(np.arange(3.0) + 1), [1.0, 0, 0])
