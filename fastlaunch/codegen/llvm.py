@@ -804,10 +804,7 @@ def _int_divide(em, dt, a, b, floor: bool) -> str:
     safe_b = fw.op(f"select i1 {bad}, {ty} 1, {ty} {b}")
     q = fw.op(f"sdiv {ty} {a}, {safe_b}")
     if floor:
-        r = fw.op(f"srem {ty} {a}, {safe_b}")
-        r_nonzero = fw.op(f"icmp ne {ty} {r}, 0")
-        signs_differ = fw.op(f"icmp slt {ty} {fw.op(f'xor {ty} {r}, {safe_b}')}, 0")
-        adjust = fw.op(f"and i1 {r_nonzero}, {signs_differ}")
+        adjust = _rounds_toward_zero(fw, ty, fw.op(f"srem {ty} {a}, {safe_b}"), safe_b)
         q = fw.op(f"sub {ty} {q}, {fw.op(f'zext i1 {adjust} to {ty}')}")
     q = fw.op(f"select i1 {overflow}, {ty} {lo}, {ty} {q}")
     return fw.op(f"select i1 {b_zero}, {ty} 0, {ty} {q}")
@@ -826,11 +823,17 @@ def _int_remainder(em, dt, a, b, python_sign: bool) -> str:
     safe_b = fw.op(f"select i1 {bad}, {ty} 1, {ty} {b}")
     r = fw.op(f"srem {ty} {a}, {safe_b}")
     if python_sign:
-        r_nonzero = fw.op(f"icmp ne {ty} {r}, 0")
-        signs_differ = fw.op(f"icmp slt {ty} {fw.op(f'xor {ty} {r}, {safe_b}')}, 0")
-        adjust = fw.op(f"and i1 {r_nonzero}, {signs_differ}")
+        adjust = _rounds_toward_zero(fw, ty, r, safe_b)
         r = fw.op(f"select i1 {adjust}, {ty} {fw.op(f'add {ty} {r}, {safe_b}')}, {ty} {r}")
     return r
+
+
+def _rounds_toward_zero(fw, ty, r, b) -> str:
+    """Whether truncating division left a remainder r of the other sign than divisor b, so
+    that floor division is one less and the Python-style remainder is r + b."""
+    r_nonzero = fw.op(f"icmp ne {ty} {r}, 0")
+    signs_differ = fw.op(f"icmp slt {ty} {fw.op(f'xor {ty} {r}, {b}')}, 0")
+    return fw.op(f"and i1 {r_nonzero}, {signs_differ}")
 
 
 def _int_pow(em, dt, a, b) -> str:
