@@ -315,11 +315,30 @@ cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, i
     return STATUS_OK
 
 
+# Outputs of at least this many bytes take their memory from the caching pool: a fresh large
+# NumPy array is a fresh mmap whose every page faults on first touch, which can cost as much
+# as the kernel writing it.  The array's base object hands the block back to the pool when
+# the caller drops the array (and every view of it): fresh to the caller, never recycled
+# under it.
+DEF POOLED_OUTPUT_BYTES = 131072
+
+
+cdef class PoolBlock:
+    """The base object of a pooled output array: returns its memory block to the pool."""
+    cdef void *ptr
+    cdef readonly Py_ssize_t nbytes
+
+    def __dealloc__(self):
+        if self.ptr != NULL:
+            fl_mem_free(self.ptr)
+
+
 cdef class OutputLayout:
     """Dtypes and shapes of a call's fresh output arrays; allocates them."""
     cdef Py_ssize_t n
     cdef int *types
     cdef int *ndims
+    cdef Py_ssize_t *nbytes
     cdef cnp.npy_intp *dims           # ndim entries per output, concatenated
 
     def __cinit__(self, specs):
@@ -328,13 +347,15 @@ cdef class OutputLayout:
         self.n = len(specs)
         self.types = <int *>malloc(max(1, self.n) * sizeof(int))
         self.ndims = <int *>malloc(max(1, self.n) * sizeof(int))
+        self.nbytes = <Py_ssize_t *>malloc(max(1, self.n) * sizeof(Py_ssize_t))
         total = sum(len(shape) for _, shape in specs)
         self.dims = <cnp.npy_intp *>malloc(max(1, total) * sizeof(cnp.npy_intp))
-        if self.types == NULL or self.ndims == NULL or self.dims == NULL:
+        if self.types == NULL or self.ndims == NULL or self.dims == NULL or self.nbytes == NULL:
             raise MemoryError()
         for i, (dtype, shape) in enumerate(specs):
             self.types[i] = np.dtype(dtype).num
             self.ndims[i] = len(shape)
+            self.nbytes[i] = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
             for j in range(len(shape)):
                 self.dims[pos] = shape[j]
                 pos += 1
@@ -342,6 +363,7 @@ cdef class OutputLayout:
     def __dealloc__(self):
         free(self.types)
         free(self.ndims)
+        free(self.nbytes)
         free(self.dims)
 
     cdef int allocate(self, PyObject **outs, int64_t *slots, const int64_t *out_slots) except -1:
@@ -349,8 +371,19 @@ cdef class OutputLayout:
         pointers go to slots[out_slots[i]] when slots is given."""
         cdef Py_ssize_t i, dim_at = 0
         cdef cnp.ndarray arr
+        cdef PoolBlock block
         for i in range(self.n):
-            arr = cnp.PyArray_EMPTY(self.ndims[i], &self.dims[dim_at], self.types[i], 0)
+            if self.nbytes[i] >= POOLED_OUTPUT_BYTES:
+                block = PoolBlock.__new__(PoolBlock)
+                block.ptr = fl_mem_alloc(self.nbytes[i])
+                if block.ptr == NULL:
+                    raise MemoryError("fastlaunch: out of memory for a result array")
+                block.nbytes = self.nbytes[i]
+                arr = cnp.PyArray_SimpleNewFromData(self.ndims[i], &self.dims[dim_at],
+                                                    self.types[i], block.ptr)
+                cnp.set_array_base(arr, block)
+            else:
+                arr = cnp.PyArray_EMPTY(self.ndims[i], &self.dims[dim_at], self.types[i], 0)
             dim_at += self.ndims[i]
             if slots != NULL:
                 slots[out_slots[i]] = <int64_t><intptr_t>cnp.PyArray_DATA(arr)

@@ -173,3 +173,20 @@ def test_back_to_back_parallel_launches_never_hang():
     done = subprocess.run([sys.executable, "-c", HAMMER.replace("CALLS", str(calls))],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_large_outputs_come_from_the_pool_and_go_back_when_dropped():
+    f = fl.compile(lambda x: x * 2)
+    x = np.ones(1 << 18)                       # 2 MB results: pooled
+    a = f(x)
+    live = _core.memory_stats()["live_bytes"]
+    assert live >= a.nbytes
+    b = f(x)
+    assert not np.shares_memory(a, b)         # fresh for the caller, never recycled under it
+    view = a[::2]
+    del a
+    assert _core.memory_stats()["live_bytes"] >= 2 * b.nbytes     # the view keeps a's block
+    del view
+    del b
+    assert _core.memory_stats()["live_bytes"] == 0
+    np.testing.assert_array_equal(f(x), 2 * x)
