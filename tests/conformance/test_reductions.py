@@ -1,0 +1,319 @@
+"""Reductions over axis None / int / negative int / tuple, with keepdims, across dtypes; nan-
+reductions; np.linalg.norm; cumsum / cumprod.
+
+Float sums are compared with a tolerance scaled by the data (NumPy sums pairwise, fastlaunch
+in vectorised partial sums: both are right, they round differently): |got - expected| <=
+8 * n * eps * max|x| for sum-like results, the square of that scale for var.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from .harness import (ALL, FLOATS, check, check_many, cover, make, param, short)
+
+RED, NANRED, CUM = "reductions", "nan-reductions", "cumulative"
+
+
+def _inputs(dtype, domain=None, special=False):
+    dt = np.dtype(dtype)
+    return (make((4, 5, 6), dt, "negstep", domain=domain, special=special),
+            make((1000,), dt, domain=domain, special=special),
+            make((), dt, domain=domain, special=special),
+            make((0,), dt), make((3, 0), dt),
+            make((7, 5), dt, "T", domain=domain, special=special))
+
+
+def _variants(f, extra=None, empty=True, zero_d=True):
+    """label -> body(x3, x1, x0, e0, e2, xt) for the reduction f(x, axis=..., keepdims=...)."""
+    v = {
+        "3d": lambda x3, x1, x0, e0, e2, xt: f(x3),
+        "3d ax0": lambda x3, x1, x0, e0, e2, xt: f(x3, axis=0),
+        "3d ax-1": lambda x3, x1, x0, e0, e2, xt: f(x3, axis=-1),
+        "3d ax1 keep": lambda x3, x1, x0, e0, e2, xt: f(x3, axis=1, keepdims=True),
+        "3d ax(0,2)": lambda x3, x1, x0, e0, e2, xt: f(x3, axis=(0, 2)),
+        "3d ax(-1,-3) keep": lambda x3, x1, x0, e0, e2, xt: f(x3, axis=(-1, -3), keepdims=True),
+        "3d None keep": lambda x3, x1, x0, e0, e2, xt: f(x3, axis=None, keepdims=True),
+        "1d": lambda x3, x1, x0, e0, e2, xt: f(x1),
+        "1d ax0": lambda x3, x1, x0, e0, e2, xt: f(x1, axis=0),
+        "T ax0": lambda x3, x1, x0, e0, e2, xt: f(xt, axis=0),
+        "T ax1": lambda x3, x1, x0, e0, e2, xt: f(xt, axis=1),
+        "slice": lambda x3, x1, x0, e0, e2, xt: f(x1[::-3], axis=0),
+    }
+    if zero_d:
+        v["0d"] = lambda x3, x1, x0, e0, e2, xt: f(x0)
+    if empty:
+        v["empty"] = lambda x3, x1, x0, e0, e2, xt: f(e0)
+        v["(3,0) ax1"] = lambda x3, x1, x0, e0, e2, xt: f(e2, axis=1)
+        v["(3,0) ax0"] = lambda x3, x1, x0, e0, e2, xt: f(e2, axis=0)
+    v.update(extra or {})
+    return v
+
+
+def _sum_atol(x_max, eps, power=1):
+    """atol for a reduction over up to 1000 elements of magnitude <= x_max."""
+    return lambda label, expected: 8 * 1000 * eps * x_max ** power
+
+
+def _scale(args, dtype):
+    dt = np.dtype(dtype)
+    with np.errstate(all="ignore"):
+        m = max(float(np.max(np.abs(a.astype(np.float64)), initial=0)) for a in args)
+    eps = float(np.finfo(dt if dt.kind == "f" else np.float64).eps)
+    return m, eps
+
+
+METHODS = ["sum", "prod", "mean", "max", "min", "argmax", "argmin", "any", "all", "std", "var"]
+
+
+def _reduction_params():
+    out = []
+    for name in METHODS:
+        cover(f"np.{name}", RED, ALL, test="test_reductions.py::test_reduction")
+        for dt in ALL:
+            out.append(param(name, dt, name=f"np.{name}", dtype=dt, id=f"{name}-{short(dt)}"))
+    return out
+
+
+@pytest.mark.parametrize(("name", "dtype"), _reduction_params())
+def test_reduction(name, dtype):
+    """np.<name>(x, axis=..., keepdims=...) over 3-D, 1-D, 0-d, empty and transposed inputs."""
+    dt = np.dtype(dtype)
+    f = getattr(np, name)
+    domain = (0.5, 1.5) if name == "prod" and dt.kind == "f" else None
+    args = _inputs(dt, domain)
+    m, eps = _scale(args, dt)
+    extra = {}
+    if name in ("argmax", "argmin"):
+        # no tuple axes for arg-reductions
+        variants = {k: v for k, v in _variants(f).items() if "(" not in k or "(3,0)" in k}
+    else:
+        variants = _variants(f)
+    if name in ("std", "var"):
+        for ddof in (1, 2, 1000):
+            extra[f"ddof={ddof}"] = lambda x3, x1, x0, e0, e2, xt, d=ddof: f(x1, ddof=d)
+            extra[f"ax0 ddof={ddof}"] = lambda x3, x1, x0, e0, e2, xt, d=ddof: f(x3, axis=0, ddof=d)
+        variants.update(extra)
+    if name in ("max", "min", "argmax", "argmin", "any", "all") or dt.kind in "iub" and \
+            name in ("sum", "prod"):
+        tol, atol = "exact", None
+    elif name == "prod":
+        tol, atol = "reduce", None
+    elif name == "var":
+        tol, atol = "reduce", _sum_atol(m, eps, 2)
+    else:
+        tol, atol = "reduce", _sum_atol(m, eps)
+    check_many(variants, *args, tol=tol, atol=atol)
+    # the method form
+    check(lambda x3, x1: (getattr(x3, name)(axis=1), getattr(x1, name)()), args[0], args[1],
+          tol=tol, atol=atol(None, None) if atol else 0.0)
+
+
+@pytest.mark.parametrize(("name", "dtype"), [param(n, d, name=f"np.{n}",
+                                                   dtype=f"{short(d)} (special values)",
+                                                   id=f"{n}-{short(d)}")
+                                             for n in METHODS for d in FLOATS])
+def test_reduction_special_values(name, dtype):
+    """NaN propagates (max/min/argmax: the first NaN wins), inf - inf, -0.0, in every variant."""
+    dt = np.dtype(dtype)
+    f = getattr(np, name)
+    rows = np.array([[1.0, np.nan, 3.0, -1.0], [np.inf, -np.inf, 0.0, 1.0], [-0.0, 0.0, -0.0, 2.0],
+                     [np.nan, np.nan, 1.0, 2.0], [5.0, 5.0, -7.0, -7.0], [np.inf, 1.0, np.inf, 2.0],
+                     [-np.inf, -np.inf, 0.5, 0.5], [1e30, -1e30, 3.0, 0.0]], dt)
+    check(lambda r: (f(r, axis=1), f(r, axis=0), f(r[2:3]), f(r[4]), f(r[5]), f(r[6])), rows,
+          tol="reduce")
+
+
+def test_reduction_empty_errors():
+    """max/min/argmax/argmin of an empty axis raise ValueError, as NumPy."""
+    e = np.zeros((3, 0), np.float32)
+    for f in (np.max, np.min, np.argmax, np.argmin):
+        check(lambda e: f(e, axis=1), e)
+        check(lambda e: f(e), e)
+
+
+def test_reduction_bad_axis():
+    x = make((3, 4), np.float64)
+    check(lambda x: x.sum(axis=2), x)             # AxisError, both
+    check(lambda x: x.sum(axis=(0, 0)), x)        # ValueError, both
+    check(lambda x: np.argmax(x, axis=-3), x)
+
+
+cover("np.max", RED, note="empty axis raises ValueError as in NumPy")
+
+
+@pytest.mark.parametrize("dtype", [param(d, name="np.sum(dtype=...)", dtype=d, id=short(d))
+                                   for d in (np.int8, np.uint8, np.bool_, np.float32, np.int32)])
+def test_reduction_dtype_argument(dtype):
+    x = make((4, 33), dtype, domain=(0, 50), special=False)   # float -> int casts defined
+    check(lambda x: (x.sum(dtype=np.int8), x.sum(axis=0, dtype=np.float64), np.prod(x, dtype=np.int16),
+                     x.mean(dtype=np.float32), np.sum(x, axis=1, dtype=np.uint64),
+                     np.add.reduce(x, axis=0), np.maximum.reduce(x, axis=1),
+                     np.logical_or.reduce(x, axis=1)),
+          x, tol="reduce", atol=1e-3 * float(np.abs(x.astype(np.float64)).max()))
+
+
+cover("np.sum(dtype=...)", RED, [np.int8, np.uint8, np.bool_, np.float32, np.int32],
+      test="test_reductions.py::test_reduction_dtype_argument",
+      note="also np.add.reduce / np.maximum.reduce / np.logical_or.reduce")
+
+
+# ---- nan-reductions ----------------------------------------------------------------------------
+NANS = ["nansum", "nanmax", "nanmin", "nanmean"]
+
+
+def _nan_params():
+    out = []
+    for name in NANS:
+        cover(f"np.{name}", NANRED, ALL, test="test_reductions.py::test_nan_reduction")
+        for dt in ALL:
+            out.append(param(name, dt, name=f"np.{name}", dtype=dt, id=f"{name}-{short(dt)}"))
+    return out
+
+
+@pytest.mark.parametrize(("name", "dtype"), _nan_params())
+def test_nan_reduction(name, dtype):
+    dt = np.dtype(dtype)
+    f = getattr(np, name)
+    args = list(_inputs(dt))
+    if dt.kind == "f":
+        rng = np.random.default_rng(3)
+        for a in (args[0], args[1], args[5]):
+            a[rng.random(a.shape) < 0.2] = np.nan
+        args[5][1] = np.nan     # an all-NaN slice along axis 1: NaN (with a RuntimeWarning)
+    with np.errstate(all="ignore"):
+        m = max(float(np.nanmax(np.abs(a.astype(np.float64)), initial=0)) for a in args)
+    eps = float(np.finfo(dt if dt.kind == "f" else np.float64).eps)
+    exact = name in ("nanmax", "nanmin") or (dt.kind in "iub" and name == "nansum")
+    variants = _variants(f)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        check_many(variants, *args, tol="exact" if exact else "reduce",
+                   atol=None if exact else _sum_atol(m, eps))
+
+
+# ---- np.linalg.norm --------------------------------------------------------------------------------
+NORM_DTYPES = [np.float32, np.float64, np.int32, np.uint8, np.bool_]
+
+
+@pytest.mark.parametrize("dtype", [param(d, name="np.linalg.norm", dtype=d, id=short(d))
+                                   for d in NORM_DTYPES])
+def test_norm(dtype):
+    dt = np.dtype(dtype)
+    v = make((33,), dt, special=False)
+    m = make((6, 5), dt, "T", special=False)
+    t = make((3, 4, 5), dt, special=False)
+    n = np.linalg.norm
+    variants = {
+        "vec": lambda v, m, t: n(v),
+        "vec ord1": lambda v, m, t: n(v, 1),
+        "vec ord2": lambda v, m, t: n(v, 2),
+        "vec inf": lambda v, m, t: n(v, np.inf),
+        "vec -inf": lambda v, m, t: n(v, -np.inf),
+        "vec ord0": lambda v, m, t: n(v, 0),
+        "vec ord3": lambda v, m, t: n(v, 3),
+        "vec keep": lambda v, m, t: n(v, keepdims=True),
+        "mat fro": lambda v, m, t: n(m),
+        "mat ax0": lambda v, m, t: n(m, axis=0),
+        "mat ax-1": lambda v, m, t: n(m, axis=-1),
+        "mat ax1 keep": lambda v, m, t: n(m, axis=1, keepdims=True),
+        "mat ord1": lambda v, m, t: n(m, 1),
+        "mat ordinf": lambda v, m, t: n(m, np.inf),
+        "mat 'fro'": lambda v, m, t: n(m, "fro"),
+        "3d ax2": lambda v, m, t: n(t, axis=2),
+        "3d ax(1,2)": lambda v, m, t: n(t, axis=(1, 2)),
+        "3d None": lambda v, m, t: n(t),
+        "3d ax1 ord1": lambda v, m, t: n(t, ord=1, axis=1),
+    }
+    with np.errstate(all="ignore"):
+        check_many(variants, v, m, t, tol="reduce", atol=lambda k, e: 1e-5 * float(
+            np.max(np.abs(np.asarray(e, np.float64)), initial=0)))
+
+
+cover("np.linalg.norm", RED, NORM_DTYPES, test="test_reductions.py::test_norm",
+      note="vector norms (ord None/1/2/inf/-inf/0/3), along an axis, keepdims; matrix "
+           "Frobenius/1/inf norms")
+
+
+# ---- cumsum / cumprod ----------------------------------------------------------------------------
+def _cum_params():
+    out = []
+    for name in ("cumsum", "cumprod"):
+        cover(f"np.{name}", CUM, ALL, test="test_reductions.py::test_cumulative")
+        for dt in ALL:
+            out.append(param(name, dt, name=f"np.{name}", dtype=dt, id=f"{name}-{short(dt)}"))
+    return out
+
+
+@pytest.mark.parametrize(("name", "dtype"), _cum_params())
+def test_cumulative(name, dtype):
+    dt = np.dtype(dtype)
+    f = getattr(np, name)
+    domain = (0.5, 1.5) if name == "cumprod" and dt.kind == "f" else None
+    x3 = make((4, 5, 6), dt, "negstep", domain=domain, special=False)
+    x1 = make((1000,), dt, domain=domain, special=False)
+    xt = make((7, 5), dt, "T", domain=domain, special=False)
+    e2 = make((3, 0), dt)
+    m, eps = _scale((x3, x1, xt), dt)
+    variants = {
+        "3d ax0": lambda x3, x1, xt, e2: f(x3, axis=0),
+        "3d ax1": lambda x3, x1, xt, e2: f(x3, axis=1),
+        "3d ax-1": lambda x3, x1, xt, e2: f(x3, axis=-1),
+        "3d None": lambda x3, x1, xt, e2: f(x3),
+        "1d": lambda x3, x1, xt, e2: f(x1),
+        "1d rev": lambda x3, x1, xt, e2: f(x1[::-1]),
+        "T ax0": lambda x3, x1, xt, e2: f(xt, axis=0),
+        "T ax1": lambda x3, x1, xt, e2: f(xt, axis=1),
+        "empty": lambda x3, x1, xt, e2: f(e2, axis=1),
+        "dtype": lambda x3, x1, xt, e2: f(xt, axis=1, dtype=np.float64),
+        "method": lambda x3, x1, xt, e2: getattr(xt, name)(axis=0),
+    }
+    exact = dt.kind in "iub"
+    check_many(variants, x3, x1, xt, e2, tol="exact" if exact else "reduce",
+               atol=None if exact or name == "cumprod" else _sum_atol(m, eps))
+
+
+ACC = "np.add.accumulate / np.multiply.accumulate"
+
+
+@pytest.mark.parametrize("dtype", [param(d, name=ACC, dtype=d, id=short(d)) for d in ALL])
+def test_ufunc_accumulate(dtype):
+    """ufunc.accumulate: the same dtype rules as np.cumsum / np.cumprod (small ints -> int64)."""
+    xt = make((7, 5), dtype, "T", special=False, domain=(0.5, 1.5) if np.dtype(dtype).kind == "f"
+              else None)
+    check(lambda x: (np.add.accumulate(x, axis=1), np.multiply.accumulate(x, axis=0),
+                     np.add.accumulate(x[0])), xt, tol="reduce",
+          atol=1e-3 if np.dtype(dtype).kind == "f" else 0.0)
+
+
+cover(ACC, CUM, ALL, test="test_reductions.py::test_ufunc_accumulate")
+
+CUMSPECIAL = "np.cumsum / np.cumprod (special values, signed zeros)"
+
+
+@pytest.mark.parametrize("dtype", [param(d, name=CUMSPECIAL, dtype=d, id=short(d)) for d in FLOATS])
+def test_cumulative_special_values(dtype):
+    x = np.array([[1.0, np.nan, 2.0], [np.inf, -np.inf, 1.0], [-0.0, -0.0, 0.0], [1e30, 1e30, -1e30]],
+                 dtype)
+    check(lambda x: (np.cumsum(x, axis=1), np.cumprod(x, axis=1), np.cumsum(x, axis=0)), x,
+          tol="reduce", signed_zero=True)
+
+
+cover(CUMSPECIAL, CUM, FLOATS, test="test_reductions.py::test_cumulative_special_values")
+
+
+BOOLTILE = "np.any / np.all over a leading axis (fused operand)"
+
+
+@pytest.mark.parametrize("shape", [param(s, name=BOOLTILE, dtype=f"{s}", id=str(s))
+                                   for s in [(7, 12), (7, 14), (7, 32), (5, 33), (3, 4, 12)]])
+def test_bool_reduction_over_leading_axis(shape):
+    """any/all over axis 0 of a fused elementwise expression (a tiled reduction)."""
+    x = make(shape, np.float64, special=False, domain=(0.5, 2.0))
+    y = make(shape, np.float64, special=False, domain=(0.5, 2.0), key=("y",))
+    check(lambda x, y: (np.any(x / x, axis=0), np.all(x / y > 0, axis=0),
+                        np.any(np.isnan(x / y), axis=0), np.all(x > 0, axis=0)), x, y)
+
+
+cover(BOOLTILE, RED, ["float64"], test="test_reductions.py::test_bool_reduction_over_leading_axis")
