@@ -258,7 +258,7 @@ cdef Py_ssize_t encode_flat(tuple args, int64_t *sig, int64_t *vals, PyObject **
         elif t is bool:
             sig[nsig] = TAG_BOOL
             nsig += 1
-            vals[i] = 1 if o == <PyObject *>True else 0
+            vals[i] = 1 if (<object>o) is True else 0
         else:
             return -1
         if nsig >= FLAT_SIG_WORDS - 1:

@@ -145,7 +145,11 @@ def call_ufunc(ufunc, inputs, out=None, dtype=None, casting="same_kind", _operat
     if dtype is not None:
         dt = ops.check_dtype(dtype, f"np.{ufunc.__name__}(dtype=...)")
         operands = [(ops.cast(g, n, dt, w), None) for n, w in operands]
-    node = _special_power(ufunc, operands) if ufunc is np.power else None
+    # the ** operator (not np.power) takes NumPy's scalar-exponent fast paths
+    # (on arrays: a NumPy scalar's ** has no fast paths)
+    array_base = is_tracer(inputs[0]) and not inputs[0].scalar
+    node = _special_power(ufunc, operands) if ufunc is np.power and _operator and array_base \
+        else None
     if node is None:
         node = ops.apply_ufunc(g, ufunc, operands)
     weak = None
@@ -228,6 +232,7 @@ def ufunc_at(ufunc, a, indices, b=None):
         raise TypeError(f"np.{ufunc.__name__}.at needs values for a binary ufunc")
     g = current_graph()
     vn, vw = operand(b)
+    ops.resolve_loop(ufunc, [a.dtype, vw or vn.dtype])   # NumPy's TypeError if it has no loop
     values = ops.cast(g, vn, a.dtype)          # ufunc.at casts the values unsafely, as NumPy
     if ufunc is np.subtract:
         values = ops.elementwise(g, Op.NEG, a.dtype, [values])
@@ -1005,8 +1010,8 @@ def getitem(t: Tracer, key):
     key = _normalize_key(key, t.ndim)
     if not any(_is_advanced(k) for k in key):
         out = _basic_view(t, key)
-        # x[0, 0, ...] is a 0-d array in NumPy; indexing a scalar (s[()]) keeps a scalar
-        out.scalar = (out.scalar and not ellipsis) or (t.scalar and out.ndim == 0)
+        # a 0-d result is a NumPy scalar (x[0], x[()]) unless the key holds an Ellipsis
+        out.scalar = out.ndim == 0 and not ellipsis
         return out
     view, axis, indices = _advanced(t, key)
     g = current_graph()

@@ -79,11 +79,14 @@ def weak_literal(g: Graph, value) -> tuple[Node, type]:
 
 
 # ---- casts and broadcasting --------------------------------------------------------------
-def cast(g: Graph, n: Node, dtype, weak: type | None = None) -> Node:
+def cast(g: Graph, n: Node, dtype, weak: type | None = None, wraps: bool = False) -> Node:
+    """n as dtype.  A weak Python int must fit the dtype (NumPy raises OverflowError: literals
+    are checked here, parameters at every call), unless `wraps` (np.where casts unsafely)."""
     dt = np.dtype(dtype)
     if n.dtype == dt:
         return n
-    if weak is int and n.op is Op.PARAM and n.dtype == np.uint64 and dt.kind in "iu":
+    if weak is int and n.op is Op.PARAM and n.dtype == np.uint64 and dt.kind in "iu" \
+            and not wraps:
         # a Python int argument of at least 2**63 meets a narrower integer array
         raise OverflowError(f"Python integer argument out of bounds for {dt}")
     value = literal_value(n)
@@ -96,7 +99,9 @@ def cast(g: Graph, n: Node, dtype, weak: type | None = None) -> Node:
             folded = literal(g, value.astype(dt), dt)
         return broadcast_to(g, folded, n.shape)
     if n.op is Op.BROADCAST:  # cast the 0-d or small source, not the broadcast view
-        return broadcast_to(g, cast(g, n.inputs[0], dt), n.shape)
+        return broadcast_to(g, cast(g, n.inputs[0], dt, weak, wraps), n.shape)
+    if wraps and n.op is Op.PARAM and dt.kind in "iu":
+        return g.add(Op.CAST, dt, n.shape, (n,), wraps=True)
     return g.add(Op.CAST, dt, n.shape, (n,))
 
 
@@ -189,6 +194,16 @@ def _compare_out_of_range(g: Graph, op: Op, operands, loop):
     return None
 
 
+def _wide_compare_loop(operands, loop):
+    """A Python int argument compared with a narrower integer array: compare in 64 bits, so
+    that any value compares exactly (NumPy 2), instead of casting it down per call."""
+    if loop[0].kind not in "iu" or not any(w is int and n.op is Op.PARAM for n, w in operands):
+        return loop
+    wide = [np.dtype(np.uint64) if n.dtype == np.uint64 else np.dtype(np.int64)
+            for n, _ in operands]
+    return tuple(wide) + tuple(loop[len(operands):])
+
+
 def supported_ufuncs() -> list:
     return sorted({u.__name__ for u in list(OP_OF_UFUNC) + list(_UFUNC_AS)})
 
@@ -212,6 +227,7 @@ def apply_ufunc(g: Graph, ufunc, operands: list[tuple[Node, type | None]]) -> No
         exact = _compare_out_of_range(g, op, operands, loop)
         if exact is not None:
             return exact
+        loop = _wide_compare_loop(operands, loop)
     cast_in = [cast(g, n, dt, w) for (n, w), dt in zip(operands, loop[:nin])]
     if rewrite is not None:
         shape = broadcast_shapes(*(o.shape for o in cast_in))
@@ -228,7 +244,7 @@ def result_type(operands: list[tuple[Node, type | None]]) -> np.dtype:
 def where(g: Graph, cond: tuple, a: tuple, b: tuple) -> Node:
     dt = check_dtype(result_type([a, b]), "np.where")
     c = cast(g, cond[0], np.bool_)
-    an, bn = cast(g, a[0], dt), cast(g, b[0], dt)      # np.where casts Python ints unsafely
+    an, bn = cast(g, a[0], dt, wraps=True), cast(g, b[0], dt, wraps=True)   # unsafe, as NumPy
     return elementwise(g, Op.WHERE, dt, [c, an, bn])
 
 

@@ -83,6 +83,8 @@ class ViewMap:
 
     # ---- graph building ----
     def read(self, g: Graph, base: Node) -> Node:
+        if 0 in self.shape:       # nothing to read (possibly an emptied new axis)
+            return ops.broadcast_to(g, ops.literal(g, 0, base.dtype), self.shape)
         walked = {b: (st, sz) for b, st, sz in self.dims if b >= 0}
         steps = [walked.get(d, (1, 1))[0] for d in range(len(self.base_shape))]
         sizes = [walked.get(d, (1, 1))[1] for d in range(len(self.base_shape))]
@@ -96,6 +98,8 @@ class ViewMap:
     def write(self, g: Graph, base: Node, value: Node) -> Node:
         """The base with this view's elements replaced by value (broadcast to the view)."""
         value = ops.broadcast_to(g, value, self.shape)
+        if 0 in self.shape:
+            return base
         walked = [(b, i) for i, (b, _, _) in enumerate(self.dims) if b >= 0]
         value = ops.reshape(g, value, [self.dims[i][2] for _, i in walked])
         value = ops.transpose(g, value, [j for _, j in sorted((b, j) for j, (b, _) in enumerate(walked))])
@@ -349,7 +353,7 @@ def _param_int_bounds(g: Graph) -> dict:
     bounds: dict = {}
     for n in g.live_nodes():
         if n.op is Op.CAST and n.inputs[0].op is Op.PARAM and n.inputs[0].dtype == np.int64 \
-                and n.dtype.kind in "iu" and n.dtype.itemsize <= 8:
+                and n.dtype.kind in "iu" and not n.attrs.get("wraps"):
             info = np.iinfo(n.dtype)
             pos = n.inputs[0].attrs["position"]
             lo, hi = bounds.get(pos, (-2**63, 2**63 - 1))

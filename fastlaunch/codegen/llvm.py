@@ -192,7 +192,7 @@ class _Emitter:
             fw.emit("store i8 0, ptr %errflag, align 1")
         if self.k.tile is not None:
             self.acc_tile = fw.op(f"alloca [{self.k.tile[0] * self.k.tile[1]} x "
-                                  f"{llvm_type(self.k.reduction.acc_dtype)}], align 64", "tile")
+                                  f"{memory_type(self.k.reduction.acc_dtype)}], align 64", "tile")
             fw.counted_loop("%start", "%end", [], self.tiled_body)
         elif self.k.reduction is None:
             fw.flat_range(list(self.k.space), "%start", "%end", [], self.map_body)
@@ -283,9 +283,18 @@ class _Emitter:
         ntiles = -(-ncols // cols_per)
         nblocks = -(-nrows // rows_per)
         acc_dt = r.acc_dtype
-        aty = llvm_type(acc_dt)
+        aty = memory_type(acc_dt)      # bool accumulators live in the tile as bytes, not bits
         out_dt = k.args[r.arg].dtype
         tile_i = fw.op(f"urem i64 {idx}, {ntiles}")
+
+        def load_acc(ptr):
+            v = fw.op(f"load {aty}, ptr {ptr}, align {acc_dt.itemsize}")
+            return fw.op(f"icmp ne i8 {v}, 0") if acc_dt.kind == "b" else v
+
+        def store_acc(v, ptr):
+            if acc_dt.kind == "b":
+                v = fw.op(f"zext i1 {v} to i8")
+            fw.emit(f"store {aty} {v}, ptr {ptr}, align {acc_dt.itemsize}")
         rest = fw.op(f"udiv i64 {idx}, {ntiles}")
         block = fw.op(f"urem i64 {rest}, {nblocks}")
         rest = fw.op(f"udiv i64 {rest}, {nblocks}")
@@ -299,6 +308,8 @@ class _Emitter:
         rows = fw.op(f"call i64 @llvm.umin.i64(i64 {fw.op(f'sub i64 {nrows}, {m0}')}, i64 {rows_per})")
         cols = fw.op(f"call i64 @llvm.umin.i64(i64 {fw.op(f'sub i64 {ncols}, {n0}')}, i64 {cols_per})")
         init = self.reduce_init(r.op, acc_dt)
+        if acc_dt.kind == "b":
+            init = "1" if init == "true" else "0"
 
         def slot(i, c):
             at = fw.op(f"add nuw nsw i64 {fw.op(f'mul nuw nsw i64 {i}, {cols_per}')}, {c}")
@@ -321,9 +332,8 @@ class _Emitter:
                 memo: dict = {}
                 v = self.convert(self.expr(r.value, loops, memo), r.value.dtype, acc_dt)
                 ptr = slot(i, c)
-                old = fw.op(f"load {aty}, ptr {ptr}, align {acc_dt.itemsize}")
-                new = self.combine(r.op, acc_dt, old, v)
-                fw.emit(f"store {aty} {new}, ptr {ptr}, align {acc_dt.itemsize}")
+                new = self.combine(r.op, acc_dt, load_acc(ptr), v)
+                store_acc(new, ptr)
                 if r.scan:
                     self.store_at(r.arg, self.index(r.index, loops, memo), new, acc_dt, out_dt)
             each_cell(cell)
@@ -333,8 +343,7 @@ class _Emitter:
         if not r.scan:
             def write(i, c):
                 memo: dict = {}
-                ptr = slot(i, c)
-                v = fw.op(f"load {aty}, ptr {ptr}, align {acc_dt.itemsize}")
+                v = load_acc(slot(i, c))
                 self.store_at(r.arg, self.index(r.index, out_loops(i, c), memo), v, acc_dt, out_dt)
             each_cell(write)
         return []

@@ -61,63 +61,8 @@ _CMP = ("less", "less_equal", "greater", "greater_equal", "equal", "not_equal")
 
 
 def _known_bug(name, dts, params=None, shapes=(), pyonly=False) -> bool:
-    """Constructs with an open entry in status.py (keep in sync when bugs are fixed)."""
-    if not SKIP_KNOWN_BUGS:
-        return False
-    if name == "slice" and (params or {}).get("empty_from_one"):
-        return True          # BUGS: x[None][:0] (empty slice of an inserted axis): ValueError
-    if name in ("transpose", ".T", "slice") and shapes and shapes[0] == ():
-        return True          # BUGS: views of a scalar result (s.T, s[()]) return 0-d arrays
-    if name == "where" and (params or {}).get("pyint"):
-        return True          # BUGS: np.where(c, uint8_array, s=-7) raises OverflowError
-    if name in ("any", "all") and shapes and len(shapes[0]) >= 2 and \
-            (params or {}).get("axis") is not None and \
-            (len(shapes[0]) - 1) not in [a % len(shapes[0]) for a in np.atleast_1d(params["axis"])]:
-        return True          # BUGS: tiled bool reductions over a leading axis ([64 x i1] tile)
-    if name in _CMP and (params or {}).get("pyint_out_of_range"):
-        return True          # BUGS: int8_array < 300 / np.less(-7, uint8_array): OverflowError
-    if name == "power" and params == {} and dts and np.dtype(dts[0]) == np.bool_:
-        return True          # BUGS: bool_array ** 2 is int64 (NumPy: int8, via np.square)
-    return False
-    if name == "nan_to_num" and shapes and shapes[0] == ():
-        return True          # BUGS: np.nan_to_num of a 0-d value returns a 0-d array, not a scalar
-    if name == "slice" and (params or {}).get("empty_from_one"):
-        return True          # BUGS: x[None][:0] (empty slice of an inserted axis): ValueError
-    if name in ("transpose", ".T", "slice") and shapes and shapes[0] == ():
-        return True          # BUGS: views of a scalar result (s.T, s[()]) return 0-d arrays
-    if name == "where" and (params or {}).get("pyint"):
-        return True          # BUGS: np.where(c, uint8_array, -7) raises OverflowError
-    if name in ("any", "all") and shapes and len(shapes[0]) >= 2 and \
-            (params or {}).get("axis") is not None and \
-            (len(shapes[0]) - 1) not in [a % len(shapes[0]) for a in np.atleast_1d(params["axis"])]:
-        return True          # BUGS: tiled bool reductions over a leading axis ([64 x i1] tile)
-    if name in _CMP and (params or {}).get("pyint_out_of_range"):
-        return True          # BUGS: int8_array < 300 / np.less(-7, uint8_array): OverflowError
-    if pyonly and name in ("less", "less_equal", "greater", "greater_equal", "equal",
-                           "not_equal"):
-        return True          # BUGS: np.less(n, 2) with n a Python int argument: TypeError
-    if name in ("argmax", "argmin") and (params or {}).get("axis") is not None and \
-            shapes and len(shapes[0]) == 1 and not params.get("keepdims"):
-        return True          # BUGS: np.argmax(1-D, axis=0) returns a 0-d array, not a scalar
-    if name == "power" and params == {} and dts and np.dtype(dts[0]) == np.bool_:
-        return True          # BUGS: bool_array ** 2 is int64 (NumPy: int8, via np.square)
-    sv = (params or {}).get("s")
-    if name in ("less",) and type(sv) is int and any(
-            np.dtype(d).kind in "iu" and not np.iinfo(d).min <= sv <= np.iinfo(d).max for d in dts):
-        return True          # BUGS: int8_array < 300 raises OverflowError (NumPy compares)
-    kinds = {np.dtype(d) for d in dts}
-    u64 = np.dtype(np.uint64)
-    if name in ("minimum", "fmin", "min", "nanmin") and u64 in kinds:
-        return True          # BUGS: uint64 minimum -> LLVM 'llvm.umin.i64' redefinition
-    if name in ("less", "less_equal", "greater", "greater_equal", "equal", "not_equal") and \
-            u64 in kinds and any(k.kind == "i" for k in kinds):
-        return True          # BUGS: uint64 vs signed int comparisons use one signedness
-    if name in ("argmax", "argmin") and shapes and (
-            (params or {}).get("axis") is not None or (params or {}).get("keepdims")) and \
-            (len(shapes[0]) <= 1):
-        return True          # BUGS: argmax with a 0-d result (axis or keepdims) gives a 0-d array
-    if name in ("nextafter",):
-        return True
+    """Constructs with an open entry in status.py (keep in sync when bugs are fixed).  None of
+    the open entries (Python ints beyond 64 bits) is generated here."""
     return False
 
 
