@@ -44,13 +44,14 @@ def _load_math(features: str) -> MathTarget:
             addr = llvm.address_of_symbol(cname + suffix)
             if addr:
                 llvm.add_symbol(MATH_ALIAS_PREFIX + cname + suffix, addr)
+    flags = set(features.split(","))
+    wide = 512 if "+avx512f" in flags else 0
     if os.environ.get("FASTLAUNCH_NO_LIBMVEC"):
-        return MathTarget()
+        return MathTarget(vector_bits=wide)
     try:
         llvm.load_library_permanently("libmvec.so.1")
     except RuntimeError:
-        return MathTarget()
-    flags = set(features.split(","))
+        return MathTarget(vector_bits=wide)
     isas = []
     if "+sse4.1" in flags or "+sse2" in flags:
         isas.append(("b", 128))
@@ -66,7 +67,7 @@ def _load_math(features: str) -> MathTarget:
                     name = f"_ZGV{letter}N{bits // lane_bits}{'v' * arity}_{cname}{suffix}"
                     if llvm.address_of_symbol(name):
                         available.add(name)
-    return MathTarget(tuple(isas), frozenset(available))
+    return MathTarget(tuple(isas), frozenset(available), wide)
 
 
 class CPUBackend:
