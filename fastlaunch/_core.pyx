@@ -599,10 +599,6 @@ cdef class Program:
         check_in_place_arguments(leaves, [self.mutated[i] for i in range(self.nmutated)])
         return 0
 
-    def __call__(self, *args):
-        """Run with already-flattened leaves (tests and the slow path)."""
-        return call_program(self, args)
-
 
 def check_in_place_arguments(list leaves, list mutated):
     """Arguments written in place must be writeable and share no memory with other arguments."""
@@ -637,33 +633,6 @@ cdef int64_t *_copy_words(arr) except NULL:
     if a.shape[0]:
         memcpy(out, &a[0], a.shape[0] * sizeof(int64_t))
     return out
-
-
-cdef object call_program(Program program, tuple leaves):
-    cdef Words sig, vals
-    cdef PyObject *objs_local[64]
-    cdef PyObject **objs = objs_local
-    cdef list leaf_list = []
-    cdef list keys = []
-    cdef Py_ssize_t i
-    words_init(&sig)
-    words_init(&vals)
-    try:
-        for leaf in leaves:
-            if encode_value(leaf, &sig, &vals, leaf_list, keys) != ENCODED:
-                raise TypeError(f"cannot pass {type(leaf).__name__} to a compiled program")
-        if len(leaf_list) != program.nleaves:
-            raise TypeError(f"program takes {program.nleaves} leaves, got {len(leaf_list)}")
-        if program.nleaves > 64:
-            objs = <PyObject **>malloc(program.nleaves * sizeof(PyObject *))
-        for i in range(program.nleaves):
-            objs[i] = <PyObject *>leaf_list[i]
-        return program.invoke(vals.data, objs)
-    finally:
-        if objs != objs_local:
-            free(objs)
-        words_release(&sig)
-        words_release(&vals)
 
 
 # ---- the dispatcher ----------------------------------------------------------------------

@@ -16,7 +16,6 @@ from .ir import Node, Op
 from .trace import Tracer, ViewMap, current_graph, new_tracer, view_of
 
 FUNCTIONS: dict = {}
-METHOD_NAMES: list = []
 
 
 def implements(*funcs):
@@ -1116,7 +1115,6 @@ for _f in (np.nonzero, np.argwhere, np.flatnonzero, np.unique, np.extract, np.co
 # ---- methods and operators on Tracer ----------------------------------------------------------
 def _method(name, impl):
     setattr(Tracer, name, impl)
-    METHOD_NAMES.append(name)
 
 
 def _binary(ufunc):

@@ -12,7 +12,7 @@ from functools import reduce as _fold
 import numpy as np
 
 from .errors import TracingError
-from .ir import SUPPORTED_DTYPES, Graph, Kind, Node, Op
+from .ir import SUPPORTED_DTYPES, Graph, Node, Op
 
 # The NumPy ufunc each elementwise op means.  Ops absent here are built from these.
 UFUNC_OF_OP = {
@@ -202,10 +202,6 @@ def _wide_compare_loop(operands, loop):
     wide = [np.dtype(np.uint64) if n.dtype == np.uint64 else np.dtype(np.int64)
             for n, _ in operands]
     return tuple(wide) + tuple(loop[len(operands):])
-
-
-def supported_ufuncs() -> list:
-    return sorted({u.__name__ for u in list(OP_OF_UFUNC) + list(_UFUNC_AS)})
 
 
 def apply_ufunc(g: Graph, ufunc, operands: list[tuple[Node, type | None]]) -> Node:
@@ -503,7 +499,3 @@ def set_region(g: Graph, base: Node, starts, steps, counts, value: Node) -> Node
         return base
     return g.add(Op.SETSLICE, base.dtype, base.shape, (base, value),
                  start=tuple(map(int, starts)), step=tuple(map(int, steps)))
-
-
-def is_view(n: Node) -> bool:
-    return n.op.kind is Kind.VIEW
