@@ -6,6 +6,7 @@ flattened call arguments in order; constants, outputs and temporaries follow.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import struct
@@ -189,6 +190,8 @@ class Program:
             outputs=[(s, dt, tuple(shape)) for s, dt, shape in meta["outputs"]],
             mutated_leaves=meta["mutated_leaves"])
 
+    def digest(self) -> str:
+        return hashlib.sha256(self.to_bytes()).hexdigest()
 
 
 def _write_blob(out, data: bytes):
