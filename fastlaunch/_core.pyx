@@ -707,9 +707,7 @@ cdef class Dispatcher:
         cdef Words sig, vals
         cdef list leaves, keys = [], statics = []
         cdef Entry entry
-        cdef PyObject *objs_local[64]
-        cdef PyObject **objs = objs_local
-        cdef Py_ssize_t i, n
+        cdef Py_ssize_t n
         words_init(&sig)
         words_init(&vals)
         leaves = []
@@ -723,41 +721,42 @@ cdef class Dispatcher:
                     continue
                 if keys != entry.keys or statics != entry.statics:
                     continue
-                if len(leaves) > 64:
-                    objs = <PyObject **>malloc(len(leaves) * sizeof(PyObject *))
-                    if objs == NULL:
-                        raise MemoryError()
-                for i in range(len(leaves)):
-                    objs[i] = <PyObject *>leaves[i]
-                return entry.program.invoke(vals.data, objs)
+                return invoke_with_leaves(entry.program, vals.data, leaves)
             return self._miss(args, kwargs)
         finally:
-            if objs != objs_local:
-                free(objs)
             words_release(&sig)
             words_release(&vals)
+
+
+cdef object invoke_with_leaves(Program program, int64_t *vals, list leaves):
+    """Run program on encoded slot words, with the leaf objects held by `leaves`."""
+    cdef PyObject *objs_local[64]
+    cdef PyObject **objs = objs_local
+    cdef Py_ssize_t i, n = len(leaves)
+    if n > 64:
+        objs = <PyObject **>malloc(n * sizeof(PyObject *))
+        if objs == NULL:
+            raise MemoryError()
+    try:
+        for i in range(n):
+            objs[i] = <PyObject *>leaves[i]
+        return program.invoke(vals, objs)
+    finally:
+        if objs != objs_local:
+            free(objs)
 
 
 def run_entry(Entry entry, tuple args, tuple static_positions=()):
     """Run `entry` on args that are known to match it (the slow path, after tracing)."""
     cdef Words sig, vals
     cdef list leaves = [], keys = [], statics = []
-    cdef PyObject *objs_local[64]
-    cdef PyObject **objs = objs_local
-    cdef Py_ssize_t i
     words_init(&sig)
     words_init(&vals)
     try:
         if encode_args(args, static_positions, &sig, &vals, leaves, keys, statics) != ENCODED:
             raise TypeError("arguments cannot be bound to a compiled program")
-        if len(leaves) > 64:
-            objs = <PyObject **>malloc(len(leaves) * sizeof(PyObject *))
-        for i in range(len(leaves)):
-            objs[i] = <PyObject *>leaves[i]
-        return entry.program.invoke(vals.data, objs)
+        return invoke_with_leaves(entry.program, vals.data, leaves)
     finally:
-        if objs != objs_local:
-            free(objs)
         words_release(&sig)
         words_release(&vals)
 
