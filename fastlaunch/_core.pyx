@@ -17,6 +17,7 @@ from libc.string cimport memcmp, memcpy, memset
 
 cimport numpy as cnp
 import numpy as np
+import struct
 
 from fastlaunch._launch cimport *
 
@@ -97,7 +98,12 @@ cdef class _Encoding:
     cdef public list keys
     cdef public list statics
 
-cdef int encode_value(object obj, Words *sig, Words *vals, list leaves, list keys) except -1:
+# Containers nested deeper than this go to the slow path, which names the argument (a list that
+# holds itself would otherwise recurse until the C stack overflows).
+DEF MAX_DEPTH = 100
+
+cdef int encode_value(object obj, Words *sig, Words *vals, list leaves, list keys,
+                      int depth=0) except -1:
     cdef Bits bits
     cdef cnp.ndarray arr
     cdef int nd, flags, i
@@ -124,7 +130,7 @@ cdef int encode_value(object obj, Words *sig, Words *vals, list leaves, list key
             words_push(sig, TAG_BIGINT)
         words_push(vals, iv)
         leaves.append(obj)
-    elif cnp.PyArray_Check(obj):
+    elif cnp.PyArray_CheckExact(obj):     # subclasses: the slow path checks their semantics
         arr = <cnp.ndarray>obj
         flags = cnp.PyArray_FLAGS(arr)
         if not (flags & cnp.NPY_ARRAY_ALIGNED) or not cnp.PyArray_ISNOTSWAPPED(arr):
@@ -140,25 +146,27 @@ cdef int encode_value(object obj, Words *sig, Words *vals, list leaves, list key
                 words_push(sig, cnp.PyArray_STRIDES(arr)[i])
         words_push(vals, <int64_t><intptr_t>cnp.PyArray_DATA(arr))
         leaves.append(obj)
+    elif obj is None:
+        words_push(sig, TAG_NONE)
+    elif depth >= MAX_DEPTH and (t is tuple or t is list or t is dict or isinstance(obj, tuple)):
+        return NOT_ENCODABLE
     elif t is tuple or t is list:
         words_push(sig, (TAG_TUPLE if t is tuple else TAG_LIST) | (<int64_t>len(obj) << 8))
         for item in obj:
-            if encode_value(item, sig, vals, leaves, keys) != ENCODED:
+            if encode_value(item, sig, vals, leaves, keys, depth + 1) != ENCODED:
                 return NOT_ENCODABLE
     elif t is dict:
         words_push(sig, TAG_DICT | (<int64_t>len(obj) << 8))
         keys.append(tuple(obj))
         for item in obj.values():
-            if encode_value(item, sig, vals, leaves, keys) != ENCODED:
+            if encode_value(item, sig, vals, leaves, keys, depth + 1) != ENCODED:
                 return NOT_ENCODABLE
-    elif obj is None:
-        words_push(sig, TAG_NONE)
     elif isinstance(obj, tuple):
         # a namedtuple: its class is part of the key
         words_push(sig, TAG_NAMEDTUPLE | (<int64_t>len(obj) << 8))
         keys.append(t)
         for item in obj:
-            if encode_value(item, sig, vals, leaves, keys) != ENCODED:
+            if encode_value(item, sig, vals, leaves, keys, depth + 1) != ENCODED:
                 return NOT_ENCODABLE
     elif isinstance(obj, np.generic) and not isinstance(obj, (np.complexfloating, np.void,
                                                                np.flexible, np.object_)):
@@ -181,11 +189,28 @@ cdef int encode_args(tuple args, tuple static_positions, Words *sig, Words *vals
     for i in range(len(args)):
         if static_positions and i in static_positions:
             words_push(sig, TAG_STATIC)
-            statics.append(args[i])
+            statics.append(static_key(args[i]))
             continue
         if encode_value(args[i], sig, vals, leaves, keys) != ENCODED:
             return NOT_ENCODABLE
     return ENCODED
+
+
+def static_key(value):
+    """What a static argument's value is keyed by: its type as well as its value (1 and 1.0,
+    np.float64(2) and 2.0 trace differently), floats by their bits (0.0 and -0.0 differ; every
+    NaN of one sign is one key, so a static NaN does not re-trace on every call)."""
+    t = type(value)
+    if t is float or isinstance(value, np.floating):
+        f = float(value)
+        if f != f:
+            return (t, "nan", bool(np.signbit(f)))
+        return (t, struct.pack("<d", f))
+    if t is tuple:
+        return (t,) + tuple(static_key(v) for v in value)
+    if t is frozenset:
+        return (t, frozenset(static_key(v) for v in value))
+    return (t, value)
 
 
 def encode(tuple args, tuple static_positions=()):
@@ -547,8 +572,17 @@ cdef class Program:
         if status == STATUS_NO_MEMORY:
             raise MemoryError("fastlaunch: out of memory for a temporary buffer")
         if status == STATUS_INDEX_ERROR:
-            raise IndexError("fastlaunch: an index array holds a value out of bounds "
-                             "for the axis it indexes (no argument was modified)")
+            word = (<int64_t *><intptr_t>slots[self.status_slot])[0]
+            if word & 1:      # kernel.KernelError.INDEX
+                raise IndexError("fastlaunch: an index array holds a value out of bounds "
+                                 "for the axis it indexes (no argument was modified)")
+            if word & 2:      # kernel.KernelError.OVERFLOW
+                raise OverflowError(
+                    "fastlaunch: arithmetic on Python int arguments left the 64-bit range (or "
+                    "raised one to a negative power); Python and NumPy keep such results "
+                    "exact, fastlaunch's kernels compute them in int64. No argument was "
+                    "modified")
+            raise RuntimeError(f"fastlaunch: a kernel reported error flags {word:#x}")
         raise RuntimeError(f"fastlaunch: program failed with status {status}")
 
     cdef object _pack(self, PyObject **outs, PyObject **leaf_objs):

@@ -28,6 +28,15 @@ SPLIT_MAX_OUTPUTS = 16
 # operand is shared by the rows (a matrix product's right-hand side)
 TILE_COLUMNS = 64
 TILE_ROWS = 4
+# LLVM's optimiser takes time quadratic in the size of a loop body (measured here: 0.15 s at
+# 1000 operations, 2.4 s at 4000), so a fused expression growing past this many operations
+# is cut: the value at the cut is materialised and read by the rest.  Unrolled Python loops
+# of many thousand steps then compile in linear time.
+MAX_KERNEL_OPS = 1000
+# A value with several users is inlined into each of them; past this many operations it is
+# materialised once instead (x = x - x.mean() repeated would otherwise recompute the whole
+# chain inside every reduction: quadratic work).  Below it, recomputing beats a memory pass.
+RECOMPUTE_OPS = 64
 
 _UPDATES = (Kind.UPDATE, Kind.SCATTER)
 
@@ -73,6 +82,12 @@ class _Fuser:
         self.plan = Plan()
         self.buffer_of: dict[int, Buffer] = {}   # node index -> buffer holding its value
         self._status: Buffer | None = None
+        self.cuts = _size_cuts(graph)             # node indices materialised to bound kernels
+        self._materializing: set = set()
+
+    def must_materialize(self, n: Node) -> bool:
+        """Whether a kernel reading `n` loads it from a buffer rather than computing it."""
+        return (_needs_buffer(n) or n.index in self.cuts) and n.index not in self._materializing
 
     # ---- buffers ---------------------------------------------------------------------------
     def new_buffer(self, role, dtype, shape=(), ref=-1, strides=None) -> Buffer:
@@ -115,7 +130,7 @@ class _Fuser:
         for i, node in enumerate(g.outputs):
             buf = self.new_buffer("output", node.dtype, node.shape, i)
             self.plan.outputs.append(buf.id)
-            if node.size and _needs_buffer(node) and node.index not in self.buffer_of:
+            if node.size and (_needs_buffer(node) or node.index in self.cuts) and node.index not in self.buffer_of:
                 self.materialize(node, into=buf)
             else:
                 stores.append((buf, node))
@@ -147,6 +162,15 @@ class _Fuser:
         if node.op.kind is Kind.LEAF and node.op is not Op.LITERAL:
             return self.leaf_buffer(node)
         buf = into or self.new_buffer("temp", node.dtype, node.shape)
+        self._materializing.add(node.index)
+        try:
+            self._emit_into(node, buf)
+        finally:
+            self._materializing.discard(node.index)
+        self.buffer_of[node.index] = buf
+        return buf
+
+    def _emit_into(self, node: Node, buf: Buffer):
         if node.size == 0:
             pass
         elif node.op.kind is Kind.REDUCE:
@@ -158,8 +182,42 @@ class _Fuser:
         else:
             # an elementwise value or view that must sit in memory (e.g. a computed gather source)
             self.emit_store_groups([(buf, buf.strides, node)])
-        self.buffer_of[node.index] = buf
-        return buf
+
+    def materialize_cone(self, roots):
+        """Materialise, in creation (topological) order, every value below `roots` that a
+        kernel reading them must load from memory: reductions, scans, update chains and
+        computed gather sources.  Expressions are then built without recursing into other
+        kernels, whatever the depth of the graph."""
+        need: dict = {}                  # node index -> (node, is a gather source)
+        seen: set = set()
+        stack = list(roots)
+        while stack:
+            n = stack.pop()
+            if n.index in seen:
+                continue
+            seen.add(n.index)
+            if n.index in self.buffer_of or n.op.kind is Kind.LEAF:
+                continue
+            if n.op.kind in _UPDATES:
+                need.setdefault(n.index, (n, False))
+                base = n
+                while base.op.kind in _UPDATES and base.index not in self.buffer_of:
+                    seen.add(base.index)      # chain members are written into one buffer
+                    stack.extend(base.inputs[1:])
+                    base = base.inputs[0]
+                stack.append(base)
+                continue
+            if self.must_materialize(n):
+                need.setdefault(n.index, (n, False))
+            elif n.op is Op.GATHER:
+                need.setdefault(n.inputs[0].index, (n.inputs[0], True))
+            stack.extend(n.inputs)
+        for index in sorted(need):
+            n, gather_source = need[index]
+            if n.index in self.buffer_of or (gather_source and self.in_memory(n)):
+                continue
+            if n not in roots or gather_source:
+                self.materialize(n)
 
     def emit_reduce(self, node: Node, out: Buffer):
         src = node.inputs[0]
@@ -324,6 +382,30 @@ _COMBINE = {Op.SUM: Op.SUM, Op.PROD: Op.PROD, Op.MAX: Op.MAX, Op.MIN: Op.MIN,
             Op.ANY: Op.ANY, Op.ALL: Op.ALL}
 
 
+def _size_cuts(graph: Graph) -> set:
+    """Nodes where fused expressions are cut to keep kernels under MAX_KERNEL_OPS, and shared
+    values too big to recompute per user (RECOMPUTE_OPS).  The size of a node's inlined
+    expression is estimated as 1 + the sizes of its operands (a shared operand counts once
+    per use, as it may be indexed differently), restarting at values that live in memory."""
+    users: dict = {}
+    for n in graph.nodes:
+        for i in set(n.inputs):
+            users[i.index] = users.get(i.index, 0) + 1
+    size: dict = {}
+    cuts = set()
+    for n in graph.nodes:
+        if n.op.kind is Kind.LEAF or _needs_buffer(n) or n.op is Op.IOTA:
+            size[n.index] = 0
+            continue
+        own = 0 if n.op.kind is Kind.VIEW else 1
+        total = own + sum(size[i.index] for i in n.inputs)
+        if total > MAX_KERNEL_OPS or (total > RECOMPUTE_OPS and users.get(n.index, 0) > 1):
+            cuts.add(n.index)
+            total = 0
+        size[n.index] = total
+    return cuts
+
+
 def _needs_buffer(node: Node) -> bool:
     return node.op.kind in (Kind.REDUCE, Kind.SCAN, Kind.SCATTER, Kind.UPDATE)
 
@@ -444,14 +526,48 @@ class _KernelBuilder:
 
     # ---- expressions -----------------------------------------------------------------------
     def build(self, node: Node, imap: tuple):
+        """The kernel expression of `node` at index `imap`.  Iterative (an explicit stack of
+        pending (node, imap) pairs): unrolled loops make chains of many thousand operations."""
         key = (node.index, imap)
         e = self.memo.get(key)
-        if e is None:
-            e = self._build(node, imap)
-            self.memo[key] = e
-        return e
+        if e is not None:
+            return e
+        self.fuser.materialize_cone([node])
+        stack = [(node, imap)]
+        while stack:
+            n, m = stack[-1]
+            if (n.index, m) in self.memo:
+                stack.pop()
+                continue
+            missing = [d for d in self._deps(n, m) if (d[0].index, d[1]) not in self.memo]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            self.memo[(n.index, m)] = self._build(n, m)
+        return self.memo[key]
+
+    def _deps(self, node: Node, imap: tuple) -> list:
+        """(node, imap) pairs whose expressions `_build(node, imap)` reads from the memo."""
+        buf = self.fuser.buffer_of.get(node.index)
+        if (buf is not None and buf.role != "param") or node.op.kind is Kind.LEAF \
+                or node.op is Op.IOTA or self.fuser.must_materialize(node):
+            return []
+        if node.op.kind is Kind.ELEMENTWISE:
+            return [(o, () if o.ndim == 0 else imap) for o in node.inputs]
+        if node.op.kind is Kind.VIEW:
+            return [(node.inputs[0], _view_input_map(node, imap))]
+        if node.op is Op.GATHER:
+            axis, nb = node.attrs["axis"], node.inputs[1].ndim
+            index_deps = [(ix, imap[axis:axis + nb]) for ix in node.inputs[1:]]
+            if any((ix.index, m) not in self.memo for ix, m in index_deps):
+                return index_deps
+            return [(node.inputs[0], self._gather_map(node, imap))]
+        return []
 
     def _build(self, node: Node, imap: tuple):
+        """One expression whose dependencies (`_deps`) are already in the memo."""
+        memo = self.memo
         buf = self.fuser.buffer_of.get(node.index)
         if buf is not None and buf.role != "param":
             return self.load(buf, _address(buf.strides, imap))
@@ -466,26 +582,31 @@ class _KernelBuilder:
             return self.load(buf, _address(buf.strides, imap))
         if op is Op.IOTA:
             return self._intern(IndexValue(imap[node.attrs["axis"]], node.dtype))
+        if self.fuser.must_materialize(node):
+            buf = self.fuser.materialize(node)
+            return self.load(buf, _address(buf.strides, imap))
         if op.kind is Kind.ELEMENTWISE:
-            operands = tuple(self.build(o, () if o.ndim == 0 else imap) for o in node.inputs)
-            return self._intern(Compute(op, node.dtype, operands))
+            operands = tuple(memo[(o.index, () if o.ndim == 0 else imap)] for o in node.inputs)
+            checked = bool(node.attrs.get("checked"))
+            self.checked |= checked
+            return self._intern(Compute(op, node.dtype, operands, checked))
         if op.kind is Kind.VIEW:
-            return self.build(node.inputs[0], _view_input_map(node, imap))
+            return memo[(node.inputs[0].index, _view_input_map(node, imap))]
         if op is Op.GATHER:
-            return self._gather(node, imap)
+            self.checked = True
+            return memo[(node.inputs[0].index, self._gather_map(node, imap))]
         buf = self.fuser.materialize(node)
         return self.load(buf, _address(buf.strides, imap))
 
-    def _gather(self, node: Node, imap: tuple):
+    def _gather_map(self, node: Node, imap: tuple) -> tuple:
+        """The index into a gather's source: the data-dependent picks at the gathered axes
+        (their index expressions are in the memo)."""
         src, *indices = node.inputs
-        axis = node.attrs["axis"]
-        nb = indices[0].ndim
-        if not self.fuser.in_memory(src):
-            self.fuser.materialize(src)        # a gather from a computed array reads a buffer
-        picks = tuple(Index.of(0, [(Pick(self.build(ix, imap[axis:axis + nb]), src.shape[axis + j]), 1)])
+        axis, nb = node.attrs["axis"], indices[0].ndim
+        picks = tuple(Index.of(0, [(Pick(self.memo[(ix.index, imap[axis:axis + nb])],
+                                         src.shape[axis + j]), 1)])
                       for j, ix in enumerate(indices))
-        self.checked = True
-        return self.build(src, imap[:axis] + picks + imap[axis + nb:])
+        return imap[:axis] + picks + imap[axis + nb:]
 
     # ---- finishing -------------------------------------------------------------------------
     def finish(self) -> Kernel:
@@ -626,16 +747,19 @@ def _substitute(k: Kernel, space, rspace, mapping) -> Kernel:
         r = memo.get(id(e))
         if r is not None:
             return r
-        if isinstance(e, Load):
-            r = Load(e.arg, e.dtype, sub(e.index))
-        elif isinstance(e, IndexValue):
-            r = IndexValue(sub(e.index), e.dtype)
-        elif isinstance(e, Compute):
-            r = Compute(e.op, e.dtype, tuple(rebuild(o) for o in e.operands))
-        else:
-            r = e
-        memo[id(e)] = r
-        return r
+        for x in walk([e]):            # operands (and pick expressions) first, iteratively
+            if id(x) in memo:
+                continue
+            if isinstance(x, Load):
+                r = Load(x.arg, x.dtype, sub(x.index))
+            elif isinstance(x, IndexValue):
+                r = IndexValue(sub(x.index), x.dtype)
+            elif isinstance(x, Compute):
+                r = Compute(x.op, x.dtype, tuple(memo[id(o)] for o in x.operands), x.checked)
+            else:
+                r = x
+            memo[id(x)] = r
+        return memo[id(e)]
 
     out = Kernel(space, rspace, list(k.args), [], None, k.label, k.tile, k.serial, k.status)
     out.stores = [Store(s.arg, sub(s.index), rebuild(s.value), s.mode) for s in k.stores]

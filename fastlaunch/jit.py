@@ -18,7 +18,8 @@ import numpy as np
 
 from . import _core, bytecode, fuse, ops, record
 from .backends import get_backend
-from .pytree import flatten
+from .errors import TracingError
+from .pytree import NestingError, flatten
 from .trace import trace_function
 
 RETRACE_WARNING_AFTER = 8
@@ -60,7 +61,8 @@ class _EntryInfo:
     lowered: Lowered
     kernels: list = field(default_factory=list)
     keys: list = field(default_factory=list)        # dict keys / namedtuple classes in the key
-    statics: list = field(default_factory=list)     # values of static arguments
+    statics: list = field(default_factory=list)     # static arguments' keys (_core.static_key)
+    static_values: list = field(default_factory=list)   # ... and their values
     results: list = field(default_factory=list)     # result leaf specs (see result_specs)
     out_tree: object = None                         # the result's pytree structure
     int_bounds: dict = field(default_factory=dict)
@@ -108,14 +110,15 @@ class Compiled(_core.Dispatcher):
 
     # ---- the slow path -----------------------------------------------------------------
     def _miss(self, args, kwargs):
-        if _holds_tracer(args) or _holds_tracer(tuple(kwargs.values())):
+        if self._holds_tracer(args, kwargs):
             # called while another compiled function is being traced: trace straight through
             return self.__wrapped__(*args, **kwargs)
         args, kwargs = self._bind(args, kwargs)
         call = args + ((kwargs,) if kwargs else ())
         enc = _core.encode(call, self._static)
+        copies: dict = {}
         if enc is None:
-            call = self._normalize(call)
+            call, copies = self._normalize(call)
             enc = _core.encode(call, self._static)
             if enc is None:
                 raise TypeError(f"{self.__name__}: these arguments cannot be passed to a "
@@ -123,12 +126,46 @@ class Compiled(_core.Dispatcher):
         if not self.replay:
             entry = self._trace(call, enc, bool(kwargs), install=False)
             self.retraces += 1
+        else:
+            with self._lock:
+                entry = self._find(enc)
+                if entry is None:
+                    entry = self._trace(call, enc, bool(kwargs), install=True)
+        if not copies:
             return _core.run_entry(entry, call, self._static)
-        with self._lock:
-            entry = self._find(enc)
-            if entry is None:
-                entry = self._trace(call, enc, bool(kwargs), install=True)
-        return _core.run_entry(entry, call, self._static)
+        return self._run_on_copies(entry, call, copies)
+
+    def _run_on_copies(self, entry, call, copies: dict):
+        """Run on the aligned native copies `_normalize` made, then write the in-place updates
+        back into the caller's arrays (copy in, run, copy out): no update is lost."""
+        mutated = [i for i in entry.info.lowered.program.mutated_leaves if i in copies]
+        for i in mutated:
+            if not copies[i].flags.writeable:
+                raise ValueError(f"{self.__name__}: {entry.info.leaf_names[i]} is updated in "
+                                 f"place but is read-only")
+        result = _core.run_entry(entry, call, self._static)
+        leaves = []
+        for pos, arg in enumerate(call):
+            if pos not in self._static:
+                leaves += flatten(arg)[0]
+        for i in mutated:
+            np.copyto(copies[i], leaves[i])
+        return result
+
+    def _holds_tracer(self, args, kwargs) -> bool:
+        """Whether any argument holds a Tracer (a call from inside another trace); also where
+        an argument nests too deeply to be taken apart, the error names it."""
+        from .trace import Tracer
+        named = [(self._arg_name(i, args), a) for i, a in enumerate(args)]
+        named += [(f"argument '{k}'", v) for k, v in kwargs.items()]
+        found = False
+        for name, value in named:
+            try:
+                leaves, _ = flatten(value)
+            except NestingError as err:
+                raise NestingError(f"{self.__name__}: {name}: {err}") from None
+            found = found or any(isinstance(x, Tracer) for x in leaves)
+        return found
 
     def _bind(self, args, kwargs):
         """Positional arguments, plus the keyword ones that cannot be positional."""
@@ -149,17 +186,25 @@ class Compiled(_core.Dispatcher):
         return None
 
     def _normalize(self, call):
-        """Copies of arrays the fast path cannot bind (byte-swapped, misaligned); errors that
-        name the argument for everything else."""
-        out = []
+        """(call, {leaf index: caller's array}): aligned native copies of arrays the fast path
+        cannot bind (byte-swapped, misaligned, odd strides), plain ndarray views of harmless
+        subclasses; errors that name the argument for everything else."""
+        out, copies, at = [], {}, 0
         for i, arg in enumerate(call):
             if i in self._static:
                 out.append(arg)
                 continue
             leaves, tree = flatten(arg)
-            fixed = [_normalize_leaf(self._arg_name(i, call), leaf) for leaf in leaves]
+            fixed = []
+            for leaf in leaves:
+                new = _normalize_leaf(self._arg_name(i, call), leaf)
+                if new is not leaf and isinstance(leaf, np.ndarray) and \
+                        not np.shares_memory(new, leaf):
+                    copies[at] = leaf
+                fixed.append(new)
+                at += 1
             out.append(tree.unflatten(fixed))
-        return tuple(out)
+        return tuple(out), copies
 
     def _arg_name(self, i, call) -> str:
         if i < len(self._param_names):
@@ -202,12 +247,25 @@ class Compiled(_core.Dispatcher):
                     raise TypeError(f"static {self._arg_name(i, call)} must be hashable: its "
                                     f"value is part of the signature (got "
                                     f"{type(call[i]).__name__})") from None
-        with _deep_recursion():
-            traced, result = trace_function(self.__wrapped__, build_args, leaves)
-            layouts = {pos: _element_strides(obj) for pos, obj in enumerate(leaf_objs)
-                       if isinstance(obj, np.ndarray)}
-            plan = fuse.plan(traced.graph, layouts)
-            kernels = [self.backend.compile(k) for k in plan.kernels]
+        traced, result = trace_function(self.__wrapped__, build_args, leaves)
+        for kind, value, *_ in traced.outputs:
+            if kind == "value" and not _immutable(value):
+                raise TracingError(
+                    f"{self.__name__} returns a {type(value).__name__}: a compiled function "
+                    f"hands back the object its trace produced on every call, so a mutable "
+                    f"value would be shared between calls. Return arrays, scalars, or "
+                    f"tuples/lists/dicts of them")
+        for pos in traced.mutated_leaves:
+            if _self_overlapping(leaf_objs[pos]):
+                raise ValueError(
+                    f"{self.__name__}: {names[pos]} is updated in place, but its elements "
+                    f"overlap one another in memory (a stride-0 or overlapping as_strided view "
+                    f"of shape {leaf_objs[pos].shape}, strides {leaf_objs[pos].strides}): "
+                    f"pass a copy, np.ascontiguousarray(x)")
+        layouts = {pos: _element_strides(obj) for pos, obj in enumerate(leaf_objs)
+                   if isinstance(obj, np.ndarray)}
+        plan = fuse.plan(traced.graph, layouts)
+        kernels = [self.backend.compile(k) for k in plan.kernels]
         record_leaves = [("array", d[1], d[2], layouts[pos]) if d[0] == "array" else d[:2]
                          for pos, d in enumerate(leaves)]
         program = record.record(plan, [k.name for k in kernels], record_leaves,
@@ -220,8 +278,9 @@ class Compiled(_core.Dispatcher):
         lowered = Lowered(str(traced.graph),
                           [(k.label, k.describe(), ck.source) for k, ck in zip(plan.kernels, kernels)],
                           program.disassemble(), plan, program)
-        entry.info = _EntryInfo(leaves, lowered, kernels, keys, statics, results, out_tree,
-                                traced.int_bounds, names)
+        static_values = [call[i] for i in self._static if i < len(call)]
+        entry.info = _EntryInfo(leaves, lowered, kernels, keys, statics, static_values, results,
+                                out_tree, traced.int_bounds, names)
         seconds = time.perf_counter() - t0
         if install:
             reason = self._reason(leaves)
@@ -334,27 +393,15 @@ def compile(fn=None, *, static_argnums=(), static_argnames=(), backend="cpu", re
 
 
 # ---- helpers -----------------------------------------------------------------------------
-class _deep_recursion:
-    """Tracing, fusion and code generation recurse once per graph node: long chains of
-    operations need more than Python's default 1000 frames."""
-    LIMIT = 30000
-
-    def __enter__(self):
-        self.saved = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(self.saved, self.LIMIT))
-
-    def __exit__(self, *exc):
-        sys.setrecursionlimit(self.saved)
+_IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, np.generic, np.dtype, type,
+              range, slice, type(Ellipsis), frozenset)
 
 
-def _holds_tracer(values) -> bool:
-    from .trace import Tracer
-    for v in values:
-        leaves, _ = flatten(v)
-        if any(isinstance(x, Tracer) for x in leaves):
-            return True
-    return False
-
+def _immutable(value) -> bool:
+    """Whether a non-array result can be returned as the same object on every call."""
+    if isinstance(value, frozenset):
+        return all(_immutable(v) for v in value)
+    return isinstance(value, _IMMUTABLE)
 
 
 def _describe_leaf(name: str, leaf):
@@ -374,7 +421,38 @@ def _describe_leaf(name: str, leaf):
                     f"tuple/list/dict of them; got {type(leaf).__name__}")
 
 
+# ndarray attributes that a subclass may redefine without changing what operations compute
+_HARMLESS = {"__init__", "__new__", "__repr__", "__str__", "__format__", "__array_finalize__",
+             "__reduce__", "__reduce_ex__", "__setstate__", "__class_getitem__", "__dir__",
+             "__init_subclass__", "__subclasshook__", "__sizeof__", "__doc__", "__module__",
+             "__dict__", "__weakref__", "__copy__", "__deepcopy__", "__getstate__", "dump",
+             "dumps", "tofile", "tolist", "tobytes", "tostring", "__dlpack__",
+             "__dlpack_device__", "__array_interface__", "__array_struct__", "__hash__",
+             "__slots__", "__annotations__", "__qualname__", "__array_priority__"}
+_SUBCLASS_VERDICT: dict = {}
+
+
+def _subclass_overrides(cls) -> list:
+    """The ndarray methods and operators a subclass redefines (np.matrix's `*`, a masked
+    array's reductions and ufunc hooks): computing them as plain arrays would be wrong."""
+    found = _SUBCLASS_VERDICT.get(cls)
+    if found is None:
+        found = [name for name in dir(np.ndarray) if name not in _HARMLESS
+                 and getattr(cls, name, None) is not getattr(np.ndarray, name)]
+        _SUBCLASS_VERDICT[cls] = found
+    return found
+
+
 def _normalize_leaf(name: str, leaf):
+    if isinstance(leaf, np.ndarray) and type(leaf) is not np.ndarray:
+        overrides = _subclass_overrides(type(leaf))
+        if overrides:
+            raise TypeError(
+                f"{name}: {type(leaf).__module__}.{type(leaf).__name__} is an ndarray subclass "
+                f"that redefines {', '.join(overrides[:4])}{', ...' if len(overrides) > 4 else ''}"
+                f"; fastlaunch computes with plain NumPy semantics, which would differ. Pass "
+                f"np.asarray(x) if plain array semantics are what you want")
+        leaf = leaf.view(np.ndarray)          # same memory: in-place updates reach the caller
     if isinstance(leaf, np.ndarray):
         if leaf.dtype.kind in "OSUVMmc":
             ops.check_dtype(leaf.dtype, name)
@@ -392,6 +470,19 @@ def _normalize_leaf(name: str, leaf):
         raise TypeError(f"{name}: complex numbers are not supported")
     raise TypeError(f"{name}: expected a NumPy array, a Python or NumPy scalar, or a "
                     f"tuple/list/dict of them; got {type(leaf).__name__}")
+
+
+def _self_overlapping(arr: np.ndarray) -> bool:
+    """Whether two elements of `arr` may share memory: false when, taking the axes by
+    increasing |stride|, each stride steps past everything the smaller axes reach (the
+    layout of every array NumPy allocates, and of its basic-indexing views)."""
+    reach = 0
+    for n, st in sorted(((n, abs(st)) for n, st in zip(arr.shape, arr.strides) if n > 1),
+                        key=lambda t: t[1]):
+        if st < reach + arr.itemsize:
+            return True
+        reach += st * (n - 1)
+    return False
 
 
 def _element_strides(arr: np.ndarray) -> tuple:

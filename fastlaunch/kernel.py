@@ -7,15 +7,24 @@ latter appearing only where a reshape of non-contiguous data cannot be expressed
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .ir import Op, dtype_short
 
-__all__ = ["accumulator_dtype", "Loop", "DivMod", "Pick", "Index", "Load", "Scalar", "Const",
+__all__ = ["KernelError", "accumulator_dtype", "Loop", "DivMod", "Pick", "Index", "Load", "Scalar", "Const",
            "IndexValue", "Compute", "Store", "Reduction", "KernelArg", "Kernel", "walk",
            "tiled_launch_size", "index_picks"]
+
+
+class KernelError(enum.IntFlag):
+    """Bits a kernel ORs into the call's status word (the kernel ABI's one error channel);
+    the program's CHECK stops before any argument is written and the caller raises the
+    error of the lowest bit set."""
+    INDEX = 1          # a data-dependent index out of range
+    OVERFLOW = 2       # Python-int arithmetic that left the 64-bit range
 
 
 def accumulator_dtype(op: Op, dtype: np.dtype) -> np.dtype:
@@ -190,10 +199,13 @@ class IndexValue:
 @dataclass(frozen=True, eq=False, repr=False)
 class Compute:
     """op (an elementwise ir.Op) on operands of its loop dtypes.  Compared by identity: the
-    builder makes one object per value, and deep chains must not hash recursively."""
+    builder makes one object per value, and deep chains must not hash recursively.
+    `checked`: integer arithmetic standing for Python ints, which raises KernelError.OVERFLOW
+    instead of wrapping."""
     op: Op
     dtype: np.dtype
     operands: tuple
+    checked: bool = False
 
     def __repr__(self):
         return f"<Compute {self.op.value} {dtype_short(self.dtype)}>"
@@ -383,7 +395,8 @@ def _expr_text(e, names) -> str:
         return f"const {dtype_short(e.dtype)} {e.value}"
     if isinstance(e, IndexValue):
         return f"index {dtype_short(e.dtype)} {e.index}"
-    return f"{e.op.value} {dtype_short(e.dtype)} " + ", ".join(names[id(o)] for o in e.operands)
+    op = e.op.value + (".checked" if e.checked else "")
+    return f"{op} {dtype_short(e.dtype)} " + ", ".join(names[id(o)] for o in e.operands)
 
 
 def _children(e) -> list:

@@ -149,11 +149,11 @@ def call_ufunc(ufunc, inputs, out=None, dtype=None, casting="same_kind", _operat
     array_base = is_tracer(inputs[0]) and not inputs[0].scalar
     node = _special_power(ufunc, operands) if ufunc is np.power and _operator and array_base \
         else None
-    if node is None:
-        node = ops.apply_ufunc(g, ufunc, operands)
     weak = None
     if _operator and all(w is not None for _, w in operands):
         weak = _python_result_type(ufunc, [w for _, w in operands])
+    if node is None:
+        node = ops.apply_ufunc(g, ufunc, operands, python_ints=weak is int and dtype is None)
     scalar = node.ndim == 0 and all(not is_tracer(x) or x.scalar or x.ndim == 0 for x in inputs)
     if out is not None:
         target = out[0] if isinstance(out, tuple) else out
@@ -1168,7 +1168,7 @@ _method("__getitem__", getitem)
 
 
 def _weak_unary(ufunc, t):
-    r = call_ufunc(ufunc, (t,))
+    r = call_ufunc(ufunc, (t,), _operator=True)
     r.weak = t.weak
     return r
 

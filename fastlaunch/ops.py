@@ -135,14 +135,34 @@ def resolve_loop(ufunc, types) -> tuple:
                         f"{err}") from None
 
 
-def elementwise(g: Graph, op: Op, loop_out, operands: list[Node]) -> Node:
-    """`op` over operands already cast to the loop dtypes; broadcasting made explicit."""
+# integer ops that can leave the 64-bit range when they stand for Python-int arithmetic
+CHECKABLE = {Op.ADD, Op.SUB, Op.MUL, Op.NEG, Op.ABS, Op.FLOORDIV, Op.POW, Op.LEFT_SHIFT}
+
+
+def elementwise(g: Graph, op: Op, loop_out, operands: list[Node], checked: bool = False) -> Node:
+    """`op` over operands already cast to the loop dtypes; broadcasting made explicit.
+    checked: Python-int arithmetic, exact or an OverflowError (never a wrapped value)."""
     shape = broadcast_shapes(*(o.shape for o in operands))
     operands = [o if o.ndim == 0 else broadcast_to(g, o, shape) for o in operands]
     values = [literal_value(o) for o in operands]
     if operands and all(v is not None for v in values):
+        if checked:
+            exact = _python_int_op(op, [int(v) for v in values])
+            if not -2**63 <= exact < 2**63:
+                raise OverflowError(f"Python integer {exact} does not fit in 64 bits")
         return broadcast_to(g, literal(g, _fold_elementwise(op, values, loop_out), loop_out), shape)
+    if checked and op in CHECKABLE:
+        return g.add(op, loop_out, shape, operands, checked=True)
     return g.add(op, loop_out, shape, operands)
+
+
+def _python_int_op(op: Op, v: list) -> int:
+    return {Op.ADD: lambda: v[0] + v[1], Op.SUB: lambda: v[0] - v[1],
+            Op.MUL: lambda: v[0] * v[1], Op.NEG: lambda: -v[0], Op.ABS: lambda: abs(v[0]),
+            Op.FLOORDIV: lambda: v[0] // v[1] if v[1] else 0,
+            Op.POW: lambda: v[0] ** v[1] if v[1] >= 0 else 0,
+            Op.LEFT_SHIFT: lambda: v[0] << v[1] if 0 <= v[1] < 64 else 0,
+            }.get(op, lambda: 0)()
 
 
 def _fold_elementwise(op: Op, values, out_dtype):
@@ -204,8 +224,17 @@ def _wide_compare_loop(operands, loop):
     return tuple(wide) + tuple(loop[len(operands):])
 
 
-def apply_ufunc(g: Graph, ufunc, operands: list[tuple[Node, type | None]]) -> Node:
-    """`ufunc(*operands)` with NumPy's dtype resolution; operands are (node, weak python type)."""
+def apply_ufunc(g: Graph, ufunc, operands: list[tuple[Node, type | None]],
+                python_ints: bool = False) -> Node:
+    """`ufunc(*operands)` with NumPy's dtype resolution; operands are (node, weak python type).
+    python_ints: the operands are all Python ints combined by a Python operator, whose result
+    is an exact Python int: computed in int64, an OverflowError at run time where it leaves
+    that range (NumPy would keep the exact value; a kernel cannot)."""
+    if python_ints and any(n.dtype == np.uint64 for n, _ in operands):
+        raise TracingError(
+            f"exact Python integer arithmetic ({ufunc.__name__}) on a value of at least 2**63 "
+            f"(an int argument or literal): fastlaunch computes Python ints in 64 bits. Make "
+            f"the argument static (static_argnames=) so that it is computed while tracing")
     op = OP_OF_UFUNC.get(ufunc)
     rewrite = _UFUNC_AS.get(ufunc)
     if op is None and rewrite is None:
@@ -229,7 +258,7 @@ def apply_ufunc(g: Graph, ufunc, operands: list[tuple[Node, type | None]]) -> No
         shape = broadcast_shapes(*(o.shape for o in cast_in))
         cast_in = [o if o.ndim == 0 else broadcast_to(g, o, shape) for o in cast_in]
         return broadcast_to(g, cast(g, rewrite(g, loop[nin], *cast_in), loop[nin]), shape)
-    return elementwise(g, op, loop[nin], cast_in)
+    return elementwise(g, op, loop[nin], cast_in, checked=python_ints)
 
 
 def result_type(operands: list[tuple[Node, type | None]]) -> np.dtype:

@@ -75,22 +75,35 @@ class TreeDef:
         return f"({inner})" if self.kind != "list" else f"[{inner}]"
 
 
+# Deeper nesting than this is refused: a container that holds itself would recurse forever.
+MAX_DEPTH = 100
+
+
+class NestingError(TypeError):
+    """An argument or result nests containers more than MAX_DEPTH levels deep."""
+
+
 def flatten(tree) -> tuple[list, TreeDef]:
     leaves: list = []
-    return leaves, _flatten(tree, leaves)
+    return leaves, _flatten(tree, leaves, 0)
 
 
-def _flatten(x, leaves) -> TreeDef:
+def _flatten(x, leaves, depth) -> TreeDef:
     t = type(x)
+    if t in (tuple, list, dict) or (isinstance(x, tuple) and hasattr(t, "_fields")):
+        if depth >= MAX_DEPTH:
+            raise NestingError(f"containers nested more than {MAX_DEPTH} levels deep (a list, "
+                               f"tuple or dict that contains itself?)")
+        depth += 1
     if t is tuple:
-        return TreeDef("tuple", [_flatten(c, leaves) for c in x])
+        return TreeDef("tuple", [_flatten(c, leaves, depth) for c in x])
     if t is list:
-        return TreeDef("list", [_flatten(c, leaves) for c in x])
+        return TreeDef("list", [_flatten(c, leaves, depth) for c in x])
     if t is dict:
-        return TreeDef("dict", [_flatten(v, leaves) for v in x.values()], tuple(x))
+        return TreeDef("dict", [_flatten(v, leaves, depth) for v in x.values()], tuple(x))
     if x is None:
         return TreeDef("none")
     if isinstance(x, tuple) and hasattr(t, "_fields"):
-        return TreeDef("namedtuple", [_flatten(c, leaves) for c in x], t)
+        return TreeDef("namedtuple", [_flatten(c, leaves, depth) for c in x], t)
     leaves.append(x)
     return TreeDef("leaf")

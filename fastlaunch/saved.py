@@ -51,7 +51,7 @@ def save_entry(path, entry, backend, static_positions) -> None:
         "target": backend.target_key,
         "signature": entry.signature.hex(),
         "static_positions": list(static_positions),
-        "statics": [_json_scalar(v, "a static argument") for v in info.statics],
+        "statics": [_static_json(v) for v in info.static_values],
         "keys": [[_json_scalar(x, "a dict key") for x in k] for k in info.keys],
         "leaves": [_leaf_json(d) for d in info.leaves],
         "leaf_names": list(info.leaf_names),
@@ -78,6 +78,20 @@ def save_entry(path, entry, backend, static_positions) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _static_json(v):
+    """A static argument's value with its exact type: 1, 1.0 and np.float64(1) key differently."""
+    if isinstance(v, np.generic) and v.dtype.kind in "biuf":
+        return [v.dtype.str, v.item()]
+    return [type(v).__name__, _json_scalar(v, "a static argument")]
+
+
+def _static_value(j):
+    kind, value = j
+    if kind in ("bool", "int", "float", "str", "NoneType"):
+        return value
+    return np.dtype(kind).type(value)
 
 
 def _leaf_json(d):
@@ -143,7 +157,8 @@ def load(path, backend: str | None = None) -> LoadedProgram:
     out_tree = TreeDef.from_json(meta["out_tree"])
     keys = [tuple(k) for k in meta["keys"]]
     int_bounds = {leaf: (lo, hi) for leaf, lo, hi in meta["int_bounds"]}
-    entry = build_entry(bytes.fromhex(meta["signature"]), keys, list(meta["statics"]),
+    statics = [_core.static_key(_static_value(v)) for v in meta["statics"]]
+    entry = build_entry(bytes.fromhex(meta["signature"]), keys, statics,
                         program, kernels, results, out_tree, int_bounds)
     return LoadedProgram(path, meta, entry)
 

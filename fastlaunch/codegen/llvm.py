@@ -14,7 +14,7 @@ import numpy as np
 
 from ..ir import Op
 from ..kernel import (Compute, Const, DivMod, Index, IndexValue, Kernel, Load, Loop, Pick, Scalar,
-                      index_picks)
+                      KernelError, index_picks, walk)
 from .llvm_text import FunctionWriter
 
 PLACEHOLDER_NAME = "__fastlaunch_kernel__"
@@ -210,7 +210,8 @@ class _Emitter:
             report, done = fw.label("report"), fw.label("exit")
             fw.cond_br(fw.op(f"icmp ne i8 {flag}, 0"), report, done)
             fw.start(report)
-            fw.emit(f"store atomic i64 1, ptr %p{self.k.status} monotonic, align 8")
+            word = fw.op(f"zext i8 {flag} to i64")
+            fw.emit(f"atomicrmw or ptr %p{self.k.status}, i64 {word} monotonic, align 8")
             fw.br(done)
             fw.start(done)
         fw.emit("ret void")
@@ -494,21 +495,29 @@ class _Emitter:
         wrapped = fw.op(f"select i1 {neg}, i64 {fw.op(f'add i64 {v}, {atom.size}')}, i64 {v}")
         bad = fw.op(f"icmp uge i64 {wrapped}, {atom.size}")
         safe = fw.op(f"select i1 {bad}, i64 0, i64 {wrapped}")
-        old = fw.op("load i8, ptr %errflag, align 1")
-        flag = fw.op(f"or i8 {old}, {fw.op(f'zext i1 {bad} to i8')}")
-        fw.emit(f"store i8 {flag}, ptr %errflag, align 1")
+        self.raise_flag(bad, KernelError.INDEX)
         memo[key] = safe
         memo[("bad", id(atom.expr), atom.size)] = bad
         return safe
+
+    def raise_flag(self, cond: str, bit: int):
+        """OR `bit` into the kernel's error flag where cond holds (a select, not a branch:
+        checked loops still vectorise)."""
+        fw = self.fw
+        old = fw.op("load i8, ptr %errflag, align 1")
+        flag = fw.op(f"or i8 {old}, {fw.op(f'select i1 {cond}, i8 {int(bit)}, i8 0')}")
+        fw.emit(f"store i8 {flag}, ptr %errflag, align 1")
 
     # ---- expressions -------------------------------------------------------------------
     def expr(self, e, loops, memo) -> str:
         key = id(e)
         if key in memo:
             return memo[key]
-        v = self._expr(e, loops, memo)
-        memo[key] = v
-        return v
+        # operands first, in one iterative walk: expression chains can be thousands deep
+        for sub in walk([e]):
+            if id(sub) not in memo:
+                memo[id(sub)] = self._expr(sub, loops, memo)
+        return memo[key]
 
     def _expr(self, e, loops, memo) -> str:
         fw = self.fw
@@ -530,6 +539,8 @@ class _Emitter:
         if e.op is Op.WHERE:
             ty = llvm_type(e.dtype)
             return fw.op(f"select i1 {args[0]}, {ty} {args[1]}, {ty} {args[2]}")
+        if e.checked:
+            return _checked_int_op(self, e.op, e.dtype, args)
         return _emit_op(self, e.op, e.dtype, args, dts)
 
     # ---- conversions -------------------------------------------------------------------
@@ -695,6 +706,86 @@ def _emit_op(em: _Emitter, op: Op, out: np.dtype, args: list, dts: list) -> str:
     if op in (Op.LOGADDEXP, Op.LOGADDEXP2):
         return _logaddexp(em, op, dt, a, b)
     raise NotImplementedError(f"code generation for {op.value} on {dt}")
+
+
+def _checked_int_op(em, op, dt, args) -> str:
+    """Python-int arithmetic in int64: the wrapped value, with KernelError.OVERFLOW raised
+    wherever the exact result leaves the 64-bit range (or is not an int: a negative power)."""
+    fw, mod = em.fw, em.mod
+    ty = llvm_type(dt)
+    a = args[0]
+    b = args[1] if len(args) > 1 else None
+    lo, _ = _int_limits(dt)
+
+    def with_overflow(name, x, y):
+        pair = mod.intrinsic(fw, f"llvm.{name}.with.overflow.{ty}", f"{{ {ty}, i1 }}",
+                             [(ty, x), (ty, y)])
+        return fw.op(f"extractvalue {{ {ty}, i1 }} {pair}, 0"), \
+            fw.op(f"extractvalue {{ {ty}, i1 }} {pair}, 1")
+
+    if op in (Op.ADD, Op.SUB, Op.MUL):
+        value, bad = with_overflow({Op.ADD: "sadd", Op.SUB: "ssub", Op.MUL: "smul"}[op], a, b)
+    elif op is Op.NEG:
+        value, bad = with_overflow("ssub", "0", a)
+    elif op is Op.ABS:
+        value = mod.intrinsic(fw, f"llvm.abs.{ty}", ty, [(ty, a), ("i1", "false")])
+        bad = fw.op(f"icmp eq {ty} {a}, {lo}")
+    elif op is Op.FLOORDIV:
+        value = _int_divide(em, dt, a, b, floor=True)
+        bad = fw.op(f"and i1 {fw.op(f'icmp eq {ty} {a}, {lo}')}, {fw.op(f'icmp eq {ty} {b}, -1')}")
+    elif op is Op.LEFT_SHIFT:
+        value = _emit_op(em, op, dt, [a, b], [dt, dt])
+        far = fw.op(f"icmp uge {ty} {b}, 64")
+        back = fw.op(f"ashr {ty} {value}, {fw.op(f'select i1 {far}, {ty} 63, {ty} {b}')}")
+        lost = fw.op(f"icmp ne {ty} {back}, {a}")        # bits (or the sign) shifted out
+        bad = fw.op(f"or i1 {lost}, {fw.op(f'icmp slt {ty} {b}, 0')}")
+    elif op is Op.POW:
+        name = f"fastlaunch.ipow.checked.{ty}"
+        mod.declare(name, f"""define internal {{ {ty}, i1 }} @{name}({ty} %b, {ty} %e) alwaysinline nounwind {{
+entry:
+  %neg = icmp slt {ty} %e, 0
+  br i1 %neg, label %negative, label %loop0
+negative:
+  %r0 = insertvalue {{ {ty}, i1 }} undef, {ty} 0, 0
+  %r1 = insertvalue {{ {ty}, i1 }} %r0, i1 true, 1
+  ret {{ {ty}, i1 }} %r1
+loop0:
+  br label %loop
+loop:
+  %acc = phi {ty} [ 1, %loop0 ], [ %acc2, %loop ]
+  %base = phi {ty} [ %b, %loop0 ], [ %base2, %loop ]
+  %exp = phi {ty} [ %e, %loop0 ], [ %exp2, %loop ]
+  %bad = phi i1 [ false, %loop0 ], [ %bad3, %loop ]
+  %bit = and {ty} %exp, 1
+  %odd = icmp ne {ty} %bit, 0
+  %m = call {{ {ty}, i1 }} @llvm.smul.with.overflow.{ty}({ty} %acc, {ty} %base)
+  %mv = extractvalue {{ {ty}, i1 }} %m, 0
+  %mo = extractvalue {{ {ty}, i1 }} %m, 1
+  %acc2 = select i1 %odd, {ty} %mv, {ty} %acc
+  %accbad = and i1 %odd, %mo
+  %exp2 = lshr {ty} %exp, 1
+  %more = icmp ne {ty} %exp2, 0
+  %sq = call {{ {ty}, i1 }} @llvm.smul.with.overflow.{ty}({ty} %base, {ty} %base)
+  %base2 = extractvalue {{ {ty}, i1 }} %sq, 0
+  %sqo = extractvalue {{ {ty}, i1 }} %sq, 1
+  %sqbad = and i1 %sqo, %more
+  %bad2 = or i1 %bad, %accbad
+  %bad3 = or i1 %bad2, %sqbad
+  br i1 %more, label %loop, label %out
+out:
+  %o0 = insertvalue {{ {ty}, i1 }} undef, {ty} %acc2, 0
+  %o1 = insertvalue {{ {ty}, i1 }} %o0, i1 %bad3, 1
+  ret {{ {ty}, i1 }} %o1
+}}""")
+        mod.declare(f"llvm.smul.with.overflow.{ty}",
+                    f"declare {{ {ty}, i1 }} @llvm.smul.with.overflow.{ty}({ty}, {ty})")
+        pair = fw.op(f"call {{ {ty}, i1 }} @{name}({ty} {a}, {ty} {b})")
+        value = fw.op(f"extractvalue {{ {ty}, i1 }} {pair}, 0")
+        bad = fw.op(f"extractvalue {{ {ty}, i1 }} {pair}, 1")
+    else:
+        return _emit_op(em, op, dt, args, [dt] * len(args))
+    em.raise_flag(bad, KernelError.OVERFLOW)
+    return value
 
 
 def _icmp(kind: str, base: str) -> str:
