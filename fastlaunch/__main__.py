@@ -10,8 +10,9 @@ import sys
 
 import numpy as np
 
-import fastlaunch as fl
+from fastlaunch._version import __version__
 from fastlaunch.benchtools import copy_bandwidth, floor_call, fmt_time, format_table, interleaved
+from fastlaunch.jit import compile as compile_fn
 
 
 def step(p, m, v, target, lr):
@@ -47,8 +48,8 @@ def _loop_runner(fn, n, dtype, restart_every=50):
 
 
 def demo(sizes=(16, 65536, 4194304), dtype=np.float32, quick=False):
-    replay = fl.compile(step)
-    retrace = fl.compile(step, replay=False)
+    replay = compile_fn(step)
+    retrace = compile_fn(step, replay=False)
     # correctness first: one step from the same state, against NumPy
     for n in sizes:
         rng = np.random.default_rng(1)
@@ -61,7 +62,7 @@ def demo(sizes=(16, 65536, 4194304), dtype=np.float32, quick=False):
                 err = np.max(np.abs(np.asarray(w, np.float64) - g)) / max(np.max(np.abs(w)), 1e-30)
                 if err > 1e-5 or np.asarray(w).dtype != np.asarray(g).dtype:
                     raise SystemExit(f"fastlaunch {name} disagrees with NumPy at n={n}: {err:.2e}")
-    print(f"fastlaunch {fl.__version__}: the optimisation step of DESIGN.md, {np.dtype(dtype)}, "
+    print(f"fastlaunch {__version__}: the optimisation step of DESIGN.md, {np.dtype(dtype)}, "
           f"per-iteration median (outputs checked against NumPy first)\n")
     rows = []
     batch = 0.005 if quick else 0.03

@@ -1,13 +1,15 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 # cython: initializedcheck=False
-"""The replay path: match a call's signature, bind its arguments, run the bytecode.
+"""The replay path: match a call's signature, bind its arguments, run the executable.
 
 `Dispatcher.__call__` encodes the arguments into signature words and slot words in one pass,
-compares the words with each cached entry (a memcmp), and hands the slot words to that
-entry's `Program`, which allocates the outputs and runs the whole bytecode inside one
-`with nogil:` block.  Anything unusual (keyword arguments, a first call, an argument type
-the encoder does not know) goes to the Python `miss` callback, which traces and compiles.
-The interpreter knows only bytecode, slots and function pointers.
+finds the entry with those words (the most recently used first, then a hash table), and
+hands the slot words to that entry's `Executable`, which checks them, allocates the outputs
+and runs the whole bytecode inside one `with nogil:` block.  Anything unusual (keyword
+arguments, a first call, an argument type the encoder does not know) goes to the Python
+`_miss` callback, which traces and compiles.  `Executable` is the interface every backend
+implements (_core.pxd); `HostExecutable` is the host one, whose interpreter knows only
+bytecode, slots and function pointers.
 """
 from cpython.ref cimport PyObject, Py_INCREF
 from cpython.tuple cimport PyTuple_New
@@ -91,12 +93,6 @@ cdef inline int words_push(Words *w, int64_t v) except -1:
 cdef union Bits:
     double f
     int64_t i
-
-cdef class _Encoding:
-    """Leaves, dict keys and static values seen while encoding one call (slow path only)."""
-    cdef public list leaves
-    cdef public list keys
-    cdef public list statics
 
 # Containers nested deeper than this go to the slow path, which names the argument (a list that
 # holds itself would otherwise recurse until the C stack overflows).
@@ -229,6 +225,68 @@ def encode(tuple args, tuple static_positions=()):
         words_release(&vals)
 
 
+cdef object _typenum_dtype(int num):
+    """The number dtype of a NumPy type number (ValueError for anything else)."""
+    if num < 0 or num > cnp.NPY_NTYPES_LEGACY:
+        raise ValueError(f"signature: type number {num}")
+    try:
+        dt = cnp.PyArray_DescrFromType(num)
+    except Exception:
+        raise ValueError(f"signature: type number {num}") from None
+    if dt.kind not in "biuf":
+        raise ValueError(f"signature: {dt} is not a number type")
+    return dt
+
+
+def signature_leaves(bytes sig):
+    """The argument leaves a signature admits, decoded from its words (what the dispatcher
+    will compare calls against): per leaf ("array", dtype, shape, byte strides) or
+    ("scalar", dtype, weak Python type or None).  Raises ValueError on malformed words, so a
+    saved program's claimed signature can be checked against its program."""
+    cdef const int64_t *w
+    cdef Py_ssize_t i = 0, n, d, nd
+    cdef int64_t word, tag
+    if len(sig) % sizeof(int64_t):
+        raise ValueError("signature: not a whole number of words")
+    w = <const int64_t *><char *>sig
+    n = len(sig) // sizeof(int64_t)
+    out = []
+    while i < n:
+        word = w[i]
+        tag = word & 0xFF
+        i += 1
+        if tag == TAG_ARRAY:
+            nd = (word >> 24) & 0xFFFF
+            if word >> 41 or nd > 64 or i + nd * (1 if (word >> 40) & 1 else 2) > n:
+                raise ValueError("signature: malformed array word")
+            dtype = _typenum_dtype((word >> 8) & 0xFFFF)
+            shape = tuple(int(w[i + d]) for d in range(nd))
+            i += nd
+            if any(x < 0 for x in shape):
+                raise ValueError("signature: negative dimension")
+            if (word >> 40) & 1:
+                strides = None
+            else:
+                strides = tuple(int(w[i + d]) for d in range(nd))
+                i += nd
+            out.append(("array", dtype, shape, strides))
+        elif tag == TAG_FLOAT:
+            out.append(("scalar", np.dtype(np.float64), float))
+        elif tag == TAG_INT:
+            out.append(("scalar", np.dtype(np.int64), int))
+        elif tag == TAG_BIGINT:
+            out.append(("scalar", np.dtype(np.uint64), int))
+        elif tag == TAG_BOOL:
+            out.append(("scalar", np.dtype(np.bool_), bool))
+        elif tag == TAG_NPSCALAR:
+            out.append(("scalar", _typenum_dtype((word >> 8) & 0xFFFF), None))
+        elif tag in (TAG_TUPLE, TAG_LIST, TAG_DICT, TAG_NAMEDTUPLE, TAG_NONE, TAG_STATIC):
+            pass
+        else:
+            raise ValueError(f"signature: unknown tag {tag}")
+    return out
+
+
 # The replay fast path: arguments that are all arrays and Python scalars, encoded into stack
 # buffers with borrowed references (the argument tuple keeps every leaf alive).
 DEF FLAT_MAX_ARGS = 32
@@ -308,10 +366,16 @@ cdef bint _is_flat(bytes sig):
     return True
 
 
-# ---- the interpreter ---------------------------------------------------------------------
+cdef int interrupt_pending() noexcept nogil:
+    return fl_interrupt_pending()
+
+
+# ---- the host interpreter ----------------------------------------------------------------
 cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, int64_t *slots,
-                  int64_t *argwords, fl_kernel_fn *kernels, const int64_t *work) except -1 nogil:
-    """Execute the bytecode.  Returns a Status; never touches Python objects."""
+                  int64_t *argwords, fl_kernel_fn *kernels, const int64_t *work,
+                  RunState *state) except -1 nogil:
+    """Execute host bytecode.  Returns a Status (state.pc: where it stopped); never touches
+    Python objects.  The verifier has proved every index below in range."""
     cdef Py_ssize_t pc = 0, k
     cdef int64_t op
     cdef void *p
@@ -326,6 +390,7 @@ cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, i
         elif op == ALLOC:
             p = fl_mem_alloc(code[pc + 2])
             if p == NULL:
+                state.pc = pc
                 return STATUS_NO_MEMORY
             slots[code[pc + 1]] = <int64_t><intptr_t>p
         elif op == FREE:
@@ -333,8 +398,14 @@ cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, i
             slots[code[pc + 1]] = 0
         elif op == CHECK:
             if (<int64_t *><intptr_t>slots[code[pc + 1]])[0] != 0:
-                return STATUS_INDEX_ERROR
+                state.pc = pc
+                return STATUS_KERNEL_ERROR
+        elif op == POLL:
+            if fl_interrupt_pending():
+                state.pc = pc
+                return STATUS_INTERRUPTED
         else:
+            state.pc = pc
             return STATUS_BAD_OPCODE
         pc += op & 0xFF
     return STATUS_OK
@@ -360,11 +431,6 @@ cdef class PoolBlock:
 
 cdef class OutputLayout:
     """Dtypes and shapes of a call's fresh output arrays; allocates them."""
-    cdef Py_ssize_t n
-    cdef int *types
-    cdef int *ndims
-    cdef Py_ssize_t *nbytes
-    cdef cnp.npy_intp *dims           # ndim entries per output, concatenated
 
     def __cinit__(self, specs):
         """specs: [(dtype, shape)]"""
@@ -417,128 +483,103 @@ cdef class OutputLayout:
         return 0
 
 
-cdef class FloorCall:
-    """The overhead floor of a compiled call: takes any arguments and returns fresh arrays
-    of the given layout, doing nothing else (see fastlaunch.benchtools.floor_call)."""
-    cdef OutputLayout layout
-    cdef list as_scalar
-
-    def __init__(self, specs):
-        """specs: [(dtype, shape, as_scalar)]"""
-        self.layout = OutputLayout([(d, s) for d, s, _ in specs])
-        self.as_scalar = [bool(x) for _, _, x in specs]
-
-    def __call__(self, *args):
-        cdef PyObject *outs[64]
-        cdef Py_ssize_t i, n = self.layout.n
-        cdef tuple result = PyTuple_New(n)
-        self.layout.allocate(outs, NULL, NULL)
-        for i in range(n):
-            tuple_set_item(result, i, array_return(outs[i]) if self.as_scalar[i] else outs[i])
-        return result
+DEF MAX_OUTPUTS = 64
+DEF LOCAL_SLOTS = 64
+DEF LOCAL_ARGWORDS = 128
 
 
-cdef class Program:
-    """A verified program made executable: bytecode, kernel pointers, output layout."""
-    cdef int64_t *code
-    cdef Py_ssize_t ncode
-    cdef int64_t *lists
-    cdef fl_kernel_fn *kernels
-    cdef int64_t *work
-    cdef Py_ssize_t nslots, nargwords, nleaves
-    cdef int64_t *const_slots
-    cdef int64_t *const_ptrs
-    cdef Py_ssize_t nconsts
-    cdef int64_t *temp_slots
-    cdef Py_ssize_t ntemps
-    cdef int64_t *out_slots
-    cdef OutputLayout outputs
-    cdef int64_t *int_checks           # (leaf, lo, hi) triples: weak Python ints cast narrower
-    cdef Py_ssize_t nint_checks
-    cdef int64_t *mutated              # leaves written in place
-    cdef Py_ssize_t nmutated
-    cdef Py_ssize_t status_slot        # slot pointing at the call's error flag, or -1
-    cdef Py_ssize_t nresults           # result leaves: kind 0 a new output, 1 an argument
-    cdef int *res_kind                 # leaf returned as is, 2 a constant Python value
-    cdef int64_t *res_index            # output index, argument leaf, or index in res_values
-    cdef bint *res_scalar              # hand a 0-d output back as a NumPy scalar
-    cdef list res_values
-    cdef int structure                 # 0: one leaf, 1: flat tuple, 2: call unflatten
-    cdef object unflatten
-    cdef object keepalive
+cdef class Executable:
+    """See _core.pxd.  `layout` (link.ExecutableLayout) carries the verified tables."""
 
-    def __cinit__(self):
+    def __cinit__(self, *args, **kwargs):
         self.code = NULL
 
-    def __init__(self, code, lists, Py_ssize_t nslots, Py_ssize_t nargwords, Py_ssize_t nleaves,
-                 kernel_addresses, kernel_work, consts, temp_slots, outputs, int_checks, mutated,
-                 results, int structure, unflatten, keepalive, Py_ssize_t status_slot=-1):
+    def __init__(self, layout):
         cdef Py_ssize_t i
-        code = np.ascontiguousarray(code, np.int64)
-        lists = np.ascontiguousarray(lists, np.int64)
-        self.ncode = len(code)
-        self.code = _copy_words(code)
-        self.lists = _copy_words(lists)
-        self.nslots, self.nargwords, self.nleaves = nslots, nargwords, nleaves
-        self.kernels = <fl_kernel_fn *>malloc(max(1, len(kernel_addresses)) * sizeof(fl_kernel_fn))
-        for i, addr in enumerate(kernel_addresses):
-            self.kernels[i] = <fl_kernel_fn><intptr_t>addr
-        self.work = _copy_words(np.asarray(kernel_work, np.int64))
-        self.nconsts = len(consts)
-        self.const_slots = _copy_words(np.asarray([s for s, _ in consts], np.int64))
-        self.const_ptrs = _copy_words(np.asarray([a.ctypes.data for _, a in consts], np.int64))
-        self.ntemps = len(temp_slots)
-        self.temp_slots = _copy_words(np.asarray(temp_slots, np.int64))
-        self.out_slots = _copy_words(np.asarray([o[0] for o in outputs], np.int64))
-        self.outputs = OutputLayout([(dtype, shape) for _, dtype, shape in outputs])
-        self.nint_checks = len(int_checks)
-        self.int_checks = _copy_words(np.asarray([x for t in int_checks for x in t], np.int64))
-        self.nmutated = len(mutated)
-        self.mutated = _copy_words(np.asarray(mutated, np.int64))
-        self.nresults = len(results)
+        program = layout.program
+        self.program = program
+        self.ncode = len(program.code)
+        self.code = _copy_words(program.code)
+        self.lists = _copy_words(program.arg_lists)
+        self.nslots, self.nargwords, self.nleaves = len(program.slots), program.nargwords, \
+            program.nleaves
+        self.nconsts = len(layout.const_slots)
+        self.const_slots = _copy_words(layout.const_slots)
+        self.const_ptrs = _copy_words(layout.const_ptrs)
+        self.ntemps = len(layout.temp_slots)
+        self.temp_slots = _copy_words(layout.temp_slots)
+        self.out_slots = _copy_words([slot for slot, _, _ in program.outputs])
+        self.outputs = OutputLayout([(dtype, shape) for _, dtype, shape in program.outputs])
+        self.nint_checks = len(layout.int_checks)
+        self.int_checks = _copy_words([x for t in layout.int_checks for x in t])
+        self.nmutated = len(program.mutated_leaves)
+        self.mutated = _copy_words(program.mutated_leaves)
+        self.leaf_lo = _copy_words([lo for lo, _ in layout.leaf_bytes])
+        self.leaf_hi = _copy_words([hi for _, hi in layout.leaf_bytes])
+        self.nresults = len(layout.results)
         self.res_kind = <int *>malloc(max(1, self.nresults) * sizeof(int))
         self.res_index = <int64_t *>malloc(max(1, self.nresults) * sizeof(int64_t))
         self.res_scalar = <bint *>malloc(max(1, self.nresults) * sizeof(bint))
+        if self.res_kind == NULL or self.res_index == NULL or self.res_scalar == NULL:
+            raise MemoryError()
         self.res_values = []
-        for i, (kind, index, as_scalar) in enumerate(results):
+        for i, (kind, index, as_scalar) in enumerate(layout.results):
             self.res_kind[i] = kind
             self.res_scalar[i] = as_scalar
-            if kind == 2:
+            if kind == RESULT_VALUE:
                 self.res_index[i] = len(self.res_values)
                 self.res_values.append(index)
             else:
                 self.res_index[i] = index
-        if self.outputs.n > 64:
-            raise ValueError("fastlaunch: more than 64 result arrays are not supported")
-        self.status_slot = status_slot
-        self.structure = structure
-        self.unflatten = unflatten
-        self.keepalive = (consts, keepalive)
+        if self.outputs.n > MAX_OUTPUTS:
+            raise ValueError(f"fastlaunch: more than {MAX_OUTPUTS} result arrays are not "
+                             f"supported")
+        self.status_slot = program.status_slot
+        self.structure = layout.structure
+        self.unflatten = layout.unflatten
+        self.kernel_errors = list(layout.kernel_errors)
+        self.polls = layout.polls
+        self.keepalive = layout.keepalive
 
     def __dealloc__(self):
         if self.code != NULL:
-            free(self.code); free(self.lists); free(self.kernels); free(self.work)
+            free(self.code); free(self.lists)
             free(self.const_slots); free(self.const_ptrs); free(self.temp_slots)
-            free(self.out_slots)
-            free(self.int_checks); free(self.mutated)
+            free(self.out_slots); free(self.int_checks); free(self.mutated)
+            free(self.leaf_lo); free(self.leaf_hi)
             free(self.res_kind); free(self.res_index); free(self.res_scalar)
 
+    # ---- what a backend implements -------------------------------------------------------
+    cdef int execute(self, int64_t *slots, int64_t *argwords, RunState *state) except -1 nogil:
+        return STATUS_BAD_OPCODE
+
+    cdef int release(self, int64_t *slots) except -1:
+        return 0
+
+    cdef int64_t read_status(self, int64_t *slots) except? -1:
+        return (<int64_t *><intptr_t>slots[self.status_slot])[0]
+
+    cdef int bind_outputs(self, PyObject **outs, int64_t *slots) except -1:
+        return self.outputs.allocate(outs, slots, self.out_slots)
+
+    # ---- the call ------------------------------------------------------------------------
     cdef object invoke(self, int64_t *leaf_words, PyObject **leaf_objs):
-        cdef int64_t local_slots[64]
-        cdef int64_t local_args[128]
-        cdef PyObject *outs[64]
+        cdef int64_t local_slots[LOCAL_SLOTS]
+        cdef int64_t local_args[LOCAL_ARGWORDS]
+        cdef PyObject *outs[MAX_OUTPUTS]
         cdef int64_t *slots = local_slots
         cdef int64_t *argwords = local_args
-        cdef int64_t error_flag = 0
+        cdef int64_t error_word = 0
+        cdef RunState state
         cdef Py_ssize_t i
         cdef int status
         if self.nint_checks:
             self._check_ints(leaf_words)
         if self.nmutated:
-            self._check_mutated(leaf_obj_list(leaf_objs, self.nleaves))
-        if self.nslots > 64:
+            self._check_mutated(leaf_words, leaf_objs)
+        if self.nslots > LOCAL_SLOTS:
             slots = <int64_t *>malloc(self.nslots * sizeof(int64_t))
-        if self.nargwords > 128:
+        if self.nargwords > LOCAL_ARGWORDS:
             argwords = <int64_t *>malloc(self.nargwords * sizeof(int64_t))
         if slots == NULL or argwords == NULL:
             _release(slots, local_slots, argwords, local_args)
@@ -548,64 +589,73 @@ cdef class Program:
             memcpy(slots, leaf_words, self.nleaves * sizeof(int64_t))
             for i in range(self.nconsts):
                 slots[self.const_slots[i]] = self.const_ptrs[i]
-            for i in range(self.ntemps):
-                slots[self.temp_slots[i]] = 0
             if self.status_slot >= 0:
-                slots[self.status_slot] = <int64_t><intptr_t>&error_flag
-            self.outputs.allocate(outs, slots, self.out_slots)
-            with nogil:
-                status = run_code(self.code, self.ncode, self.lists, slots, argwords,
-                                  self.kernels, self.work)
-            if status != STATUS_OK:
-                self._fail(status, slots)
+                slots[self.status_slot] = <int64_t><intptr_t>&error_word
+            self.bind_outputs(outs, slots)
+            while True:
+                for i in range(self.ntemps):
+                    slots[self.temp_slots[i]] = 0
+                if self.polls:
+                    fl_interrupt_arm()
+                state.pc = -1
+                state.backend_code = 0
+                with nogil:
+                    status = self.execute(slots, argwords, &state)
+                if status == STATUS_OK:
+                    break
+                if status == STATUS_INTERRUPTED:
+                    self.release(slots)
+                    # Python's own handler was chained: it raises (KeyboardInterrupt) here.
+                    # If it does not, the signal was meant to be survived: no argument has
+                    # been written yet (POLLs come before the first in-place write), so run
+                    # the program again from the start.
+                    cpython_check_signals()
+                    continue
+                err = self.error(status, &state, slots)    # reads the status word first
+                self.release(slots)
+                raise err
             return self._pack(outs, leaf_objs)
         finally:
             for i in range(self.outputs.n):
                 Py_XDECREF(outs[i])
             _release(slots, local_slots, argwords, local_args)
 
-    cdef int _fail(self, int status, int64_t *slots) except -1:
-        cdef Py_ssize_t i
-        for i in range(self.ntemps):
-            if slots[self.temp_slots[i]] != 0:
-                fl_mem_free(<void *><intptr_t>slots[self.temp_slots[i]])
+    cdef object error(self, int status, RunState *state, int64_t *slots):
+        """The exception of a failed run, naming the instruction it stopped at."""
+        where = ""
+        if state.pc >= 0:
+            where = f" (at {self.program.line_at(state.pc)})"
         if status == STATUS_NO_MEMORY:
-            raise MemoryError("fastlaunch: out of memory for a temporary buffer")
-        if status == STATUS_INDEX_ERROR:
-            word = (<int64_t *><intptr_t>slots[self.status_slot])[0]
-            if word & 1:      # kernel.KernelError.INDEX
-                raise IndexError("fastlaunch: an index array holds a value out of bounds "
-                                 "for the axis it indexes (no argument was modified)")
-            if word & 2:      # kernel.KernelError.OVERFLOW
-                raise OverflowError(
-                    "fastlaunch: arithmetic on Python int arguments left the 64-bit range (or "
-                    "raised one to a negative power); Python and NumPy keep such results "
-                    "exact, fastlaunch's kernels compute them in int64. No argument was "
-                    "modified")
-            raise RuntimeError(f"fastlaunch: a kernel reported error flags {word:#x}")
-        raise RuntimeError(f"fastlaunch: program failed with status {status}")
+            return MemoryError(f"fastlaunch: out of memory for a temporary buffer{where}")
+        if status == STATUS_KERNEL_ERROR:
+            word = self.read_status(slots)
+            for bit, exc, message in self.kernel_errors:
+                if word & bit:
+                    return exc(f"{message}{where}")
+            return RuntimeError(f"fastlaunch: a kernel reported error bits {word:#x}{where}")
+        if status == STATUS_BACKEND_ERROR:
+            return RuntimeError(f"fastlaunch: backend error {state.backend_code}{where}")
+        return RuntimeError(f"fastlaunch: program failed with status {status}{where}")
 
     cdef object _pack(self, PyObject **outs, PyObject **leaf_objs):
         """The call's result (outs keep their references; the caller drops them)."""
         cdef Py_ssize_t i
         cdef tuple result
-        cdef list values
-        if self.structure == 0:
+        if self.structure == STRUCT_LEAF:
             return self._take(0, outs, leaf_objs)
-        if self.structure == 1:
+        if self.structure == STRUCT_TUPLE:
             result = PyTuple_New(self.nresults)
             for i in range(self.nresults):
                 item = self._take(i, outs, leaf_objs)
                 Py_INCREF(item)
                 tuple_set_item(result, i, <PyObject *>item)
             return result
-        values = [self._take(i, outs, leaf_objs) for i in range(self.nresults)]
-        return self.unflatten(values)
+        return self.unflatten([self._take(i, outs, leaf_objs) for i in range(self.nresults)])
 
-    cdef inline object _take(self, Py_ssize_t i, PyObject **outs, PyObject **leaf_objs):
+    cdef object _take(self, Py_ssize_t i, PyObject **outs, PyObject **leaf_objs):
         cdef PyObject *ref
         cdef Py_ssize_t k = self.res_index[i]
-        if self.res_kind[i] == 0:
+        if self.res_kind[i] == RESULT_NEW:
             if not self.res_scalar[i]:
                 return <object>outs[k]
             Py_INCREF(<object>outs[k])         # PyArray_Return steals one reference...
@@ -613,7 +663,7 @@ cdef class Program:
             result = <object>ref
             Py_XDECREF(ref)
             return result
-        if self.res_kind[i] == 1:
+        if self.res_kind[i] == RESULT_INPUT:
             return <object>leaf_objs[k]
         return self.res_values[k]
 
@@ -629,8 +679,71 @@ cdef class Program:
                     f"dtype it is combined with")
         return 0
 
-    cdef int _check_mutated(self, list leaves) except -1:
-        check_in_place_arguments(leaves, [self.mutated[i] for i in range(self.nmutated)])
+    cdef int _check_mutated(self, int64_t *leaf_words, PyObject **leaf_objs) except -1:
+        """Arguments written in place must be writeable and distinct from the others: the
+        byte ranges the recorder knows are compared here; only where two ranges meet does
+        np.shares_memory decide (x[::2] and x[1::2] interleave without sharing)."""
+        cdef Py_ssize_t i, j, m
+        cdef int64_t a0, a1, b0, b1
+        for i in range(self.nmutated):
+            m = self.mutated[i]
+            if not cnp.PyArray_ISWRITEABLE(<cnp.ndarray><object>leaf_objs[m]):
+                raise ValueError(f"argument leaf {m} is updated in place but is read-only")
+            a0 = leaf_words[m] + self.leaf_lo[m]
+            a1 = leaf_words[m] + self.leaf_hi[m]
+            for j in range(self.nleaves):
+                if j == m or self.leaf_hi[j] <= self.leaf_lo[j]:
+                    continue
+                b0 = leaf_words[j] + self.leaf_lo[j]
+                b1 = leaf_words[j] + self.leaf_hi[j]
+                if a0 < b1 and b0 < a1 and np.shares_memory(<object>leaf_objs[m],
+                                                             <object>leaf_objs[j]):
+                    raise ValueError(
+                        f"argument leaf {m} is updated in place and overlaps argument leaf "
+                        f"{j}; fastlaunch treats arguments as distinct arrays: pass a copy")
+        return 0
+
+
+cdef extern from "Python.h":
+    int PyErr_CheckSignals() except -1
+
+
+cdef inline int cpython_check_signals() except -1:
+    return PyErr_CheckSignals()
+
+
+cdef class HostExecutable(Executable):
+    """The host backends' executable: kernels are function pointers with the CPU kernel
+    ABI, memory comes from the host pool."""
+    cdef fl_kernel_fn *kernels
+    cdef int64_t *work
+
+    def __init__(self, layout, kernel_addresses, kernel_work):
+        cdef Py_ssize_t i
+        Executable.__init__(self, layout)
+        self.kernels = <fl_kernel_fn *>malloc(max(1, len(kernel_addresses)) * sizeof(fl_kernel_fn))
+        if self.kernels == NULL:
+            raise MemoryError()
+        for i, addr in enumerate(kernel_addresses):
+            if not addr:
+                raise ValueError(f"kernel {i} has no address")
+            self.kernels[i] = <fl_kernel_fn><intptr_t>addr
+        self.work = _copy_words(kernel_work)
+
+    def __dealloc__(self):
+        free(self.kernels)
+        free(self.work)
+
+    cdef int execute(self, int64_t *slots, int64_t *argwords, RunState *state) except -1 nogil:
+        return run_code(self.code, self.ncode, self.lists, slots, argwords, self.kernels,
+                        self.work, state)
+
+    cdef int release(self, int64_t *slots) except -1:
+        cdef Py_ssize_t i
+        for i in range(self.ntemps):
+            if slots[self.temp_slots[i]] != 0:
+                fl_mem_free(<void *><intptr_t>slots[self.temp_slots[i]])
+                slots[self.temp_slots[i]] = 0
         return 0
 
 
@@ -647,10 +760,6 @@ def check_in_place_arguments(list leaves, list mutated):
                     f"fastlaunch treats arguments as distinct arrays: pass a copy")
 
 
-cdef list leaf_obj_list(PyObject **objs, Py_ssize_t n):
-    return [<object>objs[i] for i in range(n)]
-
-
 cdef inline void _release(int64_t *slots, int64_t *local_slots, int64_t *argwords,
                           int64_t *local_args) noexcept:
     if slots != local_slots and slots != NULL:
@@ -660,7 +769,8 @@ cdef inline void _release(int64_t *slots, int64_t *local_slots, int64_t *argword
 
 
 cdef int64_t *_copy_words(arr) except NULL:
-    cdef cnp.ndarray[cnp.int64_t, ndim=1] a = np.ascontiguousarray(arr, np.int64).reshape(-1)
+    cdef cnp.ndarray[cnp.int64_t, ndim=1] a = np.ascontiguousarray(
+        np.asarray(arr, np.int64).reshape(-1))
     cdef int64_t *out = <int64_t *>malloc(max(1, a.shape[0]) * sizeof(int64_t))
     if out == NULL:
         raise MemoryError()
@@ -670,68 +780,168 @@ cdef int64_t *_copy_words(arr) except NULL:
 
 
 # ---- the dispatcher ----------------------------------------------------------------------
+cdef inline uint64_t hash_words(const int64_t *w, Py_ssize_t n) noexcept:
+    """FNV-1a over the signature words: the dispatcher's table key."""
+    cdef uint64_t h = 1469598103934665603ULL
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = (h ^ <uint64_t>w[i]) * 1099511628211ULL
+    return h >> 1          # fits a non-negative Py_ssize_t-sized int key
+
+
 cdef class Entry:
-    """One traced signature: its encoded words and the program that replays it."""
+    """One traced signature: its encoded words and the executable that replays it.
+    `specialized`: (leaf, word) pairs of Python scalars whose value is part of the signature
+    (the trace needed their value); they must match as well."""
     cdef bytes sig
     cdef Py_ssize_t nsig
     cdef bint flat              # only arrays and Python scalars, directly in the arguments
     cdef list keys
     cdef list statics
-    cdef readonly Program program
+    cdef int64_t *spec_leaf
+    cdef int64_t *spec_word
+    cdef Py_ssize_t nspec
+    cdef readonly Executable executable
+    cdef readonly uint64_t key
+    cdef uint64_t last_used
     cdef public object info
 
-    def __init__(self, bytes sig, list keys, list statics, Program program, info=None):
+    def __cinit__(self, *args, **kwargs):
+        self.spec_leaf = NULL
+        self.spec_word = NULL
+
+    def __init__(self, bytes sig, list keys, list statics, Executable executable, info=None,
+                 specialized=()):
         self.sig = sig
         self.nsig = len(sig) // sizeof(int64_t)
         self.keys = keys
         self.statics = statics
         self.flat = not keys and not statics and _is_flat(sig)
-        self.program = program
+        self.executable = executable
         self.info = info
+        self.key = hash_words(<const int64_t *><char *>sig, self.nsig)
+        specialized = list(specialized)
+        self.nspec = len(specialized)
+        self.spec_leaf = _copy_words([leaf for leaf, _ in specialized])
+        self.spec_word = _copy_words([word for _, word in specialized])
+
+    def __dealloc__(self):
+        free(self.spec_leaf)
+        free(self.spec_word)
 
     @property
     def signature(self):
         return self.sig
 
+    @property
+    def specialized(self):
+        return [(self.spec_leaf[i], self.spec_word[i]) for i in range(self.nspec)]
+
+    cdef inline bint values_match(self, const int64_t *vals) noexcept:
+        cdef Py_ssize_t i
+        for i in range(self.nspec):
+            if vals[self.spec_leaf[i]] != self.spec_word[i]:
+                return False
+        return True
+
+
+DEF DEFAULT_MAX_ENTRIES = 512
+
 
 cdef class Dispatcher:
-    """The compiled callable's fast path.  Subclassed in Python (fastlaunch.jit.Compiled)."""
+    """The compiled callable's fast path.  Subclassed in Python (fastlaunch.jit.Compiled).
+
+    Lookup: the most recently used entry is tried first (one memcmp: a loop calling with one
+    signature pays nothing for the others), then a table keyed by a hash of the signature
+    words.  Past `max_entries` the least recently used entry is dropped, and with it (once
+    nothing else holds them) its kernels."""
     cdef list _entries
+    cdef dict _table            # hash of the signature words -> [Entry]
+    cdef Entry _mru
+    cdef uint64_t _tick
     cdef tuple _static_positions
     cdef bint _replay
+    cdef public Py_ssize_t max_entries
 
-    def __init__(self, static_positions=(), replay=True):
+    def __init__(self, static_positions=(), replay=True, max_entries=DEFAULT_MAX_ENTRIES):
         self._entries = []
+        self._table = {}
+        self._mru = None
+        self._tick = 0
         self._static_positions = tuple(static_positions)
         self._replay = replay
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be at least 1, got {max_entries}")
+        self.max_entries = max_entries
 
     def _install(self, Entry entry):
+        """Add an entry (dropping the least recently used one past max_entries); returns the
+        entries dropped."""
+        cdef Entry e, victim
+        dropped = []
+        while len(self._entries) >= self.max_entries:
+            victim = self._entries[0]
+            for e in self._entries:
+                if e.last_used < victim.last_used:
+                    victim = e
+            self._remove(victim)
+            dropped.append(victim)
+        self._tick += 1
+        entry.last_used = self._tick
         self._entries.append(entry)
+        self._table.setdefault(entry.key, []).append(entry)
+        self._mru = entry
+        return dropped
+
+    cdef _remove(self, Entry entry):
+        self._entries.remove(entry)
+        bucket = self._table.get(entry.key)
+        if bucket is not None:
+            bucket.remove(entry)
+            if not bucket:
+                del self._table[entry.key]
+        if self._mru is entry:
+            self._mru = None
 
     def _entries_list(self):
         return list(self._entries)
 
     def _forget(self):
         self._entries = []
+        self._table = {}
+        self._mru = None
 
     def _miss(self, args, kwargs):
         raise NotImplementedError
+
+    cdef inline object _hit(self, Entry entry, int64_t *vals, PyObject **objs):
+        self._tick += 1
+        entry.last_used = self._tick
+        self._mru = entry
+        return entry.executable.invoke(vals, objs)
 
     def __call__(self, *args, **kwargs):
         cdef int64_t sig[FLAT_SIG_WORDS]
         cdef int64_t vals[FLAT_MAX_ARGS]
         cdef PyObject *objs[FLAT_MAX_ARGS]
         cdef Py_ssize_t nsig
-        cdef Entry entry
+        cdef Entry entry = self._mru
         if kwargs or not self._replay or not self._entries:
             return self._miss(args, kwargs)
         if not self._static_positions:
             nsig = encode_flat(args, sig, vals, objs)
             if nsig >= 0:
-                for entry in self._entries:
-                    if entry.flat and entry.nsig == nsig and \
-                            memcmp(<char *>entry.sig, sig, nsig * sizeof(int64_t)) == 0:
-                        return entry.program.invoke(vals, objs)
+                if entry is not None and entry.flat and entry.nsig == nsig and \
+                        memcmp(<char *>entry.sig, sig, nsig * sizeof(int64_t)) == 0 and \
+                        entry.values_match(vals):
+                    return self._hit(entry, vals, objs)
+                bucket = self._table.get(hash_words(sig, nsig))
+                if bucket is not None:
+                    for entry in bucket:
+                        if entry.flat and entry.nsig == nsig and \
+                                memcmp(<char *>entry.sig, sig, nsig * sizeof(int64_t)) == 0 \
+                                and entry.values_match(vals):
+                            return self._hit(entry, vals, objs)
                 return self._miss(args, kwargs)
         return self._general_call(args, kwargs)
 
@@ -750,20 +960,27 @@ cdef class Dispatcher:
                            statics) != ENCODED:
                 return self._miss(args, kwargs)
             n = sig.n * sizeof(int64_t)
-            for entry in self._entries:
-                if len(entry.sig) != n or memcmp(<char *>entry.sig, sig.data, n) != 0:
-                    continue
-                if keys != entry.keys or statics != entry.statics:
-                    continue
-                return invoke_with_leaves(entry.program, vals.data, leaves)
+            bucket = self._table.get(hash_words(sig.data, sig.n))
+            if bucket is not None:
+                for entry in bucket:
+                    if len(entry.sig) != n or memcmp(<char *>entry.sig, sig.data, n) != 0:
+                        continue
+                    if keys != entry.keys or statics != entry.statics:
+                        continue
+                    if not entry.values_match(vals.data):
+                        continue
+                    self._tick += 1
+                    entry.last_used = self._tick
+                    self._mru = entry
+                    return invoke_with_leaves(entry.executable, vals.data, leaves)
             return self._miss(args, kwargs)
         finally:
             words_release(&sig)
             words_release(&vals)
 
 
-cdef object invoke_with_leaves(Program program, int64_t *vals, list leaves):
-    """Run program on encoded slot words, with the leaf objects held by `leaves`."""
+cdef object invoke_with_leaves(Executable executable, int64_t *vals, list leaves):
+    """Run on encoded slot words, with the leaf objects held by `leaves`."""
     cdef PyObject *objs_local[64]
     cdef PyObject **objs = objs_local
     cdef Py_ssize_t i, n = len(leaves)
@@ -774,7 +991,7 @@ cdef object invoke_with_leaves(Program program, int64_t *vals, list leaves):
     try:
         for i in range(n):
             objs[i] = <PyObject *>leaves[i]
-        return program.invoke(vals, objs)
+        return executable.invoke(vals, objs)
     finally:
         if objs != objs_local:
             free(objs)
@@ -789,7 +1006,22 @@ def run_entry(Entry entry, tuple args, tuple static_positions=()):
     try:
         if encode_args(args, static_positions, &sig, &vals, leaves, keys, statics) != ENCODED:
             raise TypeError("arguments cannot be bound to a compiled program")
-        return invoke_with_leaves(entry.program, vals.data, leaves)
+        return invoke_with_leaves(entry.executable, vals.data, leaves)
+    finally:
+        words_release(&sig)
+        words_release(&vals)
+
+
+def leaf_words(tuple args, tuple static_positions=()):
+    """The slot words the encoder makes for these arguments (specialisation keys)."""
+    cdef Words sig, vals
+    cdef list leaves = [], keys = [], statics = []
+    words_init(&sig)
+    words_init(&vals)
+    try:
+        if encode_args(args, static_positions, &sig, &vals, leaves, keys, statics) != ENCODED:
+            return None
+        return [vals.data[i] for i in range(vals.n)]
     finally:
         words_release(&sig)
         words_release(&vals)

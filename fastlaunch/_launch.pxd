@@ -1,26 +1,76 @@
-# Declarations shared by the interpreter and the Python mirror of the bytecode.  Declarations
-# only: the interpreter is _core.pyx, the runtime is csrc/runtime.c.
+# Declarations shared by the interpreters and the Python mirror of the bytecode.  Declarations
+# only: the interpreters are _core.pyx (host) and the backends' own modules, the host runtime
+# is csrc/runtime.c.  Python sees every cpdef enum here through fastlaunch._launch.
 from libc.stdint cimport int64_t
 
 
 # The one definition of the opcodes.  Low byte: the instruction's width in int64 words
-# (opcode word included), so the interpreter and the disassembler advance the same way.
-# Python sees this enum as fastlaunch._launch.Opcode.
+# (opcode word included), so the interpreters and the disassembler advance the same way.
 cpdef enum Opcode:
-    ALLOC = 0x0103    # ALLOC slot nbytes           slot <- temporary of nbytes from the pool
-    FREE = 0x0202     # FREE slot                   return slot's temporary to the pool
+    ALLOC = 0x0103    # ALLOC slot nbytes           slot <- temporary of nbytes (in the slot's space)
+    FREE = 0x0202     # FREE slot                   return slot's temporary to its pool
     BIND = 0x0304     # BIND args_at list_at count  argwords[args_at+k] <- slots[lists[list_at+k]]
     LAUNCH = 0x0404   # LAUNCH kernel n args_at     run kernel over [0, n) with &argwords[args_at]
-    CHECK = 0x0502    # CHECK slot                  stop with STATUS_INDEX_ERROR if the flag
-                      #                             that slot points to was raised by a kernel
+    CHECK = 0x0502    # CHECK slot                  stop with STATUS_KERNEL_ERROR if a kernel
+                      #                             raised a KernelError bit in slot's word
+    TO_DEVICE = 0x0604  # TO_DEVICE dst src nbytes  copy host slot src to device slot dst
+    TO_HOST = 0x0704    # TO_HOST dst src nbytes    copy device slot src to host slot dst
+    POLL = 0x0801     # POLL                        stop with STATUS_INTERRUPTED if a signal
+                      #                             (Ctrl-C) arrived: long programs only
 
 
-# Status codes of the interpreter's run loop (0 is success).
+# Status codes of an interpreter's run loop (0 is success).
 cpdef enum Status:
     STATUS_OK = 0
     STATUS_NO_MEMORY = 1
     STATUS_BAD_OPCODE = 2
-    STATUS_INDEX_ERROR = 3
+    STATUS_KERNEL_ERROR = 3       # a CHECK found KernelError bits (kernel.KernelError)
+    STATUS_BACKEND_ERROR = 4      # a driver call failed; RunState.backend_code says which
+    STATUS_INTERRUPTED = 5        # a POLL saw a pending signal
+
+
+# Memory spaces of slots.  A backend's kernels read and write one space; values cross
+# spaces only through TO_DEVICE / TO_HOST.
+cpdef enum Space:
+    SPACE_HOST = 0
+    SPACE_DEVICE = 1
+
+
+# What a slot holds (bytecode.SlotInfo.role names them by these names, lower-cased).
+cpdef enum SlotRole:
+    ROLE_INPUT = 0      # an argument array, bound from the call
+    ROLE_PARAM = 1      # an argument scalar: its bits are the slot word
+    ROLE_CONST = 2      # a captured array, owned by the executable
+    ROLE_OUTPUT = 3     # a fresh result array, allocated per call before the run
+    ROLE_TEMP = 4       # memory between ALLOC and FREE
+    ROLE_STATUS = 5     # the call's error word (KernelError bits)
+
+
+# How a kernel takes one argument word.
+cpdef enum ArgKind:
+    ARG_BUFFER = 0      # a pointer
+    ARG_SCALAR = 1      # a value (int64 or float64 bits)
+    ARG_STATUS = 2      # the pointer to the error word
+
+
+# Result leaves: what each element of the returned structure is.
+cpdef enum ResultKind:
+    RESULT_NEW = 0      # output array k (as a NumPy scalar when it is a 0-d scalar result)
+    RESULT_INPUT = 1    # argument leaf k returned as is (an array updated in place)
+    RESULT_VALUE = 2    # a constant Python value from the trace
+
+
+# How the result leaves are put together.
+cpdef enum ResultStructure:
+    STRUCT_LEAF = 0     # one leaf
+    STRUCT_TUPLE = 1    # a flat tuple of leaves
+    STRUCT_TREE = 2     # anything else: the result tree's unflatten
+
+
+# Where a run stopped, for error messages (pc of the failing instruction).
+cdef struct RunState:
+    int64_t pc
+    int64_t backend_code
 
 
 cdef extern from "csrc/runtime.h" nogil:
@@ -38,3 +88,9 @@ cdef extern from "csrc/runtime.h" nogil:
     void fl_mem_trim()
     int64_t fl_mem_cached_bytes()
     int64_t fl_mem_live_bytes()
+
+
+cdef extern from "csrc/interrupt.h" nogil:
+    int fl_interrupt_arm()          # chain our SIGINT flag in front of the current handler
+    int fl_interrupt_pending()      # a cheap flag read, safe without the GIL
+    void fl_interrupt_clear()

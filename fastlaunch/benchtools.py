@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from . import _core
+from . import _bench
 
 
 def interleaved(runners: dict, min_batch_seconds: float = 0.02, batches: int = 7,
@@ -56,7 +56,7 @@ def copy_bandwidth(nbytes: int = 256 << 20, repeats: int = 9) -> float:
 def floor_call(outputs: list):
     """An empty Cython call that takes any arguments and returns fresh arrays shaped like
     `outputs` (a list of arrays or scalars): the overhead floor of a compiled call."""
-    return _core.FloorCall([(np.asarray(o).dtype.str, np.shape(o), np.ndim(o) == 0 and
+    return _bench.FloorCall([(np.asarray(o).dtype.str, np.shape(o), np.ndim(o) == 0 and
                              not isinstance(o, np.ndarray)) for o in outputs])
 
 

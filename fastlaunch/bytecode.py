@@ -1,11 +1,20 @@
 """The program: int64 bytecode plus the tables it indexes.  Assembler, disassembler, verifier
-and (de)serialiser.  Opcodes come from `_launch.pxd` (via fastlaunch._launch), never repeated.
+and (de)serialiser.  Opcodes, roles and spaces come from `_launch.pxd` (via
+fastlaunch._launch), never repeated.
 
 Slots are 8-byte words: a buffer pointer or a scalar's bits.  Slots 0..nleaves-1 hold the
-flattened call arguments in order; constants, outputs and temporaries follow.
+flattened call arguments in order; constants, outputs, temporaries and the status word follow.
+Every slot lives in a memory space (host or device); kernels touch only their backend's
+space, and values cross spaces through TO_DEVICE / TO_HOST.
+
+The verifier is what makes a program safe to run: every index, count and element range the
+interpreter or a kernel uses is checked against the tables (and, for a loaded program,
+against the argument signature), so a program that passes cannot address memory outside its
+buffers, whatever file it came from.
 """
 from __future__ import annotations
 
+import enum
 import hashlib
 import io
 import json
@@ -14,7 +23,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ._launch import Opcode
+from ._launch import Opcode, Space
+from .leaves import element_range
 
 # Operand names per opcode, for the disassembler; their count must match the width in the enum.
 OPERANDS = {
@@ -23,12 +33,40 @@ OPERANDS = {
     Opcode.BIND: ("args_at", "list_at", "count"),
     Opcode.LAUNCH: ("kernel", "n", "args_at"),
     Opcode.CHECK: ("slot",),
+    Opcode.TO_DEVICE: ("dst", "src", "nbytes"),
+    Opcode.TO_HOST: ("dst", "src", "nbytes"),
+    Opcode.POLL: (),
 }
 for _op, _names in OPERANDS.items():
     assert (_op & 0xFF) == 1 + len(_names), f"{_op.name}: width and operand names disagree"
 
 
 VALID_OPCODES = {int(op) for op in OPERANDS}
+
+# Limits a program must respect (also what a hostile file could inflate).
+MAX_SLOTS = 1 << 20
+MAX_ARGWORDS = 1 << 22
+
+
+class SlotRole(str, enum.Enum):
+    """What a slot holds; the names of _launch.SlotRole (ROLE_INPUT...), lower-cased.  A str
+    enum: it compares equal to its name, as written in saved programs."""
+    INPUT = "input"
+    PARAM = "param"
+    CONST = "const"
+    OUTPUT = "output"
+    TEMP = "temp"
+    STATUS = "status"
+
+
+class ArgKind(str, enum.Enum):
+    """How a kernel takes an argument word (_launch.ArgKind)."""
+    BUFFER = "buffer"
+    SCALAR = "scalar"
+    STATUS = "status"
+
+
+SPACE_NAMES = {Space.SPACE_HOST: "host", Space.SPACE_DEVICE: "device"}
 
 
 def width(opcode: int) -> int:
@@ -52,24 +90,37 @@ class VerifyError(ValueError):
 
 @dataclass
 class SlotInfo:
-    role: str                 # input | param | const | output | temp | status
+    role: str                 # a SlotRole (input | param | const | output | temp | status)
     dtype: str                # dtype.str
     lo: int = 0               # addressable element range [lo, hi] relative to the pointer
     hi: int = -1
     nbytes: int = 0           # temporaries: bytes to allocate
     label: str = ""
+    space: int = int(Space.SPACE_HOST)
+
+    @property
+    def itemsize(self) -> int:
+        return np.dtype(self.dtype).itemsize
+
+    @property
+    def span_bytes(self) -> int:
+        """Bytes from the pointer to the end of the addressable range (lo must be 0)."""
+        if self.role == SlotRole.TEMP:
+            return self.nbytes
+        return (self.hi + 1) * self.itemsize if self.hi >= 0 else 0
 
 
 @dataclass
 class KernelInfo:
     name: str
     label: str
-    arg_kinds: tuple          # "buffer" | "scalar" per argument
+    arg_kinds: tuple          # an ArgKind per argument
     arg_ranges: tuple         # (lo, hi) elements touched, per buffer argument ((0, -1) if none)
     arg_writes: tuple
     arg_dtypes: tuple
-    work_per_item: int = 1
+    params: tuple = ()        # the backend's per-kernel launch words (CPU: work per index)
     bytes_moved: int = 0
+    launch_size: int = -1     # the n its ranges were computed for (-1: not recorded)
 
 
 @dataclass
@@ -112,24 +163,38 @@ class Program:
 
     @property
     def status_slot(self) -> int:
-        """The slot kernels raise index errors through (-1: the program has no checks)."""
-        return next((i for i, s in enumerate(self.slots) if s.role == "status"), -1)
+        """The slot kernels raise errors through (-1: the program has no checks)."""
+        return next((i for i, s in enumerate(self.slots) if s.role == SlotRole.STATUS), -1)
 
     # ---- disassembly -----------------------------------------------------------------------
     def disassemble(self) -> str:
         lines = [f"; {len(self.slots)} slots, {self.nargwords} argument words, "
                  f"{len(self.kernels)} kernels, peak temporaries {self.peak_temp_bytes()} bytes"]
         for i, s in enumerate(self.slots):
-            extra = f" nbytes={s.nbytes}" if s.role == "temp" else ""
-            lines.append(f";   slot {i}: {s.role} {np.dtype(s.dtype)} {s.label}{extra}")
+            extra = f" nbytes={s.nbytes}" if s.role == SlotRole.TEMP else ""
+            if s.space != Space.SPACE_HOST:
+                extra += f" @{SPACE_NAMES.get(s.space, s.space)}"
+            lines.append(f";   slot {i}: {_text(s.role)} {_dtype_text(s.dtype)} {s.label}{extra}")
         pc = 0
         for pc, op, operands in self.instructions():
-            lines.append(f"{pc:04d}: {op.name:<7}" + self._operand_text(op, operands))
+            lines.append(self._line(pc, op, operands))
             pc += width(op)
         if pc < len(self.code):
             _, reason = decode(self.code, pc)
             lines.append(f"{pc:04d}: ?? {reason}; raw words {[int(x) for x in self.code[pc:pc + 4]]}")
         return "\n".join(lines)
+
+    def line_at(self, pc: int) -> str:
+        """The disassembly line of the instruction at pc (for run-time error messages)."""
+        if not 0 <= pc < len(self.code):
+            return f"{pc:04d}: (outside the code)"
+        op, operands = decode(self.code, pc)
+        if op is None:
+            return f"{pc:04d}: ?? {operands}"
+        return self._line(pc, op, operands)
+
+    def _line(self, pc, op, operands) -> str:
+        return f"{pc:04d}: {op.name:<7}" + self._operand_text(op, operands)
 
     def _operand_text(self, op, operands) -> str:
         named = " ".join(f"{n}={v}" for n, v in zip(OPERANDS[op], operands))
@@ -140,17 +205,19 @@ class Program:
             named += f"  ; {self.kernels[operands[0]].label} ({self.kernels[operands[0]].name})"
         elif op in (Opcode.ALLOC, Opcode.FREE, Opcode.CHECK):
             named += f"  ; {self._slot_name(operands[0])}"
-        return " " + named
+        elif op in (Opcode.TO_DEVICE, Opcode.TO_HOST):
+            named += f"  ; {self._slot_name(operands[0])} <- {self._slot_name(operands[1])}"
+        return " " + named if named else ""
 
     def _slot_name(self, s: int) -> str:
         if 0 <= s < len(self.slots):
-            return f"{s}:{self.slots[s].label or self.slots[s].role}"
+            return f"{s}:{self.slots[s].label or _text(self.slots[s].role)}"
         return f"{s}:?"
 
     # ---- serialisation ---------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         meta = {
-            "slots": [asdict(s) for s in self.slots],
+            "slots": [_slot_json(s) for s in self.slots],
             "kernels": [asdict(k) for k in self.kernels],
             "nargwords": self.nargwords, "nleaves": self.nleaves,
             "consts": [slot for slot, _ in self.consts],
@@ -168,30 +235,100 @@ class Program:
 
     @staticmethod
     def from_bytes(data: bytes) -> "Program":
-        src = io.BytesIO(data)
-        meta = json.loads(_read_blob(src))
-        code = np.frombuffer(_read_blob(src), np.int64).copy()
-        arg_lists = np.frombuffer(_read_blob(src), np.int64).copy()
-        consts = []
-        for slot in meta["consts"]:
-            dt, shape = json.loads(_read_blob(src))
-            arr = np.frombuffer(_read_blob(src), np.dtype(dt)).reshape(shape).copy()
-            arr.setflags(write=False)
-            consts.append((slot, arr))
-        return Program(
-            code=code, arg_lists=arg_lists,
-            slots=[SlotInfo(**s) for s in meta["slots"]],
-            kernels=[KernelInfo(**{**k, "arg_kinds": tuple(k["arg_kinds"]),
-                                   "arg_ranges": tuple(tuple(r) for r in k["arg_ranges"]),
-                                   "arg_writes": tuple(k["arg_writes"]),
-                                   "arg_dtypes": tuple(k["arg_dtypes"])})
-                     for k in meta["kernels"]],
-            nargwords=meta["nargwords"], nleaves=meta["nleaves"], consts=consts,
-            outputs=[(s, dt, tuple(shape)) for s, dt, shape in meta["outputs"]],
-            mutated_leaves=meta["mutated_leaves"])
+        """Parse serialised bytes; anything malformed is a ValueError (never a crash).  The
+        result still has to pass verify() before it may run."""
+        try:
+            return _from_bytes(data)
+        except ValueError:
+            raise
+        except (TypeError, KeyError, IndexError, AttributeError, OverflowError,
+                RecursionError, UnicodeDecodeError) as err:
+            raise ValueError(f"malformed program data: {type(err).__name__}: {err}") from None
 
     def digest(self) -> str:
         return hashlib.sha256(self.to_bytes()).hexdigest()
+
+
+def _text(v) -> str:
+    return v.value if isinstance(v, enum.Enum) else str(v)
+
+
+def _dtype_text(dt) -> str:
+    try:
+        return str(np.dtype(dt))
+    except TypeError:
+        return f"?{dt!r}"
+
+
+def _slot_json(s: SlotInfo) -> dict:
+    d = asdict(s)
+    d["role"] = _text(s.role)
+    return d
+
+
+def _from_bytes(data: bytes) -> Program:
+    src = io.BytesIO(data)
+    meta = json.loads(_read_blob(src))
+    if not isinstance(meta, dict):
+        raise ValueError("malformed program data: metadata is not an object")
+    code = np.frombuffer(_read_blob(src), np.int64).copy()
+    arg_lists = np.frombuffer(_read_blob(src), np.int64).copy()
+    consts = []
+    for slot in meta["consts"]:
+        dt, shape = json.loads(_read_blob(src))
+        dtype = np.dtype(_plain_dtype(dt))
+        shape = tuple(_int(x) for x in shape)
+        if any(s < 0 for s in shape):
+            raise ValueError("malformed program data: negative constant shape")
+        raw = _read_blob(src)
+        count = int(np.prod(shape, dtype=np.int64))
+        if count * dtype.itemsize != len(raw):
+            raise ValueError("malformed program data: constant size disagrees with its shape")
+        arr = np.frombuffer(raw, dtype).reshape(shape).copy()
+        arr.setflags(write=False)
+        consts.append((_int(slot), arr))
+    slots = []
+    for s in meta["slots"]:
+        slots.append(SlotInfo(role=str(s["role"]), dtype=_plain_dtype(s["dtype"]),
+                              lo=_int(s["lo"]), hi=_int(s["hi"]), nbytes=_int(s["nbytes"]),
+                              label=str(s.get("label", "")),
+                              space=_int(s.get("space", int(Space.SPACE_HOST)))))
+    kernels = []
+    for k in meta["kernels"]:
+        kernels.append(KernelInfo(
+            name=str(k["name"]), label=str(k["label"]),
+            arg_kinds=tuple(str(x) for x in k["arg_kinds"]),
+            arg_ranges=tuple((_int(r[0]), _int(r[1])) for r in k["arg_ranges"]),
+            arg_writes=tuple(bool(x) for x in k["arg_writes"]),
+            arg_dtypes=tuple(_plain_dtype(x) for x in k["arg_dtypes"]),
+            params=tuple(_int(x) for x in k.get("params", ())),
+            bytes_moved=_int(k.get("bytes_moved", 0)),
+            launch_size=_int(k.get("launch_size", -1))))
+    return Program(
+        code=code, arg_lists=arg_lists, slots=slots, kernels=kernels,
+        nargwords=_int(meta["nargwords"]), nleaves=_int(meta["nleaves"]), consts=consts,
+        outputs=[(_int(s), _plain_dtype(dt), tuple(_int(x) for x in shape))
+                 for s, dt, shape in meta["outputs"]],
+        mutated_leaves=[_int(x) for x in meta["mutated_leaves"]])
+
+
+def _int(x) -> int:
+    if type(x) is not int:
+        raise ValueError(f"malformed program data: expected an integer, got {x!r}")
+    return x
+
+
+def _plain_dtype(dt) -> str:
+    """A dtype string naming a plain number type (never an object or structured dtype)."""
+    if not isinstance(dt, str):
+        raise ValueError(f"malformed program data: dtype {dt!r}")
+    try:
+        d = np.dtype(dt)
+    except TypeError:
+        raise ValueError(f"malformed program data: dtype {dt!r}") from None
+    if d.kind not in "biuf" or d.fields is not None or d.subdtype is not None:
+        raise ValueError(f"malformed program data: dtype {dt!r} is not a number type")
+    return d.str
 
 
 def _write_blob(out, data: bytes):
@@ -226,6 +363,15 @@ class Assembler:
     def check(self, slot: int):
         self.code += [Opcode.CHECK, slot]
 
+    def poll(self):
+        self.code += [Opcode.POLL]
+
+    def to_device(self, dst: int, src: int, nbytes: int):
+        self.code += [Opcode.TO_DEVICE, dst, src, nbytes]
+
+    def to_host(self, dst: int, src: int, nbytes: int):
+        self.code += [Opcode.TO_HOST, dst, src, nbytes]
+
     def launch(self, kernel: int, n: int, slots: list[int]):
         """BIND the argument slots into fresh argument words, then LAUNCH."""
         args_at = self.nargwords
@@ -240,13 +386,163 @@ class Assembler:
 
 
 # ---- verifier ----------------------------------------------------------------------------
-def verify(p: Program) -> None:
-    """Raise VerifyError unless every instruction is well formed, every slot read is set,
-    every kernel argument fits its slot, and every temporary is freed."""
+_ROLES = {r.value for r in SlotRole}
+_KINDS = {k.value for k in ArgKind}
+
+
+def verify(p: Program, kernel_space: int = int(Space.SPACE_HOST), leaves=None,
+           strict: bool = False) -> None:
+    """Raise VerifyError unless the program is well formed and memory-safe:
+
+    * the tables: roles, dtypes, spaces, element ranges, constants' and outputs' sizes, the
+      argument slots (against `leaves`, the call signature, when given: per leaf
+      ("array", dtype, shape, element strides) or ("scalar", dtype));
+    * every instruction: operands in range, every slot read is set, temporaries allocated
+      before use and freed, copies within both slots and across spaces, every kernel argument
+      within its slot and of its dtype, kernels touching only `kernel_space`;
+    * every output written before the end (a device result copied out to its host slot);
+    * strict (programs from files): every kernel's recorded launch size, and LAUNCH n equal
+      to it, so that the element ranges checked above are the ones the kernel touches.
+    """
     errors: list[str] = []
+    try:
+        if _verify_tables(p, kernel_space, leaves, strict, errors):
+            _verify_code(p, kernel_space, strict, errors)
+    except (TypeError, ValueError, OverflowError, IndexError) as err:
+        errors.append(f"malformed tables: {type(err).__name__}: {err}")
+    if errors:
+        try:
+            text = p.disassemble()
+        except Exception as err:       # a program too broken to print
+            text = f"(no disassembly: {type(err).__name__})"
+        raise VerifyError("invalid program:\n  " + "\n  ".join(errors[:50]) + "\n\n" + text)
+
+
+def _verify_tables(p: Program, kernel_space, leaves, strict, errors) -> bool:
+    """Check the tables; False where they are too broken for the code to be checked."""
     nslots = len(p.slots)
-    always_set = {i for i, s in enumerate(p.slots) if s.role != "temp"}
+    if not 0 <= nslots <= MAX_SLOTS:
+        errors.append(f"{nslots} slots")
+        return False
+    if not 0 <= p.nargwords <= MAX_ARGWORDS:
+        errors.append(f"{p.nargwords} argument words out of range")
+        return False
+    if not 0 <= p.nleaves <= nslots:
+        errors.append(f"{p.nleaves} leaves but {nslots} slots")
+        return False
+    for i, s in enumerate(p.slots):
+        where = f"slot {i}"
+        if s.role not in _ROLES:
+            errors.append(f"{where}: unknown role {s.role!r}")
+            continue
+        try:
+            dt = np.dtype(s.dtype)
+        except TypeError:
+            errors.append(f"{where}: bad dtype {s.dtype!r}")
+            continue
+        if dt.kind not in "biuf":
+            errors.append(f"{where}: dtype {dt} is not a number type")
+        if s.space not in SPACE_NAMES:
+            errors.append(f"{where}: unknown memory space {s.space}")
+        is_leaf = i < p.nleaves
+        if is_leaf != (s.role in (SlotRole.INPUT, SlotRole.PARAM)):
+            errors.append(f"{where}: {_text(s.role)} slot where the "
+                          f"{'arguments' if is_leaf else 'program' + chr(39) + 's own slots'} are")
+        if s.role in (SlotRole.CONST, SlotRole.OUTPUT, SlotRole.TEMP) and s.lo != 0:
+            errors.append(f"{where}: {s.role} range must start at element 0")
+        if s.role == SlotRole.TEMP and not 0 <= s.nbytes:
+            errors.append(f"{where}: negative temporary size")
+        if s.role in (SlotRole.INPUT, SlotRole.CONST, SlotRole.OUTPUT) and s.hi < s.lo - 1:
+            errors.append(f"{where}: empty range [{s.lo}, {s.hi}]")
+        if s.space == Space.SPACE_DEVICE and kernel_space == Space.SPACE_HOST:
+            errors.append(f"{where}: device space on a host-only backend")
+        if s.role in (SlotRole.CONST, SlotRole.STATUS) and s.space != kernel_space:
+            errors.append(f"{where}: {s.role} slot outside the kernels' space")
+    statuses = [i for i, s in enumerate(p.slots) if s.role == SlotRole.STATUS]
+    if len(statuses) > 1:
+        errors.append(f"several status slots {statuses}")
+    if leaves is not None:
+        _verify_leaves(p, leaves, errors)
+    seen_consts = set()
+    for slot, arr in p.consts:
+        if not 0 <= slot < nslots or p.slots[slot].role != SlotRole.CONST or slot in seen_consts:
+            errors.append(f"consts: slot {slot} is not a constant slot")
+            continue
+        seen_consts.add(slot)
+        s = p.slots[slot]
+        if not isinstance(arr, np.ndarray) or arr.dtype != np.dtype(s.dtype) or \
+                not arr.flags.c_contiguous or s.hi >= arr.size:
+            errors.append(f"consts: the array for slot {slot} does not cover [{s.lo}, {s.hi}] "
+                          f"of {np.dtype(s.dtype)}")
+    for i, s in enumerate(p.slots):
+        if s.role == SlotRole.CONST and i not in seen_consts:
+            errors.append(f"slot {i}: constant slot without a constant")
+    seen_outputs = set()
+    for slot, dt, shape in p.outputs:
+        if not 0 <= slot < nslots or p.slots[slot].role != SlotRole.OUTPUT or slot in seen_outputs:
+            errors.append(f"outputs: slot {slot} is not an output slot")
+            continue
+        seen_outputs.add(slot)
+        s = p.slots[slot]
+        if any(int(d) < 0 for d in shape) or np.dtype(dt) != np.dtype(s.dtype):
+            errors.append(f"outputs: slot {slot} holds {np.dtype(s.dtype)}, result is {dt}{shape}")
+            continue
+        if s.hi >= int(np.prod(shape, dtype=np.int64)):
+            errors.append(f"outputs: slot {slot} range [0, {s.hi}] beyond the {tuple(shape)} "
+                          f"result")
+        if s.space != Space.SPACE_HOST:
+            errors.append(f"outputs: slot {slot} is not in host space (results are NumPy arrays)")
+    for i, s in enumerate(p.slots):
+        if s.role == SlotRole.OUTPUT and i not in seen_outputs:
+            errors.append(f"slot {i}: output slot that is not a result")
+    if len(set(p.mutated_leaves)) != len(p.mutated_leaves):
+        errors.append("mutated leaves repeat")
+    for m in p.mutated_leaves:
+        if not 0 <= m < p.nleaves or p.slots[m].role != SlotRole.INPUT:
+            errors.append(f"mutated leaf {m} is not an array argument")
+    code_checkable = True
+    for k in p.kernels:
+        n = len(k.arg_kinds)
+        if not (len(k.arg_ranges) == len(k.arg_writes) == len(k.arg_dtypes) == n):
+            errors.append(f"kernel {k.name}: argument tables of different lengths")
+            code_checkable = False
+        elif any(kind not in _KINDS for kind in k.arg_kinds):
+            errors.append(f"kernel {k.name}: unknown argument kind")
+            code_checkable = False
+        if strict and k.launch_size < 0:
+            errors.append(f"kernel {k.name}: no recorded launch size")
+    for x in np.asarray(p.arg_lists).tolist():
+        if not 0 <= x < nslots:
+            errors.append(f"argument lists: slot {x} out of range")
+            return False
+    return code_checkable
+
+
+def _verify_leaves(p: Program, leaves, errors):
+    """Argument slots against the call signature the program will be bound to."""
+    if len(leaves) != p.nleaves:
+        errors.append(f"the signature has {len(leaves)} leaves, the program {p.nleaves}")
+        return
+    for i, leaf in enumerate(leaves):
+        s = p.slots[i]
+        if leaf.kind == "array":
+            lo, hi = element_range(leaf.shape, leaf.strides)
+            if s.role != SlotRole.INPUT or np.dtype(s.dtype) != leaf.dtype or \
+                    (s.lo, s.hi) != (lo, hi) or s.space != leaf.space:
+                errors.append(f"slot {i}: {_text(s.role)} {np.dtype(s.dtype)}[{s.lo}, {s.hi}] "
+                              f"but the argument is {leaf.dtype}{tuple(leaf.shape)} addressing "
+                              f"[{lo}, {hi}] in {SPACE_NAMES.get(leaf.space)} space")
+        elif s.role != SlotRole.PARAM or np.dtype(s.dtype) != leaf.dtype:
+            errors.append(f"slot {i}: {_text(s.role)} {np.dtype(s.dtype)} but the argument is "
+                          f"a {leaf.dtype} scalar")
+
+
+def _verify_code(p: Program, kernel_space, strict, errors):
+    nslots = len(p.slots)
+    # set at entry: arguments, constants, outputs (allocated before the run), the status word
+    always_set = {i for i, s in enumerate(p.slots) if s.role != SlotRole.TEMP}
     live: dict[int, int] = {}
+    written: set = set()
     bound: dict[int, list] = {}   # args_at -> slots bound there
     pc, code = 0, p.code
     while pc < len(code):
@@ -257,7 +553,7 @@ def verify(p: Program) -> None:
         where = f"{pc:04d}: {op.name}"
         if op is Opcode.ALLOC:
             slot, nbytes = ops
-            if not 0 <= slot < nslots or p.slots[slot].role != "temp":
+            if not 0 <= slot < nslots or p.slots[slot].role != SlotRole.TEMP:
                 errors.append(f"{where}: slot {slot} is not a temporary")
             elif slot in live:
                 errors.append(f"{where}: slot {slot} is already allocated")
@@ -284,11 +580,18 @@ def verify(p: Program) -> None:
                         errors.append(f"{where}: slot {s} out of range")
                     elif s not in always_set and s not in live:
                         errors.append(f"{where}: slot {s} is read before it is allocated")
+                # words bound earlier that this BIND overlaps no longer hold their slots
+                for at in [a for a in bound if a < args_at + count and args_at < a + len(bound[a])]:
+                    del bound[at]
                 bound[args_at] = slots
         elif op is Opcode.CHECK:
             (slot,) = ops
-            if not 0 <= slot < nslots or p.slots[slot].role != "status":
+            if not 0 <= slot < nslots or p.slots[slot].role != SlotRole.STATUS:
                 errors.append(f"{where}: slot {slot} is not a status slot")
+        elif op is Opcode.POLL:
+            pass
+        elif op in (Opcode.TO_DEVICE, Opcode.TO_HOST):
+            errors += _check_copy(p, where, op, ops, live, always_set, written)
         elif op is Opcode.LAUNCH:
             kernel, n, args_at = ops
             if not 0 <= kernel < len(p.kernels):
@@ -298,19 +601,51 @@ def verify(p: Program) -> None:
             elif args_at not in bound:
                 errors.append(f"{where}: no arguments bound at {args_at}")
             else:
-                errors += _check_arguments(p, where, p.kernels[kernel], bound[args_at], live)
+                k = p.kernels[kernel]
+                if (k.launch_size >= 0 or strict) and n != k.launch_size:
+                    errors.append(f"{where}: launch size {n}, but kernel {k.name}'s element "
+                                  f"ranges are for {k.launch_size}")
+                errors += _check_arguments(p, where, k, bound[args_at], kernel_space, written)
         pc += width(op)
     for slot in live:
         errors.append(f"end: temporary slot {slot} is never freed")
     for slot, _, _ in p.outputs:
-        if not 0 <= slot < nslots or p.slots[slot].role != "output":
-            errors.append(f"outputs: slot {slot} is not an output slot")
-    if errors:
-        raise VerifyError("invalid program:\n  " + "\n  ".join(errors)
-                          + "\n\n" + p.disassemble())
+        if 0 <= slot < nslots and slot not in written and p.slots[slot].hi >= 0:
+            errors.append(f"end: output slot {slot} is never written"
+                          + (" (a device result must be copied out with TO_HOST)"
+                             if kernel_space != Space.SPACE_HOST else ""))
 
 
-def _check_arguments(p: Program, where: str, k: KernelInfo, slots: list, live: dict) -> list:
+def _check_copy(p: Program, where, op, ops, live, always_set, written) -> list:
+    dst, src, nbytes = ops
+    errors = []
+    nslots = len(p.slots)
+    if not (0 <= dst < nslots and 0 <= src < nslots):
+        return [f"{where}: slot out of range"]
+    want_dst, want_src = ((Space.SPACE_DEVICE, Space.SPACE_HOST) if op is Opcode.TO_DEVICE
+                          else (Space.SPACE_HOST, Space.SPACE_DEVICE))
+    d, s = p.slots[dst], p.slots[src]
+    if d.space != want_dst or s.space != want_src:
+        errors.append(f"{where}: copies {SPACE_NAMES.get(s.space)} slot {src} to "
+                      f"{SPACE_NAMES.get(d.space)} slot {dst}")
+    for slot in (dst, src):
+        if slot not in always_set and slot not in live:
+            errors.append(f"{where}: slot {slot} is used before it is allocated")
+        if p.slots[slot].role in (SlotRole.PARAM, SlotRole.STATUS):
+            errors.append(f"{where}: slot {slot} is a {p.slots[slot].role} slot, not memory")
+    if d.role in (SlotRole.CONST,) or (d.role == SlotRole.INPUT and dst not in p.mutated_leaves):
+        errors.append(f"{where}: writes read-only slot {dst}")
+    if d.lo != 0 or s.lo != 0:
+        errors.append(f"{where}: copies need slots addressed from element 0")
+    if nbytes < 0 or nbytes > d.span_bytes or nbytes > s.span_bytes:
+        errors.append(f"{where}: {nbytes} bytes do not fit slots {dst} ({d.span_bytes}) and "
+                      f"{src} ({s.span_bytes})")
+    written.add(dst)
+    return errors
+
+
+def _check_arguments(p: Program, where: str, k: KernelInfo, slots: list, kernel_space,
+                     written: set) -> list:
     errors = []
     if len(slots) != len(k.arg_kinds):
         return [f"{where}: kernel {k.name} takes {len(k.arg_kinds)} arguments, "
@@ -319,23 +654,35 @@ def _check_arguments(p: Program, where: str, k: KernelInfo, slots: list, live: d
         if not 0 <= s < len(p.slots):
             continue
         info = p.slots[s]
-        if (kind == "scalar") != (info.role == "param") or (kind == "status") != (info.role == "status"):
-            errors.append(f"{where}: argument {i} of {k.name} wants a {kind}, slot {s} is {info.role}")
+        if (kind == ArgKind.SCALAR) != (info.role == SlotRole.PARAM) or \
+                (kind == ArgKind.STATUS) != (info.role == SlotRole.STATUS):
+            errors.append(f"{where}: argument {i} of {k.name} wants a {_text(kind)}, slot {s} is "
+                          f"{_text(info.role)}")
             continue
-        if kind in ("scalar", "status"):
+        if kind == ArgKind.SCALAR:
+            continue
+        if info.space != kernel_space:
+            errors.append(f"{where}: argument {i} of {k.name} reads slot {s} in "
+                          f"{SPACE_NAMES.get(info.space)} space; the kernels run in "
+                          f"{SPACE_NAMES.get(kernel_space)} space")
+            continue
+        if kind == ArgKind.STATUS:
             continue
         if np.dtype(info.dtype) != np.dtype(k.arg_dtypes[i]):
             errors.append(f"{where}: argument {i} of {k.name} is {np.dtype(k.arg_dtypes[i])}, "
                           f"slot {s} holds {np.dtype(info.dtype)}")
         lo, hi = k.arg_ranges[i]
         if hi >= lo:
-            top = info.hi if info.role != "temp" else info.nbytes // np.dtype(info.dtype).itemsize - 1
+            top = info.hi if info.role != SlotRole.TEMP else \
+                info.nbytes // np.dtype(info.dtype).itemsize - 1
             if lo < info.lo or hi > top:
                 errors.append(f"{where}: argument {i} of {k.name} touches elements [{lo}, {hi}] "
                               f"outside slot {s}'s [{info.lo}, {top}]")
-        if k.arg_writes[i] and info.role in ("const", "param"):
-            errors.append(f"{where}: argument {i} of {k.name} writes read-only slot {s}")
-        if k.arg_writes[i] and info.role == "input" and s not in p.mutated_leaves:
-            errors.append(f"{where}: argument {i} of {k.name} writes input slot {s}, "
-                          f"which the program does not declare as updated in place")
+        if k.arg_writes[i]:
+            written.add(s)
+            if info.role in (SlotRole.CONST, SlotRole.PARAM):
+                errors.append(f"{where}: argument {i} of {k.name} writes read-only slot {s}")
+            if info.role == SlotRole.INPUT and s not in p.mutated_leaves:
+                errors.append(f"{where}: argument {i} of {k.name} writes input slot {s}, "
+                              f"which the program does not declare as updated in place")
     return errors

@@ -10,24 +10,16 @@ their indices are checked before the first write, so a bad index leaves the inpu
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .ir import Graph, Kind, Node, Op
-from .kernel import (Compute, Const, DivMod, Index, IndexValue, Kernel, KernelArg, Load, Loop,
-                     Pick, Reduction, Scalar, Store, accumulator_dtype, index_picks, walk)
+from .leaves import contiguous_strides
+from .kernel import (Compute, Const, DivMod, Index, IndexValue, Kernel, KernelArg, Load, Pick,
+                     Reduction, Scalar, Store, address, coalesce, idents, index_picks,
+                     set_extents, simplify)
 
-# Full reductions of at least 2*REDUCE_CHUNK elements into fewer than SPLIT_MAX_OUTPUTS results
-# are folded in fixed chunks first, so that they can run in parallel and the combine order (and
-# hence the result) depends on the shapes alone, never on the number of threads.
-REDUCE_CHUNK = int(os.environ.get("FASTLAUNCH_REDUCE_CHUNK", 16384))
-SPLIT_MAX_OUTPUTS = 16
-# tiled reductions: outputs per tile along the innermost dim, and rows per block when an
-# operand is shared by the rows (a matrix product's right-hand side)
-TILE_COLUMNS = 64
-TILE_ROWS = 4
 # LLVM's optimiser takes time quadratic in the size of a loop body (measured here: 0.15 s at
 # 1000 operations, 2.4 s at 4000), so a fused expression growing past this many operations
 # is cut: the value at the cut is materialised and read by the rest.  Unrolled Python loops
@@ -39,14 +31,6 @@ MAX_KERNEL_OPS = 1000
 RECOMPUTE_OPS = 64
 
 _UPDATES = (Kind.UPDATE, Kind.SCATTER)
-
-
-def contiguous_strides(shape) -> tuple:
-    strides, acc = [], 1
-    for s in reversed(shape):
-        strides.append(acc)
-        acc *= max(int(s), 1)
-    return tuple(reversed(strides))
 
 
 @dataclass
@@ -68,6 +52,18 @@ class Plan:
 
     def describe(self) -> str:
         return "\n\n".join(f"# kernel {i}\n{k.describe()}" for i, k in enumerate(self.kernels))
+
+    def add_temp(self, dtype, shape) -> Buffer:
+        """A new C-ordered temporary (for a backend's schedule: e.g. reduction partials)."""
+        buf = Buffer(len(self.buffers), "temp", np.dtype(dtype),
+                     int(np.prod(shape, dtype=np.int64)), -1, contiguous_strides(shape),
+                     tuple(shape))
+        self.buffers.append(buf)
+        return buf
+
+    def with_kernels(self, kernels) -> "Plan":
+        """The same buffers (shared: schedules add temporaries to them) with other kernels."""
+        return Plan(self.buffers, list(kernels), self.outputs)
 
 
 def plan(graph: Graph, arg_layouts: dict) -> Plan:
@@ -136,7 +132,7 @@ class _Fuser:
                 stores.append((buf, node))
         self.emit_store_groups([(b, b.strides, n) for b, n in stores if n.size])
         self.emit_writebacks()
-        self.plan.kernels = [k for k in self.plan.kernels if k.launch_size > 0]
+        self.plan.kernels = [k for k in self.plan.kernels if k.size > 0]
         return self.plan
 
     def add_kernel(self, kb: "_KernelBuilder"):
@@ -149,9 +145,9 @@ class _Fuser:
             by_shape.setdefault(node.shape, []).append((buf, strides, node))
         for shape, group in by_shape.items():
             kb = _KernelBuilder(self, shape, (), "map")
-            ident = _idents(len(shape))
+            ident = idents(len(shape))
             for buf, strides, node in group:
-                kb.store(buf, _address(strides, ident), kb.build(node, ident))
+                kb.store(buf, address(strides, ident), kb.build(node, ident))
             self.add_kernel(kb)
 
     # ---- materialisation -------------------------------------------------------------------
@@ -229,30 +225,9 @@ class _Fuser:
         for loop_dim, d in enumerate(kept + list(axes)):
             imap[d] = Index.loop(loop_dim)
         imap = tuple(imap)
-        kept_size = int(np.prod(space, dtype=np.int64))
-        rsize = int(np.prod(rspace, dtype=np.int64))
-        split = (node.op not in (Op.ARGMAX, Op.ARGMIN) and kept_size < SPLIT_MAX_OUTPUTS
-                 and rsize >= 2 * REDUCE_CHUNK)
-        if not split:
-            kb = _KernelBuilder(self, space, rspace, node.op.value)
-            value = kb.build(src, imap)
-            kb.reduce(node.op, value, out, _address(out.strides, _idents(len(space))))
-            self.add_kernel(kb)
-            return
-        nchunks = -(-rsize // REDUCE_CHUNK)
-        acc = accumulator_dtype(node.op, src.dtype)
-        partial = self.new_buffer("temp", acc, space + (nchunks,))
-        # loop dims: kept..., chunk, then the reduced dims
-        kb = _KernelBuilder(self, space + (nchunks,), rspace, node.op.value + " partial")
-        shifted = tuple(ix.substitute(lambda d: Index.loop(d + 1 if d >= len(space) else d))
-                        for ix in imap)
-        value = kb.build(src, shifted)
-        kb.reduce(node.op, value, partial, _address(partial.strides, _idents(len(space) + 1)),
-                  chunk=REDUCE_CHUNK)
-        self.add_kernel(kb)
-        kb = _KernelBuilder(self, space, (nchunks,), node.op.value + " combine")
-        loads = kb.load(partial, _address(partial.strides, _idents(len(space) + 1)), acc)
-        kb.reduce(_COMBINE[node.op], loads, out, _address(out.strides, _idents(len(space))))
+        kb = _KernelBuilder(self, space, rspace, node.op.value)
+        value = kb.build(src, imap)
+        kb.reduce(node.op, value, out, address(out.strides, idents(len(space))))
         self.add_kernel(kb)
 
     def emit_scan(self, node: Node, out: Buffer):
@@ -267,7 +242,7 @@ class _Fuser:
         kb = _KernelBuilder(self, space, (src.shape[axis],), node.op.value)
         value = kb.build(src, tuple(imap))
         fold = Op.SUM if node.op is Op.CUMSUM else Op.PROD
-        kb.reduce(fold, value, out, _address(out.strides, tuple(imap)), scan=True,
+        kb.reduce(fold, value, out, address(out.strides, tuple(imap)), scan=True,
                   acc=node.dtype)
         self.add_kernel(kb)
 
@@ -292,12 +267,12 @@ class _Fuser:
             kb = _KernelBuilder(self, value.shape, (), "setslice")
             region = tuple(Index.loop(d).scale(st).shift(s0) for d, (s0, st) in
                            enumerate(zip(update.attrs["start"], update.attrs["step"])))
-            kb.store(dest, _address(dest.strides, region), kb.build(value, _idents(value.ndim)))
+            kb.store(dest, address(dest.strides, region), kb.build(value, idents(value.ndim)))
             self.add_kernel(kb)
             return
         base, values, *indices = update.inputs
         axis = update.attrs["axis"]
-        ident = _idents(values.ndim)
+        ident = idents(values.ndim)
         nb = indices[0].ndim
         kb = _KernelBuilder(self, values.shape, (), "check indices" if check_only else
                             f"scatter-{update.attrs['mode']}")
@@ -305,11 +280,10 @@ class _Fuser:
                       for j, ix in enumerate(indices))
         where = ident[:axis] + picks + ident[axis + nb:]
         if check_only:
-            kb.check(_address(dest.strides, where))
+            kb.check(address(dest.strides, where))
         else:
-            kb.store(dest, _address(dest.strides, where), kb.build(values, ident),
+            kb.store(dest, address(dest.strides, where), kb.build(values, ident),
                      mode=update.attrs["mode"])
-            kb.kernel.serial = True    # repeated indices must apply in order
         self.add_kernel(kb)
 
     # ---- in-place updates of inputs --------------------------------------------------------
@@ -367,19 +341,15 @@ class _Fuser:
 
     def _reads_overwritten(self, node: Node, dests: set, own: Buffer, full_store: bool) -> bool:
         kb = _KernelBuilder(self, node.shape, (), "probe")
-        ident = _idents(node.ndim)
+        ident = idents(node.ndim)
         kb.build(node, ident)
-        own_index = _address(own.strides, ident)
+        own_index = address(own.strides, ident)
         for e in kb.memo.values():
             if isinstance(e, Load):
                 buf_id = kb.arg_buffers[e.arg]
                 if buf_id in dests and not (full_store and buf_id == own.id and e.index == own_index):
                     return True
         return False
-
-
-_COMBINE = {Op.SUM: Op.SUM, Op.PROD: Op.PROD, Op.MAX: Op.MAX, Op.MIN: Op.MIN,
-            Op.ANY: Op.ANY, Op.ALL: Op.ALL}
 
 
 def _size_cuts(graph: Graph) -> set:
@@ -426,49 +396,6 @@ def _covers(chain: list, shape) -> bool:
             if all(lo1 < hi2 and lo2 < hi1 for (lo1, hi1), (lo2, hi2) in zip(a, b)):
                 return False
     return True
-
-
-def _idents(n: int, start: int = 0) -> tuple:
-    return tuple(Index.loop(start + d) for d in range(n))
-
-
-def _address(strides, imap) -> Index:
-    total = Index()
-    for s, ix in zip(strides, imap):
-        total = total + ix.scale(int(s))
-    return simplify(total)
-
-
-def simplify(ix: Index) -> Index:
-    """Fold DivMod digits of one f back into f where the strides walk them contiguously.
-
-    c*((f//d)%m) + c*m*((f//(d*m))%m2) is c*((f//d)%(m*m2)); a single digit (f//1)%m with
-    f < bound <= m is f itself.  So a reshape of contiguous data becomes a plain strided access.
-    """
-    atoms = [(a, c) for a, c in ix.terms if isinstance(a, DivMod)]
-    if not atoms:
-        return ix
-    merged = True
-    while merged:
-        merged = False
-        for i, (a, ca) in enumerate(atoms):
-            for j, (b, cb) in enumerate(atoms):
-                if i != j and a.f == b.f and b.div == a.div * a.mod and cb == ca * a.mod:
-                    atoms[i] = (DivMod(a.f, a.div, a.mod * b.mod, a.bound), ca)
-                    del atoms[j]
-                    merged = True
-                    break
-            if merged:
-                break
-    out = Index.of(ix.const, [(a, c) for a, c in ix.terms if not isinstance(a, DivMod)])
-    for a, c in atoms:
-        if a.mod == 1 or a.div >= a.bound:
-            continue                      # always zero
-        if a.div == 1 and a.mod >= a.bound:
-            out = out + a.f.scale(c)      # the whole number: affine again
-        else:
-            out = out + Index.of(0, [(a, c)])
-    return out
 
 
 class _KernelBuilder:
@@ -570,7 +497,7 @@ class _KernelBuilder:
         memo = self.memo
         buf = self.fuser.buffer_of.get(node.index)
         if buf is not None and buf.role != "param":
-            return self.load(buf, _address(buf.strides, imap))
+            return self.load(buf, address(buf.strides, imap))
         op = node.op
         if op is Op.LITERAL:
             return self._intern(Const(node.attrs["value"], node.dtype))
@@ -579,12 +506,12 @@ class _KernelBuilder:
             return self._intern(Scalar(self.arg(buf, "scalar"), node.dtype))
         if op in (Op.ARG, Op.CONST):
             buf = self.fuser.leaf_buffer(node)
-            return self.load(buf, _address(buf.strides, imap))
+            return self.load(buf, address(buf.strides, imap))
         if op is Op.IOTA:
             return self._intern(IndexValue(imap[node.attrs["axis"]], node.dtype))
         if self.fuser.must_materialize(node):
             buf = self.fuser.materialize(node)
-            return self.load(buf, _address(buf.strides, imap))
+            return self.load(buf, address(buf.strides, imap))
         if op.kind is Kind.ELEMENTWISE:
             operands = tuple(memo[(o.index, () if o.ndim == 0 else imap)] for o in node.inputs)
             checked = bool(node.attrs.get("checked"))
@@ -596,7 +523,7 @@ class _KernelBuilder:
             self.checked = True
             return memo[(node.inputs[0].index, self._gather_map(node, imap))]
         buf = self.fuser.materialize(node)
-        return self.load(buf, _address(buf.strides, imap))
+        return self.load(buf, address(buf.strides, imap))
 
     def _gather_map(self, node: Node, imap: tuple) -> tuple:
         """The index into a gather's source: the data-dependent picks at the gathered axes
@@ -614,8 +541,7 @@ class _KernelBuilder:
             self.kernel.status = self.arg(self.fuser.status_buffer(), "status")
             self._mark_write(self.kernel.status)
         k = coalesce(self.kernel)
-        choose_tiling(k)
-        _set_extents(k)
+        set_extents(k)
         return k
 
 
@@ -673,153 +599,3 @@ def _reshape_input_map(out_shape, in_shape, imap) -> tuple:
     return tuple(result)
 
 
-# ---- loop-nest clean-up ----------------------------------------------------------------------
-def coalesce(k: Kernel) -> Kernel:
-    """Drop size-1 loops and merge adjacent loops every access walks contiguously."""
-    sizes = list(k.sizes())
-    nspace = len(k.space)
-    chunked = k.reduction is not None and k.reduction.chunk
-    indices = _all_indices(k)
-    # groups of loop dims that may merge: the space (less a chunk dim) and the rspace
-    groups = [list(range(nspace - 1)), [nspace - 1]] if chunked else [list(range(nspace))]
-    groups.append(list(range(nspace, len(sizes))))
-    new_groups = []
-    mapping: dict[int, Index] = {}
-    next_dim = 0
-    for group in groups:
-        dims = [d for d in group if sizes[d] != 1 or (chunked and d == nspace - 1)]
-        for d in group:
-            if d not in dims:
-                mapping[d] = Index()
-        runs: list[list[int]] = []
-        for d in dims:
-            if runs and all(ix.coef(Loop(runs[-1][-1])) == ix.coef(Loop(d)) * sizes[d]
-                            for ix in indices):
-                runs[-1].append(d)
-            else:
-                runs.append([d])
-        out_sizes = []
-        for run in runs:
-            for d in run[:-1]:
-                mapping[d] = Index()
-            mapping[run[-1]] = Index.loop(next_dim)
-            next_dim += 1
-            out_sizes.append(int(np.prod([sizes[d] for d in run], dtype=np.int64)))
-        new_groups.append(out_sizes)
-    if chunked:
-        space, rspace = tuple(new_groups[0] + new_groups[1]), tuple(new_groups[2])
-    else:
-        space, rspace = tuple(new_groups[0]), tuple(new_groups[1])
-    if all(mapping[d] == Index.loop(d) for d in range(len(sizes))):
-        return k
-    return _substitute(k, space, rspace, lambda d: mapping[d])
-
-
-def _all_indices(k: Kernel) -> list:
-    """Every index of the kernel, also those inside DivMod atoms and pick expressions."""
-    out = []
-
-    def add(ix: Index):
-        out.append(ix)
-        for a, _ in ix.terms:
-            if isinstance(a, DivMod):
-                add(a.f)
-
-    for e in walk(k._roots()):
-        if isinstance(e, (Load, IndexValue)):
-            add(e.index)
-    for s in k.stores:
-        add(s.index)
-    for ix in k.checks:
-        add(ix)
-    if k.reduction is not None:
-        add(k.reduction.index)
-    return out
-
-
-def _substitute(k: Kernel, space, rspace, mapping) -> Kernel:
-    memo: dict = {}
-
-    def sub(ix: Index) -> Index:
-        return simplify(ix.substitute(mapping, lambda p: Pick(rebuild(p.expr), p.size)))
-
-    def rebuild(e):
-        r = memo.get(id(e))
-        if r is not None:
-            return r
-        for x in walk([e]):            # operands (and pick expressions) first, iteratively
-            if id(x) in memo:
-                continue
-            if isinstance(x, Load):
-                r = Load(x.arg, x.dtype, sub(x.index))
-            elif isinstance(x, IndexValue):
-                r = IndexValue(sub(x.index), x.dtype)
-            elif isinstance(x, Compute):
-                r = Compute(x.op, x.dtype, tuple(memo[id(o)] for o in x.operands), x.checked)
-            else:
-                r = x
-            memo[id(x)] = r
-        return memo[id(e)]
-
-    out = Kernel(space, rspace, list(k.args), [], None, k.label, k.tile, k.serial, k.status)
-    out.stores = [Store(s.arg, sub(s.index), rebuild(s.value), s.mode) for s in k.stores]
-    out.checks = [sub(ix) for ix in k.checks]
-    if k.reduction is not None:
-        r = k.reduction
-        out.reduction = Reduction(r.op, rebuild(r.value), r.arg, sub(r.index), r.chunk, r.acc,
-                                  r.scan)
-    return out
-
-
-def choose_tiling(k: Kernel):
-    """Pick the tiled loop order for a reduction whose inner loop would walk memory with a
-    stride while the outputs' innermost dim walks it contiguously (column sums, products)."""
-    r = k.reduction
-    if r is None or r.chunk or not k.rspace or not k.space or r.op in (Op.ARGMAX, Op.ARGMIN):
-        return
-    if r.acc_dtype.kind == "b":
-        # any/all keep the inner loop order: LLVM 22 miscompiles the vectorised tile of byte
-        # flags (np.any(x / x, axis=0) on (7, 12) lost its last column)
-        return
-    j = len(k.space) - 1                      # innermost output dim
-    inner_r = len(k.sizes()) - 1              # innermost reduction dim
-    loads = [e for e in walk([r.value]) if isinstance(e, Load)]
-    if not loads or r.index.coef(Loop(j)) != 1:
-        return
-    strided_inner = any(abs(e.index.coef(Loop(inner_r))) > 1 for e in loads)
-    tile_ok = all(abs(e.index.coef(Loop(j))) <= 1 and e.index.is_affine for e in loads)
-    if not (strided_inner and tile_ok):
-        return
-    rows = 1
-    if len(k.space) >= 2:
-        m = len(k.space) - 2
-        shared = any(e.index.coef(Loop(m)) == 0 and e.index.coef(Loop(j)) != 0 for e in loads)
-        rows = TILE_ROWS if shared else 1
-    k.tile = (rows, TILE_COLUMNS)
-
-
-def _set_extents(k: Kernel):
-    """Record the element range each buffer argument may touch, for the verifier."""
-    sizes = k.sizes()
-    lo: dict = {}
-    hi: dict = {}
-    runs = all(sizes)         # loads and map stores sit inside every loop
-
-    def see(arg, ix: Index, inside_all=True):
-        if inside_all and not runs:
-            return
-        a, b = ix.bounds(sizes)
-        lo[arg] = min(lo.get(arg, a), a)
-        hi[arg] = max(hi.get(arg, b), b)
-
-    for e in walk(k._roots()):
-        if isinstance(e, Load):
-            see(e.arg, e.index)
-    for s in k.stores:
-        see(s.arg, s.index)
-    if k.reduction is not None and all(k.space):
-        see(k.reduction.arg, k.reduction.index, inside_all=k.reduction.scan)
-    for i, a in enumerate(k.args):
-        if a.kind == "buffer":
-            extent = (lo[i], hi[i]) if i in lo else (0, -1)
-            k.args[i] = KernelArg(a.kind, a.dtype, a.buffer, extent, a.writes)

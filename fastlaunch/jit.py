@@ -16,9 +16,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _core, bytecode, fuse, ops, record
+from . import _core, bytecode, fuse, numpy_api, ops, record  # noqa: F401  (numpy_api: the tracer's NumPy API)
 from .backends import get_backend
+from ._launch import ResultKind
+from .backends.base import CallLayout
 from .errors import TracingError
+from .leaves import LeafSpec
+from .link import link_entry
 from .pytree import NestingError, flatten
 from .trace import trace_function
 
@@ -72,7 +76,7 @@ class _EntryInfo:
 class Compiled(_core.Dispatcher):
     """The callable returned by fastlaunch.compile."""
 
-    def __init__(self, fn, *, static_argnums=(), static_argnames=(), backend="cpu", replay=True):
+    def __init__(self, fn, *, static_argnums=(), static_argnames=(), backend=None, replay=True):
         try:
             self._signature = inspect.signature(fn)
         except (TypeError, ValueError):
@@ -117,8 +121,10 @@ class Compiled(_core.Dispatcher):
         call = args + ((kwargs,) if kwargs else ())
         enc = _core.encode(call, self._static)
         copies: dict = {}
-        if enc is None:
-            call, copies = self._normalize(call)
+        if enc is None or (self.backend.memory.crosses and self._reversed_leaf(call)):
+            # a device backend copies each argument's memory span to the device from its
+            # pointer on: an array with a negative stride goes through a contiguous copy
+            call, copies = self._normalize(call, contiguous=self.backend.memory.crosses)
             enc = _core.encode(call, self._static)
             if enc is None:
                 raise TypeError(f"{self.__name__}: these arguments cannot be passed to a "
@@ -185,7 +191,15 @@ class Compiled(_core.Dispatcher):
                 return entry
         return None
 
-    def _normalize(self, call):
+    def _reversed_leaf(self, call) -> bool:
+        for i, arg in enumerate(call):
+            if i not in self._static and any(
+                    isinstance(x, np.ndarray) and any(st < 0 for st in x.strides)
+                    for x in flatten(arg)[0]):
+                return True
+        return False
+
+    def _normalize(self, call, contiguous: bool = False):
         """(call, {leaf index: caller's array}): aligned native copies of arrays the fast path
         cannot bind (byte-swapped, misaligned, odd strides), plain ndarray views of harmless
         subclasses; errors that name the argument for everything else."""
@@ -198,6 +212,8 @@ class Compiled(_core.Dispatcher):
             fixed = []
             for leaf in leaves:
                 new = _normalize_leaf(self._arg_name(i, call), leaf)
+                if contiguous and isinstance(new, np.ndarray) and any(st < 0 for st in new.strides):
+                    new = np.ascontiguousarray(new)
                 if new is not leaf and isinstance(leaf, np.ndarray) and \
                         not np.shares_memory(new, leaf):
                     copies[at] = leaf
@@ -262,19 +278,17 @@ class Compiled(_core.Dispatcher):
                     f"overlap one another in memory (a stride-0 or overlapping as_strided view "
                     f"of shape {leaf_objs[pos].shape}, strides {leaf_objs[pos].strides}): "
                     f"pass a copy, np.ascontiguousarray(x)")
-        layouts = {pos: _element_strides(obj) for pos, obj in enumerate(leaf_objs)
-                   if isinstance(obj, np.ndarray)}
-        plan = fuse.plan(traced.graph, layouts)
-        kernels = [self.backend.compile(k) for k in plan.kernels]
-        record_leaves = [("array", d[1], d[2], layouts[pos]) if d[0] == "array" else d[:2]
-                         for pos, d in enumerate(leaves)]
-        program = record.record(plan, [k.name for k in kernels], record_leaves,
-                                traced.graph.consts, traced.mutated_leaves)
-        bytecode.verify(program)
+        backend = self.backend
+        layouts = {pos: leaf.strides for pos, leaf in enumerate(leaves) if leaf.is_array}
+        plan = backend.schedule(fuse.plan(traced.graph, layouts))
+        kernels = [backend.compile(k) for k in plan.kernels]
+        program = record.record(plan, [k.name for k in kernels], leaves, traced.graph.consts,
+                                traced.mutated_leaves, backend.memory)
+        bytecode.verify(program, backend.memory.kernel_space)
         _, out_tree = flatten(result)
         results = result_specs(traced.outputs)
-        entry = build_entry(sig_bytes, keys, statics, program, kernels, results, out_tree,
-                            traced.int_bounds)
+        call_layout = CallLayout(results, out_tree, dict(traced.int_bounds))
+        entry = link_entry(backend, program, kernels, call_layout, sig_bytes, keys, statics)
         lowered = Lowered(str(traced.graph),
                           [(k.label, k.describe(), ck.source) for k, ck in zip(plan.kernels, kernels)],
                           program.disassemble(), plan, program)
@@ -351,8 +365,8 @@ class Compiled(_core.Dispatcher):
         args, kwargs = self._bind(args, kwargs)
         call = args + ((kwargs,) if kwargs else ())
         enc = _core.encode(call, self._static)
-        if enc is None:
-            call = self._normalize(call)
+        if enc is None or (self.backend.memory.crosses and self._reversed_leaf(call)):
+            call, _ = self._normalize(call, contiguous=self.backend.memory.crosses)
             enc = _core.encode(call, self._static)
         entry = self._find(enc) if self.replay else None
         if entry is None:
@@ -379,11 +393,13 @@ class Compiled(_core.Dispatcher):
         return functools.partial(self, obj)
 
 
-def compile(fn=None, *, static_argnums=(), static_argnames=(), backend="cpu", replay=True):
+def compile(fn=None, *, static_argnums=(), static_argnames=(), backend=None, replay=True):
     """Compile a NumPy function: traced once per signature, then replayed from bytecode.
 
     static_argnums / static_argnames: arguments whose *value* is part of the signature.
-    backend: "cpu" (LLVM) or "null" (no kernels run: for structure tests).
+    backend: "cpu" (LLVM), "null" (no kernels run: for structure tests) or "devsim" (the CPU's
+        kernels behind a simulated device-memory boundary: for tests of the device paths);
+        None: the FASTLAUNCH_BACKEND environment variable, else "cpu".
     replay=False re-traces on every call (hitting the kernel cache): the "before" baseline.
     """
     def wrap(f):
@@ -404,19 +420,19 @@ def _immutable(value) -> bool:
     return isinstance(value, _IMMUTABLE)
 
 
-def _describe_leaf(name: str, leaf):
+def _describe_leaf(name: str, leaf) -> LeafSpec:
     if isinstance(leaf, np.ndarray):
         ops.check_dtype(leaf.dtype, name)
-        return ("array", leaf.dtype, leaf.shape)
+        return LeafSpec.array(leaf.dtype, leaf.shape, _element_strides(leaf))
     if type(leaf) is bool:
-        return ("scalar", np.dtype(np.bool_), bool)
+        return LeafSpec.scalar(np.bool_, bool)
     if type(leaf) is int:
-        return ("scalar", np.dtype(np.int64 if leaf < 2**63 else np.uint64), int)
+        return LeafSpec.scalar(np.int64 if leaf < 2**63 else np.uint64, int)
     if type(leaf) is float:
-        return ("scalar", np.dtype(np.float64), float)
+        return LeafSpec.scalar(np.float64, float)
     if isinstance(leaf, np.generic):
         ops.check_dtype(leaf.dtype, name)
-        return ("scalar", leaf.dtype, None)
+        return LeafSpec.scalar(leaf.dtype)
     raise TypeError(f"{name}: expected a NumPy array, a Python or NumPy scalar, or a "
                     f"tuple/list/dict of them; got {type(leaf).__name__}")
 
@@ -489,10 +505,8 @@ def _element_strides(arr: np.ndarray) -> tuple:
     return tuple(s // arr.dtype.itemsize for s in arr.strides)
 
 
-def _leaf_text(d) -> str:
-    if d[0] == "array":
-        return f"{d[1]}{list(d[2])}"
-    return d[2].__name__ if d[2] is not None else str(d[1])
+def _leaf_text(leaf: LeafSpec) -> str:
+    return leaf.text()
 
 
 def _signature_text(leaves) -> str:
@@ -500,28 +514,10 @@ def _signature_text(leaves) -> str:
 
 
 def result_specs(outputs) -> list:
-    """(kind, index or value, as_scalar) per result leaf, as _core.Program takes them."""
-    kinds = {"new": 0, "input": 1, "value": 2}
+    """(ResultKind, index or value, as_scalar) per result leaf, as link takes them."""
+    kinds = {"new": ResultKind.RESULT_NEW, "input": ResultKind.RESULT_INPUT,
+             "value": ResultKind.RESULT_VALUE}
     return [(kinds[o[0]], o[1], bool(o[2]) if o[0] == "new" else False) for o in outputs]
-
-
-def build_entry(sig_bytes, keys, statics, program, kernels, results, out_tree, int_bounds):
-    """A dispatcher entry: the verified program bound to its kernels' addresses."""
-    if out_tree.kind == "leaf":
-        structure, unflatten = 0, None
-    elif out_tree.kind == "tuple" and all(c.kind == "leaf" for c in out_tree.children):
-        structure, unflatten = 1, None
-    else:
-        structure, unflatten = 2, out_tree.unflatten
-    temp_slots = [i for i, s in enumerate(program.slots) if s.role == "temp"]
-    core = _core.Program(
-        program.code, program.arg_lists, len(program.slots), program.nargwords, program.nleaves,
-        [k.address for k in kernels], [k.work_per_item for k in program.kernels],
-        program.consts, temp_slots, program.outputs,
-        [(leaf, lo, hi) for leaf, (lo, hi) in sorted(int_bounds.items())],
-        program.mutated_leaves, results, structure, unflatten, (kernels, program),
-        program.status_slot)
-    return _core.Entry(sig_bytes, keys, statics, core, None)
 
 
 def _log_trace(name, reason, lowered, kernels, seconds):

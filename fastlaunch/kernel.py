@@ -16,7 +16,7 @@ from .ir import Op, dtype_short
 
 __all__ = ["KernelError", "accumulator_dtype", "Loop", "DivMod", "Pick", "Index", "Load", "Scalar", "Const",
            "IndexValue", "Compute", "Store", "Reduction", "KernelArg", "Kernel", "walk",
-           "tiled_launch_size", "index_picks"]
+           "index_picks"]
 
 
 class KernelError(enum.IntFlag):
@@ -258,33 +258,30 @@ class Kernel:
     stores: list = field(default_factory=list)
     reduction: Reduction | None = None
     label: str = ""                  # short human description, e.g. "sum" or "map"
-    # a reduction whose innermost space dim is walked in tiles of tile[1] outputs (rows of the
-    # second-innermost dim in blocks of tile[0]), folding the rspace around them: the loop
-    # order that vectorises column sums and matrix products
-    tile: tuple | None = None
-    serial: bool = False             # scatters: one thread, iteration order matters
     status: int | None = None        # argument index of the error flag, for checked gathers
     checks: list = field(default_factory=list)   # indices evaluated only to validate picks
+    # The backend's launch decisions (backends' schedule()): None in a fused, unscheduled
+    # kernel.  Whatever it is, it has `launch_size` (LAUNCH n) and `params` (the executable's
+    # per-kernel words, e.g. the CPU's work per launch index) and `describe()`.
+    schedule: object = None
 
     @property
-    def launch_size(self) -> int:
-        if self.tile is not None:
-            return tiled_launch_size(self.space, self.tile)
+    def size(self) -> int:
+        """Points of the parallel space."""
         return int(np.prod(self.space, dtype=np.int64))
 
     @property
-    def work_per_item(self) -> int:
-        """Estimated cost of one launch index (inner iterations x operations per iteration):
-        the interpreter splits a launch over threads above a threshold of total work.
-        -1: must run on one thread."""
-        if self.serial:
-            return -1
-        r = max(1, int(np.prod(self.rspace, dtype=np.int64)))
-        if self.tile is not None:
-            r *= self.tile[0] * self.tile[1]
-        elif self.reduction is not None and self.reduction.chunk:
-            r = self.reduction.chunk
-        return r * self.cost_per_iteration()
+    def launch_size(self) -> int:
+        if self.schedule is None:
+            raise ValueError(f"kernel {self.label!r} is not scheduled: its backend decides its "
+                             f"launch size")
+        return self.schedule.launch_size
+
+    @property
+    def ordered_stores(self) -> bool:
+        """Stores at data-dependent indices (scatters): repeated indices must apply in loop
+        order, as NumPy's do, so a backend may not run iterations concurrently."""
+        return any(index_picks(s.index) for s in self.stores)
 
     def cost_per_iteration(self) -> int:
         """Memory accesses and operations of one innermost iteration; a math-library call
@@ -310,7 +307,7 @@ class Kernel:
         for s in self.stores:
             total += self._touched(s.index) * self.args[s.arg].dtype.itemsize
         if self.reduction is not None:
-            total += self.launch_size * self.args[self.reduction.arg].dtype.itemsize
+            total += self.size * self.args[self.reduction.arg].dtype.itemsize
         return total
 
     def _touched(self, index: Index) -> int:
@@ -347,9 +344,10 @@ class Kernel:
         if self.reduction is not None:
             r = self.reduction
             extra = (f" chunk={r.chunk}" if r.chunk else "") + (" scan" if r.scan else "")
-            extra += f" tile={list(self.tile)}" if self.tile else ""
             lines.append(f"  arg{r.arg}[{r.index}] = {r.op.value}{extra} over rspace of "
                          f"{names[id(r.value)]} (acc {dtype_short(r.acc_dtype)})")
+        if self.schedule is not None:
+            lines.append(f"  schedule: {self.schedule.describe()}")
         return "\n".join(lines)
 
 
@@ -358,14 +356,6 @@ TRANSCENDENTAL = {Op.CBRT, Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10,
                   Op.SIN, Op.COS, Op.TAN, Op.ARCSIN, Op.ARCCOS, Op.ARCTAN, Op.SINH, Op.COSH,
                   Op.TANH, Op.ARCSINH, Op.ARCCOSH, Op.ARCTANH, Op.POW, Op.ARCTAN2, Op.HYPOT,
                   Op.NEXTAFTER, Op.LOGADDEXP, Op.LOGADDEXP2, Op.FLOORDIV, Op.MOD, Op.FMOD}
-
-
-def tiled_launch_size(space, tile) -> int:
-    """Launch indices of a tiled reduction: outer dims x row blocks x column tiles."""
-    space = tuple(space)
-    rows = space[-2] if len(space) >= 2 else 1
-    outer = int(np.prod(space[:-2], dtype=np.int64)) if len(space) >= 2 else 1
-    return outer * -(-rows // tile[0]) * -(-space[-1] // tile[1])
 
 
 def index_picks(ix: Index) -> list:
@@ -424,3 +414,171 @@ def walk(roots):
             stack.append((e, True))
             stack.extend((c, False) for c in reversed(_children(e)) if id(c) not in seen)
     return order
+
+
+# ---- description transforms (shared by fusion and the backends' schedules) ---------------
+def idents(n: int, start: int = 0) -> tuple:
+    return tuple(Index.loop(start + d) for d in range(n))
+
+
+def address(strides, imap) -> Index:
+    total = Index()
+    for s, ix in zip(strides, imap):
+        total = total + ix.scale(int(s))
+    return simplify(total)
+
+
+def simplify(ix: Index) -> Index:
+    """Fold DivMod digits of one f back into f where the strides walk them contiguously.
+
+    c*((f//d)%m) + c*m*((f//(d*m))%m2) is c*((f//d)%(m*m2)); a single digit (f//1)%m with
+    f < bound <= m is f itself.  So a reshape of contiguous data becomes a plain strided access.
+    """
+    atoms = [(a, c) for a, c in ix.terms if isinstance(a, DivMod)]
+    if not atoms:
+        return ix
+    merged = True
+    while merged:
+        merged = False
+        for i, (a, ca) in enumerate(atoms):
+            for j, (b, cb) in enumerate(atoms):
+                if i != j and a.f == b.f and b.div == a.div * a.mod and cb == ca * a.mod:
+                    atoms[i] = (DivMod(a.f, a.div, a.mod * b.mod, a.bound), ca)
+                    del atoms[j]
+                    merged = True
+                    break
+            if merged:
+                break
+    out = Index.of(ix.const, [(a, c) for a, c in ix.terms if not isinstance(a, DivMod)])
+    for a, c in atoms:
+        if a.mod == 1 or a.div >= a.bound:
+            continue                      # always zero
+        if a.div == 1 and a.mod >= a.bound:
+            out = out + a.f.scale(c)      # the whole number: affine again
+        else:
+            out = out + Index.of(0, [(a, c)])
+    return out
+
+
+def coalesce(k: Kernel) -> Kernel:
+    """Drop size-1 loops and merge adjacent loops every access walks contiguously."""
+    sizes = list(k.sizes())
+    nspace = len(k.space)
+    chunked = k.reduction is not None and k.reduction.chunk
+    indices = _all_indices(k)
+    # groups of loop dims that may merge: the space (less a chunk dim) and the rspace
+    groups = [list(range(nspace - 1)), [nspace - 1]] if chunked else [list(range(nspace))]
+    groups.append(list(range(nspace, len(sizes))))
+    new_groups = []
+    mapping: dict[int, Index] = {}
+    next_dim = 0
+    for group in groups:
+        dims = [d for d in group if sizes[d] != 1 or (chunked and d == nspace - 1)]
+        for d in group:
+            if d not in dims:
+                mapping[d] = Index()
+        runs: list[list[int]] = []
+        for d in dims:
+            if runs and all(ix.coef(Loop(runs[-1][-1])) == ix.coef(Loop(d)) * sizes[d]
+                            for ix in indices):
+                runs[-1].append(d)
+            else:
+                runs.append([d])
+        out_sizes = []
+        for run in runs:
+            for d in run[:-1]:
+                mapping[d] = Index()
+            mapping[run[-1]] = Index.loop(next_dim)
+            next_dim += 1
+            out_sizes.append(int(np.prod([sizes[d] for d in run], dtype=np.int64)))
+        new_groups.append(out_sizes)
+    if chunked:
+        space, rspace = tuple(new_groups[0] + new_groups[1]), tuple(new_groups[2])
+    else:
+        space, rspace = tuple(new_groups[0]), tuple(new_groups[1])
+    if all(mapping[d] == Index.loop(d) for d in range(len(sizes))):
+        return k
+    return substitute(k, space, rspace, lambda d: mapping[d])
+
+
+def _all_indices(k: Kernel) -> list:
+    """Every index of the kernel, also those inside DivMod atoms and pick expressions."""
+    out = []
+
+    def add(ix: Index):
+        out.append(ix)
+        for a, _ in ix.terms:
+            if isinstance(a, DivMod):
+                add(a.f)
+
+    for e in walk(k._roots()):
+        if isinstance(e, (Load, IndexValue)):
+            add(e.index)
+    for s in k.stores:
+        add(s.index)
+    for ix in k.checks:
+        add(ix)
+    if k.reduction is not None:
+        add(k.reduction.index)
+    return out
+
+
+def substitute(k: Kernel, space, rspace, mapping) -> Kernel:
+    memo: dict = {}
+
+    def sub(ix: Index) -> Index:
+        return simplify(ix.substitute(mapping, lambda p: Pick(rebuild(p.expr), p.size)))
+
+    def rebuild(e):
+        r = memo.get(id(e))
+        if r is not None:
+            return r
+        for x in walk([e]):            # operands (and pick expressions) first, iteratively
+            if id(x) in memo:
+                continue
+            if isinstance(x, Load):
+                r = Load(x.arg, x.dtype, sub(x.index))
+            elif isinstance(x, IndexValue):
+                r = IndexValue(sub(x.index), x.dtype)
+            elif isinstance(x, Compute):
+                r = Compute(x.op, x.dtype, tuple(memo[id(o)] for o in x.operands), x.checked)
+            else:
+                r = x
+            memo[id(x)] = r
+        return memo[id(e)]
+
+    out = Kernel(space, rspace, list(k.args), [], None, k.label, k.status)
+    out.stores = [Store(s.arg, sub(s.index), rebuild(s.value), s.mode) for s in k.stores]
+    out.checks = [sub(ix) for ix in k.checks]
+    if k.reduction is not None:
+        r = k.reduction
+        out.reduction = Reduction(r.op, rebuild(r.value), r.arg, sub(r.index), r.chunk, r.acc,
+                                  r.scan)
+    return out
+
+
+def set_extents(k: Kernel):
+    """Record the element range each buffer argument may touch, for the verifier."""
+    sizes = k.sizes()
+    lo: dict = {}
+    hi: dict = {}
+    runs = all(sizes)         # loads and map stores sit inside every loop
+
+    def see(arg, ix: Index, inside_all=True):
+        if inside_all and not runs:
+            return
+        a, b = ix.bounds(sizes)
+        lo[arg] = min(lo.get(arg, a), a)
+        hi[arg] = max(hi.get(arg, b), b)
+
+    for e in walk(k._roots()):
+        if isinstance(e, Load):
+            see(e.arg, e.index)
+    for s in k.stores:
+        see(s.arg, s.index)
+    if k.reduction is not None and all(k.space):
+        see(k.reduction.arg, k.reduction.index, inside_all=k.reduction.scan)
+    for i, a in enumerate(k.args):
+        if a.kind == "buffer":
+            extent = (lo[i], hi[i]) if i in lo else (0, -1)
+            k.args[i] = KernelArg(a.kind, a.dtype, a.buffer, extent, a.writes)

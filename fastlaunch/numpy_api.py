@@ -13,7 +13,7 @@ import numpy as np
 from . import ops
 from .errors import TracingError
 from .ir import Node, Op
-from .trace import Tracer, ViewMap, current_graph, new_tracer, view_of
+from .trace import Storage, Tracer, ViewMap, current_graph, new_tracer, tracing, view_of
 
 FUNCTIONS: dict = {}
 
@@ -827,7 +827,6 @@ def squeeze(a, axis=None):
 def broadcast_to(a, shape, subok=False):
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     n = ops.broadcast_to(current_graph(), node_of(a), shape)
-    from .trace import Storage
     return Tracer(Storage(n, frozen_reason="the result of np.broadcast_to is read-only"))
 
 
@@ -1110,6 +1109,28 @@ def _data_dependent(name):
 
 for _f in (np.nonzero, np.argwhere, np.flatnonzero, np.unique, np.extract, np.compress):
     FUNCTIONS[_f] = _data_dependent(f"np.{_f.__name__}")
+
+
+def asarray(obj):
+    """Inside a traced function: `obj` (a NumPy array or nested list) as a traced constant, so
+    that NumPy-level indexing by traced values works (`fl.asarray(table)[idx]`).  Outside a
+    trace this is np.asarray."""
+    if not tracing():
+        return np.asarray(obj)
+    return array(obj)
+
+
+def _tracer_array_ufunc(self, ufunc, method, *inputs, **kwargs):
+    return array_ufunc(ufunc, method, inputs, kwargs)
+
+
+def _tracer_array_function(self, func, types, args, kwargs):
+    return array_function(func, args, kwargs)
+
+
+Tracer.__array_ufunc__ = _tracer_array_ufunc
+Tracer.__array_function__ = _tracer_array_function
+Tracer.__setitem__ = setitem
 
 
 # ---- methods and operators on Tracer ----------------------------------------------------------

@@ -1,97 +1,152 @@
-"""Lower a fusion plan and its compiled kernels into a Program.
+"""Lower a scheduled fusion plan and its compiled kernels into a Program.
 
-Assigns slots (call arguments first, in flattened order, then constants, outputs and
-temporaries), records the launch sequence, and frees every temporary right after its last
-use, so that the caching pool hands the same memory to the next temporary.
+Assigns slots (call arguments first, in flattened order, then constants, outputs,
+temporaries and the status word), records the launch sequence, and frees every temporary
+right after its last use, so that the caching pool hands the same memory to the next one.
+
+The backend's memory model decides where each slot lives.  Kernels touch only the kernels'
+space: an argument in the other space gets a shadow there (ALLOC + TO_DEVICE before its first
+use, and TO_HOST back at the end if it is updated in place); a host result is written by the
+kernels into a shadow and copied out with TO_HOST.  Kernel errors are CHECKed before the
+first write of any argument, so a bad index or an overflow leaves the caller's arrays as they
+were; long programs POLL for Ctrl-C between launches, up to that first write.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .bytecode import Assembler, KernelInfo, Program, SlotInfo
+from ._launch import Space
+from .backends.base import HOST_MEMORY, MemoryModel
+from .bytecode import ArgKind, Assembler, KernelInfo, Program, SlotInfo, SlotRole
 from .fuse import Plan
+from .leaves import LeafSpec, element_range
+
+# A program estimated to do more work than this (operations) polls for signals between its
+# launches: a Ctrl-C then stops it within a launch instead of when it returns.
+POLL_WORK = 50_000_000
+
+__all__ = ["record", "element_range", "POLL_WORK"]
 
 
-def element_range(shape, strides) -> tuple[int, int]:
-    """Smallest and largest element offset an array with these element strides addresses."""
-    if any(s == 0 for s in shape):
-        return 0, -1
-    lo = sum(min(0, (n - 1) * st) for n, st in zip(shape, strides))
-    hi = sum(max(0, (n - 1) * st) for n, st in zip(shape, strides))
-    return lo, hi
-
-
-def record(plan: Plan, kernel_names: list[str], leaves: list, consts: list,
-           mutated_leaves: list[int]) -> Program:
-    """leaves: per flattened argument, ("array", dtype, shape, strides) or ("scalar", dtype)."""
+def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: list,
+           mutated_leaves: list[int], memory: MemoryModel = HOST_MEMORY) -> Program:
+    """plan: scheduled (every kernel has its backend's `schedule`)."""
+    kspace = int(memory.kernel_space)
     slots: list[SlotInfo] = []
     for i, leaf in enumerate(leaves):
-        if leaf[0] == "array":
-            lo, hi = element_range(leaf[2], leaf[3])
-            slots.append(SlotInfo("input", np.dtype(leaf[1]).str, lo, hi, label=f"in{i}"))
+        if leaf.is_array:
+            lo, hi = element_range(leaf.shape, leaf.strides)
+            slots.append(SlotInfo(SlotRole.INPUT, leaf.dtype.str, lo, hi, label=f"in{i}",
+                                  space=leaf.space))
         else:
-            slots.append(SlotInfo("param", np.dtype(leaf[1]).str, label=f"in{i}"))
-    slot_of: dict[int, int] = {}
-    const_slots = []
-    outputs = []
-    temps = []
+            slots.append(SlotInfo(SlotRole.PARAM, leaf.dtype.str, label=f"in{i}"))
+    slot_of: dict[int, int] = {}          # buffer id -> the slot kernels use
+    shadow_in: dict[int, int] = {}        # kernel-space shadow slot -> argument slot
+    shadow_out: dict[int, int] = {}       # kernel-space shadow slot -> host output slot
+    const_slots, outputs, temps = [], [], set()
+
+    def shadow(of: int, label: str) -> int:
+        s = slots[of]
+        if s.lo != 0:
+            raise ValueError(f"{label}: an argument with negative strides cannot be copied to "
+                             f"the device; pass np.ascontiguousarray(x)")
+        slots.append(SlotInfo(SlotRole.TEMP, s.dtype, 0, s.hi, max(s.hi + 1, 1) * s.itemsize,
+                              label=label, space=kspace))
+        temps.add(len(slots) - 1)
+        return len(slots) - 1
+
     for b in plan.buffers:
         if b.role in ("input", "param"):
             slot_of[b.id] = b.ref
+            if b.role == "input" and slots[b.ref].space != kspace:
+                sh = shadow(b.ref, f"in{b.ref}@dev")
+                shadow_in[sh] = b.ref
+                slot_of[b.id] = sh
         elif b.role == "const":
             slot_of[b.id] = len(slots)
-            slots.append(SlotInfo("const", b.dtype.str, 0, b.size - 1, label=f"const{b.ref}"))
+            slots.append(SlotInfo(SlotRole.CONST, b.dtype.str, 0, b.size - 1,
+                                  label=f"const{b.ref}", space=kspace))
             const_slots.append((slot_of[b.id], consts[b.ref]))
         elif b.role == "status":
             slot_of[b.id] = len(slots)
-            slots.append(SlotInfo("status", np.dtype(np.int64).str, label="status"))
+            slots.append(SlotInfo(SlotRole.STATUS, np.dtype(np.int64).str, label="status",
+                                  space=kspace))
         elif b.role == "output":
-            slot_of[b.id] = len(slots)
-            slots.append(SlotInfo("output", b.dtype.str, 0, b.size - 1, label=f"out{b.ref}"))
-            outputs.append((b.ref, slot_of[b.id], b.dtype.str, b.shape))
+            out = len(slots)
+            slots.append(SlotInfo(SlotRole.OUTPUT, b.dtype.str, 0, b.size - 1,
+                                  label=f"out{b.ref}", space=int(Space.SPACE_HOST)))
+            outputs.append((b.ref, out, b.dtype.str, b.shape))
+            slot_of[b.id] = out
+            if kspace != Space.SPACE_HOST:
+                sh = shadow(out, f"out{b.ref}@dev")
+                shadow_out[sh] = out
+                slot_of[b.id] = sh
         else:
             slot_of[b.id] = len(slots)
             nbytes = max(b.size, 1) * b.dtype.itemsize
-            slots.append(SlotInfo("temp", b.dtype.str, 0, b.size - 1, nbytes, label=f"tmp{b.id}"))
-            temps.append(b.id)
+            slots.append(SlotInfo(SlotRole.TEMP, b.dtype.str, 0, b.size - 1, nbytes,
+                                  label=f"tmp{b.id}", space=kspace))
+            temps.add(slot_of[b.id])
     outputs.sort()
 
-    last_use: dict[int, int] = {}
     first_use: dict[int, int] = {}
+    last_use: dict[int, int] = {}
     for k_index, k in enumerate(plan.kernels):
         for a in k.args:
-            first_use.setdefault(a.buffer, k_index)
-            last_use[a.buffer] = k_index
+            s = slot_of[a.buffer]
+            first_use.setdefault(s, k_index)
+            last_use[s] = k_index
 
     asm = Assembler()
     infos = []
     status = next((slot_of[b.id] for b in plan.buffers if b.role == "status"), None)
-    unchecked = False             # a kernel has raised the error flag since the last CHECK
+    unchecked = False             # a kernel may have raised an error bit since the last CHECK
+    work = sum(k.size * max(1, int(np.prod(k.rspace, dtype=np.int64))) * k.cost_per_iteration()
+               for k in plan.kernels)
+    polling = work >= POLL_WORK
     for k_index, (k, name) in enumerate(zip(plan.kernels, kernel_names)):
         writes_input = any(a.writes and a.kind == "buffer" and
-                           slots[slot_of[a.buffer]].role == "input" for a in k.args)
-        if unchecked and writes_input:
-            asm.check(status)     # no input is written after a bad index was seen
-            unchecked = False
+                           slots[slot_of[a.buffer]].role == SlotRole.INPUT for a in k.args)
+        if writes_input:
+            if unchecked:
+                asm.check(status)     # no argument is written after a kernel raised an error
+                unchecked = False
+            polling = False           # from here on the call must run to its end
+        if polling:
+            asm.poll()
         unchecked |= k.status is not None
         for a in k.args:
-            if a.buffer in temps and first_use[a.buffer] == k_index:
-                slot = slot_of[a.buffer]
-                asm.alloc(slot, slots[slot].nbytes)
+            s = slot_of[a.buffer]
+            if s in temps and first_use[s] == k_index:
+                asm.alloc(s, slots[s].nbytes)
+                if s in shadow_in:
+                    asm.to_device(s, shadow_in[s], slots[shadow_in[s]].span_bytes)
         asm.launch(k_index, k.launch_size, [slot_of[a.buffer] for a in k.args])
         for a in k.args:
-            if a.buffer in temps and last_use[a.buffer] == k_index:
-                asm.free(slot_of[a.buffer])
+            s = slot_of[a.buffer]
+            if s in temps and last_use[s] == k_index and s not in shadow_out and \
+                    not (s in shadow_in and shadow_in[s] in mutated_leaves):
+                asm.free(s)
         infos.append(KernelInfo(
             name=name, label=k.label,
-            arg_kinds=tuple(a.kind for a in k.args),
+            arg_kinds=tuple(ArgKind(a.kind).value for a in k.args),
             arg_ranges=tuple(tuple(a.extent) if a.kind == "buffer" and a.extent else (0, -1)
                              for a in k.args),
             arg_writes=tuple(a.writes for a in k.args),
             arg_dtypes=tuple(a.dtype.str for a in k.args),
-            work_per_item=k.work_per_item, bytes_moved=k.bytes_moved()))
+            params=tuple(k.schedule.params), bytes_moved=k.bytes_moved(),
+            launch_size=k.launch_size))
     if unchecked:
         asm.check(status)
+    # results and in-place updates leave the kernels' space last, after every check
+    for sh, out in sorted(shadow_out.items()):
+        if sh in first_use:
+            asm.to_host(out, sh, slots[sh].nbytes if slots[out].hi >= 0 else 0)
+            asm.free(sh)
+    for sh, arg in sorted(shadow_in.items()):
+        if arg in mutated_leaves:
+            asm.to_host(arg, sh, slots[sh].nbytes if slots[arg].hi >= 0 else 0)
+            asm.free(sh)
     code, arg_lists = asm.arrays()
     return Program(code=code, arg_lists=arg_lists, slots=slots, kernels=infos,
                    nargwords=asm.nargwords, nleaves=len(leaves), consts=const_slots,

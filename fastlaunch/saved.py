@@ -17,9 +17,14 @@ import tempfile
 
 import numpy as np
 
-from . import __version__, _core
+from . import _core
+from ._launch import ResultKind
+from ._version import __version__
 from .backends import get_backend
+from .backends.base import CallLayout
 from .bytecode import Program, verify
+from .leaves import LeafSpec
+from .link import link_entry
 from .pytree import TreeDef
 
 MAGIC = b"FLPROG\x00\x01"
@@ -94,10 +99,27 @@ def _static_value(j):
     return np.dtype(kind).type(value)
 
 
-def _leaf_json(d):
-    if d[0] == "array":
-        return ["array", np.dtype(d[1]).str, list(d[2])]
-    return ["scalar", np.dtype(d[1]).str, d[2].__name__ if d[2] is not None else None]
+def _leaf_json(d: LeafSpec):
+    if d.is_array:
+        return ["array", d.dtype.str, list(d.shape)]
+    return ["scalar", d.dtype.str, d.weak.__name__ if d.weak is not None else None]
+
+
+def _signature_specs(sig: bytes) -> list:
+    """The leaves the stored signature admits (what the dispatcher will let in), as LeafSpecs:
+    the program is verified against these, not against what the file says elsewhere."""
+    specs = []
+    for leaf in _core.signature_leaves(sig):
+        if leaf[0] == "array":
+            _, dtype, shape, strides = leaf
+            if strides is not None:
+                if any(st % dtype.itemsize for st in strides):
+                    raise SavedProgramError("signature: strides not a multiple of the itemsize")
+                strides = tuple(st // dtype.itemsize for st in strides)
+            specs.append(LeafSpec.array(dtype, shape, strides))
+        else:
+            specs.append(LeafSpec.scalar(leaf[1], leaf[2]))
+    return specs
 
 
 def _read(path) -> tuple[dict, Program, list]:
@@ -145,21 +167,35 @@ class LoadedProgram(_core.Dispatcher):
 
 
 def load(path, backend: str | None = None) -> LoadedProgram:
-    """Load a program written by `Compiled.save`; no tracing, no source function needed."""
+    """Load a program written by `Compiled.save`; no tracing, no source function needed.
+
+    Only load files you trust: a saved program holds native machine code, which runs in this
+    process (like pickle, a file can run code).  The bytecode and its tables are verified
+    against the stored signature before anything runs."""
     path = os.fspath(path)
     meta, program, objects = _read(path)
-    verify(program)
-    be = get_backend(backend or meta["backend"])
-    kernels = [be.load_object(k["text"], obj, meta["target"])
-               for k, obj in zip(meta["kernels"], objects)]
-    from .jit import build_entry
-    results = [(kind, index, bool(scalar)) for kind, index, scalar in meta["results"]]
-    out_tree = TreeDef.from_json(meta["out_tree"])
-    keys = [tuple(k) for k in meta["keys"]]
-    int_bounds = {leaf: (lo, hi) for leaf, lo, hi in meta["int_bounds"]}
-    statics = [_core.static_key(_static_value(v)) for v in meta["statics"]]
-    entry = build_entry(bytes.fromhex(meta["signature"]), keys, statics,
-                        program, kernels, results, out_tree, int_bounds)
+    try:
+        sig = bytes.fromhex(meta["signature"])
+        leaves = _signature_specs(sig)
+        verify(program, leaves=leaves, strict=True)
+        be = get_backend(backend or meta["backend"])
+        if len(objects) != len(program.kernels) or len(meta["kernels"]) != len(objects):
+            raise SavedProgramError(f"{path}: {len(program.kernels)} kernels, "
+                                    f"{len(objects)} objects")
+        kernels = [be.load_object(k["text"], obj, meta["target"])
+                   for k, obj in zip(meta["kernels"], objects)]
+        results = [(ResultKind(kind), index, bool(scalar)) for kind, index, scalar in meta["results"]]
+        out_tree = TreeDef.from_json(meta["out_tree"])
+        keys = [tuple(k) for k in meta["keys"]]
+        int_bounds = {leaf: (lo, hi) for leaf, lo, hi in meta["int_bounds"]}
+        statics = [_core.static_key(_static_value(v)) for v in meta["statics"]]
+        call = CallLayout(results, out_tree, int_bounds)
+        entry = link_entry(be, program, kernels, call, sig, keys, statics)
+    except SavedProgramError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+        raise SavedProgramError(f"{path}: invalid saved program: {type(err).__name__}: "
+                                f"{err}") from None
     return LoadedProgram(path, meta, entry)
 
 

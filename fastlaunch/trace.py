@@ -20,6 +20,11 @@ from .ir import Graph, Node, Op
 _state = threading.local()
 
 
+def tracing() -> bool:
+    """Whether this thread is tracing a function."""
+    return getattr(_state, "graph", None) is not None
+
+
 def current_graph() -> Graph:
     g = getattr(_state, "graph", None)
     if g is None:
@@ -230,16 +235,9 @@ class Tracer:
             f"np.zeros_like(x); index a NumPy constant by a traced index with "
             f"fastlaunch.asarray(table)[index]; for data-dependent choices use np.where.")
 
-    # ---- NumPy protocols (implemented in numpy_api) ----
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        return numpy_api.array_ufunc(ufunc, method, inputs, kwargs)
-
-    def __array_function__(self, func, types, args, kwargs):
-        return numpy_api.array_function(func, args, kwargs)
-
-    # ---- writes ----
-    def __setitem__(self, key, value):
-        numpy_api.setitem(self, key, value)
+    # The NumPy protocols (__array_ufunc__, __array_function__), __setitem__, the operators
+    # and the array methods are installed on this class by numpy_api.py, which builds on it
+    # (so that this module does not import that one).
 
     def _assign(self, value_node: Node, operation: str):
         """Write `value_node` (already the right dtype) into every element of this array."""
@@ -255,15 +253,6 @@ class Tracer:
         view = self._view or ViewMap.identity(st.node.shape)
         st.node = view.write(g, st.node, value_node)
         st.version += 1
-
-
-def asarray(obj):
-    """Inside a traced function: `obj` (a NumPy array or nested list) as a traced constant, so
-    that NumPy-level indexing by traced values works (`fl.asarray(table)[idx]`).  Outside a
-    trace this is np.asarray."""
-    if getattr(_state, "graph", None) is None:
-        return np.asarray(obj)
-    return numpy_api.array(obj)
 
 
 def new_tracer(node: Node, weak: type | None = None, scalar: bool | None = None) -> Tracer:
@@ -293,8 +282,8 @@ class Traced:
 
 
 def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
-    """Run fn on tracers.  `leaves` describes each flattened argument:
-    ("array", dtype, shape) or ("scalar", dtype, weak python type or None).  `build_args(tracers)`
+    """Run fn on tracers.  `leaves` describes each flattened argument (leaves.LeafSpec: an
+    array's dtype and shape, a scalar's dtype and weak Python type).  `build_args(tracers)`
     rebuilds the call's (args, kwargs) around the tracers.  Returns (Traced, result tree)."""
     g = Graph()
     previous = getattr(_state, "graph", None)
@@ -303,14 +292,14 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
         tracers = []
         storages = []
         for pos, leaf in enumerate(leaves):
-            if leaf[0] == "array":
-                node = g.add(Op.ARG, leaf[1], leaf[2], position=pos)
+            if leaf.is_array:
+                node = g.add(Op.ARG, leaf.dtype, leaf.shape, position=pos)
                 st = Storage(node, position=pos)
                 storages.append(st)
                 tracers.append(Tracer(st))
             else:
-                node = g.add(Op.PARAM, leaf[1], (), position=pos)
-                weak = leaf[2] if leaf[2] is not bool else None   # see ops.weak_literal
+                node = g.add(Op.PARAM, leaf.dtype, (), position=pos)
+                weak = leaf.weak if leaf.weak is not bool else None   # see ops.weak_literal
                 tracers.append(Tracer(Storage(node, position=pos), weak=weak, scalar=True))
         args, kwargs = build_args(tracers)
         result = fn(*args, **kwargs)
@@ -359,6 +348,3 @@ def _param_int_bounds(g: Graph) -> dict:
             lo, hi = bounds.get(pos, (-2**63, 2**63 - 1))
             bounds[pos] = (max(lo, int(info.min)), min(hi, int(info.max)))
     return bounds
-
-
-from . import numpy_api  # noqa: E402  (numpy_api builds on Tracer)

@@ -1,36 +1,26 @@
-"""Backends, found by name.
-
-A backend turns kernel descriptions into callable kernels for the interpreter:
-`compile(kernel) -> CompiledKernel` (a function address with the kernel ABI, and its source)
-and `source(kernel)` for introspection.  Host backends share the interpreter's memory pool,
-so they need no allocation or copy hooks of their own.
-"""
+"""Backends, found by name.  The interface every backend implements is in base.py."""
 from __future__ import annotations
 
+import os
 import threading
-from dataclasses import dataclass
+
+from .base import CallLayout, CompiledKernel, MemoryModel  # noqa: F401  (re-exported)
 
 _FACTORIES: dict = {}
 _INSTANCES: dict = {}
-_LOCK = threading.Lock()
-
-
-@dataclass
-class CompiledKernel:
-    name: str
-    address: int
-    source: str               # the kernel's source (LLVM IR text for the CPU)
-    seconds: float = 0.0      # time spent compiling (0 on a cache hit)
-    origin: str = "compiled"  # compiled | memory | disk
-    key: str = ""             # cache key: hash of the source and the target
-    obj: bytes = b""          # machine code, for saved programs
+_LOCK = threading.RLock()     # a factory may get another backend (devsim: the cpu)
 
 
 def register_backend(name: str, factory):
     _FACTORIES[name] = factory
 
 
-def get_backend(name: str):
+def get_backend(name: str | None = None):
+    """The backend called `name`; None: FASTLAUNCH_BACKEND, else "cpu"."""
+    if name is None:
+        name = os.environ.get("FASTLAUNCH_BACKEND") or "cpu"
+    if not isinstance(name, str):
+        raise TypeError(f"backend must be a backend name (str), got {type(name).__name__}")
     with _LOCK:
         backend = _INSTANCES.get(name)
         if backend is None:
@@ -56,5 +46,11 @@ def _null():
     return NullBackend()
 
 
+def _devsim():
+    from .devsim import DevSimBackend
+    return DevSimBackend(get_backend("cpu"))
+
+
 register_backend("cpu", _cpu)
 register_backend("null", _null)
+register_backend("devsim", _devsim)

@@ -18,12 +18,13 @@ import time
 import llvmlite
 import llvmlite.binding as llvm
 
-from .. import __version__
+from .._version import __version__
 from ..cache import DiskCache, default_cache_dir, kernel_key
 from ..codegen.llvm import (MATH_ALIAS_PREFIX, MATH_FUNCTIONS, PLACEHOLDER_NAME, MathTarget,
                             generate)
 from ..kernel import Kernel
-from . import CompiledKernel
+from . import cpu_schedule
+from .base import HOST_MEMORY, CompiledKernel
 
 log = logging.getLogger("fastlaunch")
 
@@ -72,6 +73,7 @@ def _load_math(features: str) -> MathTarget:
 
 class CPUBackend:
     name = "cpu"
+    memory = HOST_MEMORY         # kernels read and write the caller's arrays directly
 
     def __init__(self, cache_dir: str | None = ...):
         llvm.initialize_native_target()
@@ -99,6 +101,13 @@ class CPUBackend:
                                                   opt=OPT_LEVEL, jit=True)
 
     # ---- the backend interface ---------------------------------------------------------
+    def schedule(self, plan):
+        return cpu_schedule.schedule(plan)
+
+    def link(self, program, kernels, call):
+        from ..link import host_executable
+        return host_executable(program, kernels, call)
+
     def source(self, kernel: Kernel) -> str:
         return generate(kernel, self.math)
 

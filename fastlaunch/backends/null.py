@@ -1,26 +1,48 @@
-"""The null backend: the whole pipeline, but every kernel is a function that does nothing.
+"""The null backend: the whole pipeline and the whole backend interface, but every kernel is a
+function that does nothing.
 
-Structure tests use it to check tracing, fusion and bytecode without compiling anything;
-the outputs it returns are allocated but never written.
+Structure tests use it to check tracing, fusion, scheduling, recording, verification and
+linking without compiling anything; the outputs it returns are allocated but never written.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .. import _core
 from ..kernel import Kernel
-from . import CompiledKernel
+from .base import HOST_MEMORY, CompiledKernel
+
+
+@dataclass(frozen=True)
+class NullSchedule:
+    """One launch index per point of the kernel's space, no tiling, no splitting."""
+    launch_size: int
+
+    @property
+    def params(self) -> tuple:
+        return (1,)                 # the host executable's work per launch index
+
+    def describe(self) -> str:
+        return f"n={self.launch_size}"
 
 
 class NullBackend:
     name = "null"
+    target_key = "null"
+    memory = HOST_MEMORY
 
     def __init__(self):
         self.compile_count = 0
         self._address = _core.null_kernel_address()
 
+    def schedule(self, plan):
+        for k in plan.kernels:
+            if k.schedule is None:
+                k.schedule = NullSchedule(k.size)
+        return plan
+
     def source(self, kernel: Kernel) -> str:
         return kernel.describe()
-
-    target_key = "null"
 
     def compile(self, kernel: Kernel) -> CompiledKernel:
         return self.compile_source(self.source(kernel), kernel.label)
@@ -34,3 +56,7 @@ class NullBackend:
 
     def kernel_text(self, compiled: CompiledKernel) -> str:
         return compiled.source
+
+    def link(self, program, kernels, call):
+        from ..link import host_executable
+        return host_executable(program, kernels, call)

@@ -154,6 +154,8 @@ def generate(kernel: Kernel, math: MathTarget = MathTarget(), name: str = PLACEH
 class _Emitter:
     def __init__(self, kernel: Kernel, math: MathTarget, name: str):
         self.k = kernel
+        # the CPU schedule's tile (rows, columns) of a tiled reduction, or None
+        self.tile = getattr(kernel.schedule, "tile", None)
         self.name = name
         self.mod = _Module(math)
         self.fw = FunctionWriter()
@@ -197,8 +199,8 @@ class _Emitter:
             # a local flag: SROA turns it into a register, so checked loops still vectorise
             fw.emit("%errflag = alloca i8, align 1")
             fw.emit("store i8 0, ptr %errflag, align 1")
-        if self.k.tile is not None:
-            self.acc_tile = fw.op(f"alloca [{self.k.tile[0] * self.k.tile[1]} x "
+        if self.tile is not None:
+            self.acc_tile = fw.op(f"alloca [{self.tile[0] * self.tile[1]} x "
                                   f"{memory_type(self.k.reduction.acc_dtype)}], align 64", "tile")
             fw.counted_loop("%start", "%end", [], self.tiled_body)
         elif self.k.reduction is None:
@@ -284,7 +286,7 @@ class _Emitter:
         """One tile of a tiled reduction: rows [m0, m0+rows) x columns [n0, n0+cols) of the
         output, folded over the whole rspace with the accumulators in a stack tile."""
         fw, k, r = self.fw, self.k, self.k.reduction
-        rows_per, cols_per = k.tile
+        rows_per, cols_per = self.tile
         space = list(k.space)
         ncols = space[-1]
         nrows = space[-2] if len(space) >= 2 else 1

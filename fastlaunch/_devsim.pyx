@@ -1,0 +1,190 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The test-only "device-space" backend's executable: host kernels run on memory that stands
+for a device's.
+
+It lives in its own extension module and cimports _core's executable interface, exactly as a
+real device backend does (the CUDA one must, so that `import fastlaunch` never loads a
+driver).  Its device memory is a separate allocator (counted, so tests see leaks), values
+reach it only through TO_DEVICE / TO_HOST, and the status word lives there too: every path a
+device backend needs runs in CI without a GPU, computing real results.
+"""
+from libc.stdint cimport int64_t, intptr_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy, memset
+
+from fastlaunch._core cimport Executable, interrupt_pending
+from fastlaunch._launch cimport *
+
+cimport numpy as cnp
+import numpy as np
+
+cnp.import_array()
+
+cdef extern from "stdlib.h" nogil:
+    void *aligned_alloc(size_t alignment, size_t size)
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    /* device bytes allocated and not freed, and allocations made ever (atomic: calls of
+       one executable may run in several threads) */
+    static int64_t fl_devsim_live_bytes = 0;
+    static int64_t fl_devsim_alloc_count = 0;
+    static void fl_devsim_count(int64_t nbytes, int64_t allocs) {
+        __atomic_fetch_add(&fl_devsim_live_bytes, nbytes, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&fl_devsim_alloc_count, allocs, __ATOMIC_RELAXED);
+    }
+    static int64_t fl_devsim_live(void) { return __atomic_load_n(&fl_devsim_live_bytes, __ATOMIC_RELAXED); }
+    static int64_t fl_devsim_allocs(void) { return __atomic_load_n(&fl_devsim_alloc_count, __ATOMIC_RELAXED); }
+    """
+    void fl_devsim_count(int64_t nbytes, int64_t allocs) nogil
+    int64_t fl_devsim_live() nogil
+    int64_t fl_devsim_allocs() nogil
+
+
+cdef inline void *device_alloc(int64_t nbytes) noexcept nogil:
+    # A header word in front of the block remembers its size for the live count.
+    cdef int64_t total = ((nbytes + 63) // 64) * 64 + 64
+    cdef char *p = <char *>aligned_alloc(64, total)
+    if p == NULL:
+        return NULL
+    (<int64_t *>p)[0] = nbytes
+    fl_devsim_count(nbytes, 1)
+    return p + 64
+
+
+cdef inline void device_free(void *ptr) noexcept nogil:
+    cdef char *p
+    if ptr != NULL:
+        p = <char *>ptr - 64
+        fl_devsim_count(-(<int64_t *>p)[0], 0)
+        free(p)
+
+
+def device_stats():
+    """{"live_bytes", "allocations"} of the simulated device (tests check for leaks)."""
+    return {"live_bytes": fl_devsim_live(), "allocations": fl_devsim_allocs()}
+
+
+cdef class DeviceBuffer:
+    """A device allocation owned by Python (an executable's constants, its status word)."""
+    cdef void *ptr
+    cdef readonly Py_ssize_t nbytes
+
+    def __cinit__(self, Py_ssize_t nbytes):
+        self.ptr = device_alloc(max(nbytes, 1))
+        if self.ptr == NULL:
+            raise MemoryError("devsim: out of device memory")
+        self.nbytes = nbytes
+
+    def __dealloc__(self):
+        device_free(self.ptr)
+
+    @property
+    def address(self):
+        return <intptr_t>self.ptr
+
+    @staticmethod
+    def from_array(arr):
+        """A device copy of a host array (TO_DEVICE at link time)."""
+        cdef cnp.ndarray a = np.ascontiguousarray(arr)
+        cdef DeviceBuffer buf = DeviceBuffer(a.nbytes)
+        if a.nbytes:
+            memcpy(buf.ptr, cnp.PyArray_DATA(a), a.nbytes)
+        return buf
+
+
+cdef class DevSimExecutable(Executable):
+    """Runs the bytecode with every kernel buffer in device space.  Kernels are host function
+    pointers (the CPU backend compiles them), run on one thread."""
+    cdef fl_kernel_fn *kernels
+    cdef Py_ssize_t nkernels
+    cdef object device_consts
+
+    def __init__(self, layout, kernel_addresses, device_consts):
+        cdef Py_ssize_t i
+        Executable.__init__(self, layout)
+        self.device_consts = device_consts
+        self.nkernels = len(kernel_addresses)
+        self.kernels = <fl_kernel_fn *>malloc(max(1, self.nkernels) * sizeof(fl_kernel_fn))
+        if self.kernels == NULL:
+            raise MemoryError()
+        for i, addr in enumerate(kernel_addresses):
+            if not addr:
+                raise ValueError(f"kernel {i} has no address")
+            self.kernels[i] = <fl_kernel_fn><intptr_t>addr
+
+    def __dealloc__(self):
+        if self.kernels != NULL:
+            free(self.kernels)
+
+    cdef int execute(self, int64_t *slots, int64_t *argwords, RunState *state) except -1 nogil:
+        cdef Py_ssize_t pc = 0, k
+        cdef int64_t op, word
+        cdef void *p
+        cdef const int64_t *code = self.code
+        if self.status_slot >= 0:
+            # the status word is device memory, one per call (calls may run concurrently);
+            # release() frees it when the run fails, the end of the run when it succeeds
+            p = device_alloc(8)
+            if p == NULL:
+                return STATUS_NO_MEMORY
+            memset(p, 0, 8)
+            slots[self.status_slot] = <int64_t><intptr_t>p
+        while pc < self.ncode:
+            op = code[pc]
+            if op == LAUNCH:
+                k = code[pc + 1]
+                if code[pc + 2] > 0:
+                    self.kernels[k](0, code[pc + 2], &argwords[code[pc + 3]])
+            elif op == BIND:
+                for k in range(code[pc + 3]):
+                    argwords[code[pc + 1] + k] = slots[self.lists[code[pc + 2] + k]]
+            elif op == ALLOC:
+                p = device_alloc(code[pc + 2])
+                if p == NULL:
+                    state.pc = pc
+                    return STATUS_NO_MEMORY
+                slots[code[pc + 1]] = <int64_t><intptr_t>p
+            elif op == FREE:
+                device_free(<void *><intptr_t>slots[code[pc + 1]])
+                slots[code[pc + 1]] = 0
+            elif op == TO_DEVICE or op == TO_HOST:
+                if code[pc + 3] > 0:
+                    memcpy(<void *><intptr_t>slots[code[pc + 1]],
+                           <void *><intptr_t>slots[code[pc + 2]], code[pc + 3])
+            elif op == CHECK:
+                # the word lives on the device: read it back as a driver would
+                memcpy(&word, <void *><intptr_t>slots[code[pc + 1]], 8)
+                if word != 0:
+                    state.pc = pc
+                    return STATUS_KERNEL_ERROR
+            elif op == POLL:
+                if interrupt_pending():
+                    state.pc = pc
+                    return STATUS_INTERRUPTED
+            else:
+                state.pc = pc
+                return STATUS_BAD_OPCODE
+            pc += op & 0xFF
+        if self.status_slot >= 0:
+            device_free(<void *><intptr_t>slots[self.status_slot])
+            slots[self.status_slot] = 0
+        return STATUS_OK
+
+    cdef int release(self, int64_t *slots) except -1:
+        cdef Py_ssize_t i
+        if self.status_slot >= 0 and slots[self.status_slot] != 0:
+            device_free(<void *><intptr_t>slots[self.status_slot])
+            slots[self.status_slot] = 0
+        for i in range(self.ntemps):
+            if slots[self.temp_slots[i]] != 0:
+                device_free(<void *><intptr_t>slots[self.temp_slots[i]])
+                slots[self.temp_slots[i]] = 0
+        return 0
+
+    cdef int64_t read_status(self, int64_t *slots) except? -1:
+        cdef int64_t word = 0
+        if self.status_slot >= 0 and slots[self.status_slot] != 0:
+            memcpy(&word, <void *><intptr_t>slots[self.status_slot], 8)   # a device read
+        return word

@@ -1,0 +1,68 @@
+"""The backend interface: what every backend provides, and the records that cross it.
+
+A backend receives the fused, unscheduled kernel descriptions of a trace (fuse.Plan) and owns
+everything after that:
+
+    name, target_key      what it is; the key kernels are cached under (compiler, target, ...)
+    memory                its MemoryModel: where its kernels read and write
+    schedule(plan)        the plan with its own launch decisions: splits, tiles, serial kernels,
+                          launch sizes (kernel.launch); may add kernels and temporaries
+    compile(kernel)       a scheduled kernel -> CompiledKernel (object code, an entry point)
+    load_object(text, obj, target_key)
+                          a CompiledKernel from saved object code (or compiled again from its
+                          source when the target differs)
+    source(kernel)        the kernel's source text, for introspection
+    kernel_text(ck)       the source a CompiledKernel was made from, as compile_source takes it
+    link(program, kernels, call)
+                          a verified bytecode program + its compiled kernels -> an executable
+                          (a _core.Executable subclass: the thing the dispatcher calls)
+
+`null.py` implements all of it in a few lines; `cpu.py` is the LLVM host backend.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .._launch import Space
+
+
+@dataclass
+class CompiledKernel:
+    name: str
+    address: int              # entry point (host backends); 0 where the executable looks up `name`
+    source: str               # the kernel's source (LLVM IR text for the CPU)
+    seconds: float = 0.0      # time spent compiling (0 on a cache hit)
+    origin: str = "compiled"  # compiled | memory | disk | saved
+    key: str = ""             # cache key: hash of the source and the target
+    obj: bytes = b""          # machine code, for saved programs
+    owner: object = None      # keeps the code alive (an engine); dropped with the last user
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """Where a backend's kernels read and write, and where call arguments arrive.
+
+    kernel_space: the space of every buffer a kernel touches (temporaries, outputs written by
+        kernels, constants, the status word);
+    host_results: results are handed back as NumPy arrays (host space), copied out of the
+        kernel space when that differs.
+    """
+    kernel_space: Space = Space.SPACE_HOST
+    host_results: bool = True
+
+    @property
+    def crosses(self) -> bool:
+        """Whether host arguments must be copied to reach the kernels."""
+        return self.kernel_space != Space.SPACE_HOST
+
+
+HOST_MEMORY = MemoryModel()
+
+
+@dataclass
+class CallLayout:
+    """What link needs besides the program: how results are put together and checked."""
+    results: list = field(default_factory=list)      # (ResultKind, index or value, as_scalar)
+    out_tree: object = None                          # pytree.TreeDef of the result
+    int_bounds: dict = field(default_factory=dict)   # leaf -> (lo, hi) for weak Python ints
+    leaf_bytes: list = field(default_factory=list)   # per leaf (lo, hi) bytes it addresses

@@ -1,0 +1,158 @@
+"""The CPU backend's schedule: how each fused kernel runs on the host's worker pool.
+
+Decides, per kernel of a fuse.Plan:
+  * reduction splitting: a full reduction of at least 2*REDUCE_CHUNK elements into fewer than
+    SPLIT_MAX_OUTPUTS results folds fixed chunks first (a "partial" kernel, parallel over
+    chunks) and combines them in a second kernel, so that the combine order, and hence the
+    result, depends on the shapes alone, never on the number of threads;
+  * tiling: a reduction whose inner loop would walk memory with a stride while the outputs'
+    innermost dim walks it contiguously (column sums, matrix products) folds tiles of
+    TILE_ROWS x TILE_COLUMNS outputs around the reduction loop;
+  * serial kernels: stores at data-dependent indices apply in loop order on one thread;
+  * the launch size (LAUNCH n: flat points, or tiles) and the work per launch index, from
+    which the worker pool decides whether to split a launch over threads.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir import Op
+from ..kernel import (Index, Kernel, KernelArg, Load, Loop, Reduction, accumulator_dtype,
+                      address, coalesce, idents, set_extents, substitute, walk)
+
+# Full reductions of at least 2*REDUCE_CHUNK elements into fewer than SPLIT_MAX_OUTPUTS
+# results are split (see the module docstring).
+REDUCE_CHUNK = 16384
+SPLIT_MAX_OUTPUTS = 16
+# tiled reductions: outputs per tile along the innermost dim, and rows per block when an
+# operand is shared by the rows (a matrix product's right-hand side)
+TILE_COLUMNS = 64
+TILE_ROWS = 4
+
+_COMBINE = {Op.SUM: Op.SUM, Op.PROD: Op.PROD, Op.MAX: Op.MAX, Op.MIN: Op.MIN,
+            Op.ANY: Op.ANY, Op.ALL: Op.ALL}
+
+
+@dataclass(frozen=True)
+class CPUSchedule:
+    """tile: (rows, columns) of a tiled reduction, or None.  work_per_item: estimated cost of
+    one launch index (-1: one thread, in order)."""
+    launch_size: int
+    work_per_item: int
+    tile: tuple | None = None
+
+    @property
+    def params(self) -> tuple:
+        return (self.work_per_item,)
+
+    def describe(self) -> str:
+        tile = f" tile={list(self.tile)}" if self.tile else ""
+        return f"n={self.launch_size} work={self.work_per_item}{tile}"
+
+
+def schedule(plan, reduce_chunk: int = REDUCE_CHUNK):
+    """The plan with every kernel scheduled for the CPU (partial/combine pairs replacing large
+    full reductions, their partials added to the plan's buffers)."""
+    out = []
+    for k in plan.kernels:
+        for part in _split(plan, k, reduce_chunk):
+            out.append(schedule_kernel(part))
+    return plan.with_kernels(out)
+
+
+def schedule_kernel(k: Kernel) -> Kernel:
+    """One kernel's tile, launch size and work (the kernel is not split)."""
+    if k.schedule is not None:
+        return k
+    tile = _tiling(k)
+    size = _tiled_launch_size(k.space, tile) if tile else k.size
+    k.schedule = CPUSchedule(size, _work_per_item(k, tile), tile)
+    return k
+
+
+# ---- reduction splitting -------------------------------------------------------------------
+def _split(plan, k: Kernel, chunk: int) -> list:
+    r = k.reduction
+    if r is None or r.scan or r.chunk or r.op in (Op.ARGMAX, Op.ARGMIN):
+        return [k]
+    nspace = len(k.space)
+    rsize = int(np.prod(k.rspace, dtype=np.int64))
+    if k.size >= SPLIT_MAX_OUTPUTS or rsize < 2 * chunk:
+        return [k]
+    nchunks = -(-rsize // chunk)
+    acc = accumulator_dtype(r.op, r.value.dtype)
+    partial_shape = tuple(k.space) + (nchunks,)
+    partial = plan.add_temp(acc, partial_shape)
+    # partial kernel: loop dims kept..., chunk, then the reduced dims (shifted up by one)
+    shifted = substitute(k, partial_shape, k.rspace,
+                         lambda d: Index.loop(d + 1 if d >= nspace else d))
+    args = list(shifted.args)
+    args[r.arg] = KernelArg("buffer", acc, partial.id, 0, True)
+    first = Kernel(partial_shape, tuple(k.rspace), args, list(shifted.stores), None,
+                   k.label + " partial", shifted.status, list(shifted.checks))
+    first.reduction = Reduction(r.op, shifted.reduction.value, r.arg,
+                                address(partial.strides, idents(nspace + 1)), chunk, r.acc)
+    first = coalesce(first)
+    set_extents(first)
+    # combine kernel: fold the partials of every output in chunk order
+    out_arg = k.args[r.arg]
+    second = Kernel(tuple(k.space), (nchunks,),
+                    [KernelArg("buffer", acc, partial.id), KernelArg("buffer", out_arg.dtype,
+                                                                  out_arg.buffer, 0, True)],
+                    label=k.label + " combine")
+    loads = Load(0, np.dtype(acc), address(partial.strides, idents(nspace + 1)))
+    second.reduction = Reduction(_COMBINE[r.op], loads, 1, r.index, 0, acc)
+    second = coalesce(second)
+    set_extents(second)
+    return [first, second]
+
+
+# ---- tiling ---------------------------------------------------------------------------------
+def _tiling(k: Kernel):
+    r = k.reduction
+    if r is None or r.chunk or not k.rspace or not k.space or r.op in (Op.ARGMAX, Op.ARGMIN):
+        return None
+    if r.acc_dtype.kind == "b":
+        # any/all keep the inner loop order: LLVM 22 miscompiles the vectorised tile of byte
+        # flags (np.any(x / x, axis=0) on (7, 12) lost its last column)
+        return None
+    j = len(k.space) - 1                      # innermost output dim
+    inner_r = len(k.sizes()) - 1              # innermost reduction dim
+    loads = [e for e in walk([r.value]) if isinstance(e, Load)]
+    if not loads or r.index.coef(Loop(j)) != 1:
+        return None
+    strided_inner = any(abs(e.index.coef(Loop(inner_r))) > 1 for e in loads)
+    tile_ok = all(abs(e.index.coef(Loop(j))) <= 1 and e.index.is_affine for e in loads)
+    if not (strided_inner and tile_ok):
+        return None
+    rows = 1
+    if len(k.space) >= 2:
+        m = len(k.space) - 2
+        shared = any(e.index.coef(Loop(m)) == 0 and e.index.coef(Loop(j)) != 0 for e in loads)
+        rows = TILE_ROWS if shared else 1
+    return (rows, TILE_COLUMNS)
+
+
+def _tiled_launch_size(space, tile) -> int:
+    """Launch indices of a tiled reduction: outer dims x row blocks x column tiles."""
+    space = tuple(space)
+    rows = space[-2] if len(space) >= 2 else 1
+    outer = int(np.prod(space[:-2], dtype=np.int64)) if len(space) >= 2 else 1
+    return outer * -(-rows // tile[0]) * -(-space[-1] // tile[1])
+
+
+# ---- threading ------------------------------------------------------------------------------
+def _work_per_item(k: Kernel, tile) -> int:
+    """Estimated cost of one launch index (inner iterations x operations per iteration):
+    the interpreter splits a launch over threads above a threshold of total work."""
+    if k.ordered_stores:
+        return -1
+    r = max(1, int(np.prod(k.rspace, dtype=np.int64)))
+    if tile is not None:
+        r *= tile[0] * tile[1]
+    elif k.reduction is not None and k.reduction.chunk:
+        r = k.reduction.chunk
+    return r * k.cost_per_iteration()
+

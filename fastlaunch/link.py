@@ -1,0 +1,116 @@
+"""Linking: a verified program, its compiled kernels and its call layout -> a dispatcher entry.
+
+Below both jit.py (which traces) and saved.py (which loads): each builds a Program, and this
+module checks the tables the executable will index (results, int checks, leaf byte ranges)
+and asks the backend to link the executable.  What a kernel error bit means to the caller is
+defined here, once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _core
+from ._launch import Opcode, ResultKind, ResultStructure
+from .backends.base import CallLayout
+from .bytecode import Program, SlotRole
+from .kernel import KernelError
+
+# What each KernelError bit raises, lowest bit first (the first set bit wins).
+KERNEL_ERRORS = [
+    (int(KernelError.INDEX), IndexError,
+     "fastlaunch: an index array holds a value out of bounds for the axis it indexes "
+     "(no argument was modified)"),
+    (int(KernelError.OVERFLOW), OverflowError,
+     "fastlaunch: arithmetic on Python int arguments left the 64-bit range (or raised one to "
+     "a negative power); Python and NumPy keep such results exact, fastlaunch's kernels "
+     "compute them in int64. No argument was modified"),
+]
+
+
+class LinkError(ValueError):
+    """Tables that do not fit the program (a corrupted saved program, or a bug)."""
+
+
+@dataclass
+class ExecutableLayout:
+    """Everything _core.Executable.__init__ reads besides the backend's own kernel tables."""
+    program: Program
+    const_slots: list
+    const_ptrs: list
+    temp_slots: list
+    int_checks: list
+    leaf_bytes: list
+    results: list
+    structure: int
+    unflatten: object
+    kernel_errors: list
+    polls: bool
+    keepalive: object
+
+
+def executable_layout(program: Program, call: CallLayout, keepalive=None,
+                      const_ptrs=None) -> ExecutableLayout:
+    """Check the call layout against the verified program.  const_ptrs: the address of each
+    constant as the kernels see it (host backends: the arrays' own data)."""
+    nleaves, nouts = program.nleaves, len(program.outputs)
+    results = []
+    for kind, index, as_scalar in call.results:
+        if kind == ResultKind.RESULT_NEW:
+            if type(index) is not int or not 0 <= index < nouts:
+                raise LinkError(f"result refers to output {index} of {nouts}")
+        elif kind == ResultKind.RESULT_INPUT:
+            if type(index) is not int or not 0 <= index < nleaves or \
+                    program.slots[index].role != SlotRole.INPUT:
+                raise LinkError(f"result refers to argument leaf {index}, not an array")
+        elif kind != ResultKind.RESULT_VALUE:
+            raise LinkError(f"unknown result kind {kind}")
+        results.append((int(kind), index, bool(as_scalar)))
+    out_tree = call.out_tree
+    if out_tree.num_leaves != len(results):
+        raise LinkError(f"the result tree has {out_tree.num_leaves} leaves, {len(results)} "
+                        f"results are described")
+    if out_tree.kind == "leaf":
+        structure, unflatten = ResultStructure.STRUCT_LEAF, None
+    elif out_tree.kind == "tuple" and all(c.kind == "leaf" for c in out_tree.children):
+        structure, unflatten = ResultStructure.STRUCT_TUPLE, None
+    else:
+        structure, unflatten = ResultStructure.STRUCT_TREE, out_tree.unflatten
+    int_checks = []
+    for leaf, (lo, hi) in sorted(call.int_bounds.items()):
+        if not 0 <= leaf < nleaves or program.slots[leaf].role != SlotRole.PARAM:
+            raise LinkError(f"integer bound for leaf {leaf}, which is not a scalar argument")
+        int_checks.append((int(leaf), int(lo), int(hi)))
+    leaf_bytes = []
+    for i in range(nleaves):
+        s = program.slots[i]
+        if s.role == SlotRole.INPUT and s.hi >= s.lo:
+            leaf_bytes.append((s.lo * s.itemsize, (s.hi + 1) * s.itemsize))
+        else:
+            leaf_bytes.append((0, 0))
+    if const_ptrs is None:
+        const_ptrs = [arr.ctypes.data for _, arr in program.consts]
+    return ExecutableLayout(
+        program=program,
+        const_slots=[slot for slot, _ in program.consts], const_ptrs=list(const_ptrs),
+        temp_slots=[i for i, s in enumerate(program.slots) if s.role == SlotRole.TEMP],
+        int_checks=int_checks, leaf_bytes=leaf_bytes, results=results,
+        structure=int(structure), unflatten=unflatten, kernel_errors=KERNEL_ERRORS,
+        polls=any(op is Opcode.POLL for _, op, _ in program.instructions()),
+        keepalive=(program.consts, keepalive))
+
+
+def link_entry(backend, program: Program, kernels: list, call: CallLayout, sig_bytes: bytes,
+               keys: list, statics: list, specialized=()) -> _core.Entry:
+    """A dispatcher entry: the verified program linked by its backend."""
+    executable = backend.link(program, kernels, call)
+    return _core.Entry(sig_bytes, keys, statics, executable, None, list(specialized))
+
+
+def host_executable(program: Program, kernels: list, call: CallLayout) -> _core.Executable:
+    """The executable of a host backend: kernels are function addresses with the CPU kernel
+    ABI; params[0] of each kernel is its work per launch index."""
+    layout = executable_layout(program, call, keepalive=kernels)
+    work = [k.params[0] if k.params else 1 for k in program.kernels]
+    return _core.HostExecutable(layout, [k.address for k in kernels], np.asarray(work, np.int64))
