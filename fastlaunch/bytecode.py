@@ -401,6 +401,8 @@ def verify(p: Program, kernel_space: int = int(Space.SPACE_HOST), leaves=None,
       before use and freed, copies within both slots and across spaces, every kernel argument
       within its slot and of its dtype, kernels touching only `kernel_space`;
     * every output written before the end (a device result copied out to its host slot);
+    * every in-place update a kernel makes on a copy of an argument (a device shadow) copied
+      back with TO_HOST before that copy is freed;
     * strict (programs from files): every kernel's recorded launch size, and LAUNCH n equal
       to it, so that the element ranges checked above are the ones the kernel touches.
     """
@@ -449,7 +451,7 @@ def _verify_tables(p: Program, kernel_space, leaves, strict, errors) -> bool:
             errors.append(f"{where}: {_text(s.role)} slot where the "
                           f"{'arguments' if is_leaf else 'program' + chr(39) + 's own slots'} are")
         if s.role in (SlotRole.CONST, SlotRole.OUTPUT, SlotRole.TEMP) and s.lo != 0:
-            errors.append(f"{where}: {s.role} range must start at element 0")
+            errors.append(f"{where}: {_text(s.role)} range must start at element 0")
         if s.role == SlotRole.TEMP and not 0 <= s.nbytes:
             errors.append(f"{where}: negative temporary size")
         if s.role in (SlotRole.INPUT, SlotRole.CONST, SlotRole.OUTPUT) and s.hi < s.lo - 1:
@@ -457,7 +459,7 @@ def _verify_tables(p: Program, kernel_space, leaves, strict, errors) -> bool:
         if s.space == Space.SPACE_DEVICE and kernel_space == Space.SPACE_HOST:
             errors.append(f"{where}: device space on a host-only backend")
         if s.role in (SlotRole.CONST, SlotRole.STATUS) and s.space != kernel_space:
-            errors.append(f"{where}: {s.role} slot outside the kernels' space")
+            errors.append(f"{where}: {_text(s.role)} slot outside the kernels' space")
     statuses = [i for i, s in enumerate(p.slots) if s.role == SlotRole.STATUS]
     if len(statuses) > 1:
         errors.append(f"several status slots {statuses}")
@@ -544,6 +546,10 @@ def _verify_code(p: Program, kernel_space, strict, errors):
     live: dict[int, int] = {}
     written: set = set()
     bound: dict[int, list] = {}   # args_at -> slots bound there
+    # an argument updated in place through a copy in the kernels' space: the copy's slot ->
+    # the argument's, and the arguments whose copy a kernel wrote and no TO_HOST brought back
+    copy_of: dict[int, int] = {}
+    unsaved: dict[int, str] = {}
     pc, code = 0, p.code
     while pc < len(code):
         op, ops = decode(code, pc)
@@ -567,6 +573,11 @@ def _verify_code(p: Program, kernel_space, strict, errors):
                 errors.append(f"{where}: slot {slot} is not allocated")
             else:
                 del live[slot]
+                arg = copy_of.pop(slot, None)
+                if arg in unsaved:
+                    errors.append(f"{where}: frees slot {slot}, the copy of argument slot {arg} "
+                                  f"written at {unsaved.pop(arg)}, before a TO_HOST brings the "
+                                  f"in-place update back")
         elif op is Opcode.BIND:
             args_at, list_at, count = ops
             if count < 0 or not 0 <= list_at <= list_at + count <= len(p.arg_lists):
@@ -592,6 +603,11 @@ def _verify_code(p: Program, kernel_space, strict, errors):
             pass
         elif op in (Opcode.TO_DEVICE, Opcode.TO_HOST):
             errors += _check_copy(p, where, op, ops, live, always_set, written)
+            dst, src = ops[0], ops[1]
+            if op is Opcode.TO_DEVICE and src in p.mutated_leaves:
+                copy_of[dst] = src
+            elif op is Opcode.TO_HOST and copy_of.get(src) == dst:
+                unsaved.pop(dst, None)
         elif op is Opcode.LAUNCH:
             kernel, n, args_at = ops
             if not 0 <= kernel < len(p.kernels):
@@ -606,9 +622,15 @@ def _verify_code(p: Program, kernel_space, strict, errors):
                     errors.append(f"{where}: launch size {n}, but kernel {k.name}'s element "
                                   f"ranges are for {k.launch_size}")
                 errors += _check_arguments(p, where, k, bound[args_at], kernel_space, written)
+                for s, writes in zip(bound[args_at], k.arg_writes):
+                    if writes and s in copy_of:
+                        unsaved[copy_of[s]] = where
         pc += width(op)
     for slot in live:
         errors.append(f"end: temporary slot {slot} is never freed")
+    for arg, at in unsaved.items():
+        errors.append(f"end: argument slot {arg} is updated in place through a copy written at "
+                      f"{at}, which is never copied back with TO_HOST")
     for slot, _, _ in p.outputs:
         if 0 <= slot < nslots and slot not in written and p.slots[slot].hi >= 0:
             errors.append(f"end: output slot {slot} is never written"
@@ -632,7 +654,7 @@ def _check_copy(p: Program, where, op, ops, live, always_set, written) -> list:
         if slot not in always_set and slot not in live:
             errors.append(f"{where}: slot {slot} is used before it is allocated")
         if p.slots[slot].role in (SlotRole.PARAM, SlotRole.STATUS):
-            errors.append(f"{where}: slot {slot} is a {p.slots[slot].role} slot, not memory")
+            errors.append(f"{where}: slot {slot} is a {_text(p.slots[slot].role)} slot, not memory")
     if d.role in (SlotRole.CONST,) or (d.role == SlotRole.INPUT and dst not in p.mutated_leaves):
         errors.append(f"{where}: writes read-only slot {dst}")
     if d.lo != 0 or s.lo != 0:

@@ -62,8 +62,9 @@ class Plan:
         return buf
 
     def with_kernels(self, kernels) -> "Plan":
-        """The same buffers (shared: schedules add temporaries to them) with other kernels."""
-        return Plan(self.buffers, list(kernels), self.outputs)
+        """A copy with other kernels (and its own list of the same buffers, to which a
+        schedule may add temporaries without changing this plan)."""
+        return Plan(list(self.buffers), list(kernels), list(self.outputs))
 
 
 def plan(graph: Graph, arg_layouts: dict) -> Plan:

@@ -382,7 +382,7 @@ def _expr_text(e, names) -> str:
     if isinstance(e, Scalar):
         return f"scalar {dtype_short(e.dtype)} arg{e.arg}"
     if isinstance(e, Const):
-        return f"const {dtype_short(e.dtype)} {e.value}"
+        return f"const {dtype_short(e.dtype)} {e.value!s}"     # f32 0.9, not 0.899999976...
     if isinstance(e, IndexValue):
         return f"index {dtype_short(e.dtype)} {e.index}"
     op = e.op.value + (".checked" if e.checked else "")

@@ -177,8 +177,10 @@ def load(path, backend: str | None = None) -> LoadedProgram:
     try:
         sig = bytes.fromhex(meta["signature"])
         leaves = _signature_specs(sig)
-        verify(program, leaves=leaves, strict=True)
         be = get_backend(backend or meta["backend"])
+        # verified against the memory model of the backend that will run it: a program
+        # recorded for a device backend has device slots, which a host backend rejects
+        verify(program, be.memory.kernel_space, leaves=leaves, strict=True)
         if len(objects) != len(program.kernels) or len(meta["kernels"]) != len(objects):
             raise SavedProgramError(f"{path}: {len(program.kernels)} kernels, "
                                     f"{len(objects)} objects")

@@ -6,7 +6,7 @@ linking without compiling anything; the outputs it returns are allocated but nev
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import _core
 from ..kernel import Kernel
@@ -36,10 +36,9 @@ class NullBackend:
         self._address = _core.null_kernel_address()
 
     def schedule(self, plan):
-        for k in plan.kernels:
-            if k.schedule is None:
-                k.schedule = NullSchedule(k.size)
-        return plan
+        return plan.with_kernels([replace(k, args=list(k.args), stores=list(k.stores),
+                                          checks=list(k.checks), schedule=NullSchedule(k.size))
+                                  for k in plan.kernels])
 
     def source(self, kernel: Kernel) -> str:
         return kernel.describe()
