@@ -805,6 +805,9 @@ cdef class Entry:
     cdef readonly uint64_t key
     cdef uint64_t last_used
     cdef public object info
+    # None, or a callable (call args, program result) -> result that applies the trace's side
+    # effects on argument containers; only calls with containers (never the flat path) have it
+    cdef public object post
 
     def __cinit__(self, *args, **kwargs):
         self.spec_leaf = NULL
@@ -972,7 +975,10 @@ cdef class Dispatcher:
                     self._tick += 1
                     entry.last_used = self._tick
                     self._mru = entry
-                    return invoke_with_leaves(entry.executable, vals.data, leaves)
+                    result = invoke_with_leaves(entry.executable, vals.data, leaves)
+                    if entry.post is not None:
+                        return entry.post(args, result)
+                    return result
             return self._miss(args, kwargs)
         finally:
             words_release(&sig)

@@ -138,8 +138,12 @@ class Compiled(_core.Dispatcher):
                 if entry is None:
                     entry = self._trace(call, enc, bool(kwargs), install=True)
         if not copies:
-            return _core.run_entry(entry, call, self._static)
-        return self._run_on_copies(entry, call, copies)
+            result = _core.run_entry(entry, call, self._static)
+        else:
+            result = self._run_on_copies(entry, call, copies)
+        if entry.post is not None:
+            return entry.post(call, result)
+        return result
 
     def _run_on_copies(self, entry, call, copies: dict):
         """Run on the aligned native copies `_normalize` made, then write the in-place updates
@@ -289,6 +293,8 @@ class Compiled(_core.Dispatcher):
         results = result_specs(traced.outputs)
         call_layout = CallLayout(results, out_tree, dict(traced.int_bounds))
         entry = link_entry(backend, program, kernels, call_layout, sig_bytes, keys, statics)
+        if traced.effects:
+            entry.post = ContainerEffects(traced.effects)
         lowered = Lowered(str(traced.graph),
                           [(k.label, k.describe(), ck.source) for k, ck in zip(plan.kernels, kernels)],
                           program.disassemble(), plan, program)
@@ -518,6 +524,37 @@ def result_specs(outputs) -> list:
     kinds = {"new": ResultKind.RESULT_NEW, "input": ResultKind.RESULT_INPUT,
              "value": ResultKind.RESULT_VALUE}
     return [(kinds[o[0]], o[1], bool(o[2]) if o[0] == "new" else False) for o in outputs]
+
+
+class ContainerEffects:
+    """Replays a trace's side effects on argument containers: the program returns (result,
+    [final contents per mutated list/dict]); each final content is written into the caller's
+    container at its path (so `config['m'] = ...` inside fn reaches the caller's dict on
+    every call, as it would in NumPy), and the result alone is returned."""
+
+    def __init__(self, paths):
+        self.paths = [tuple(p) for p in paths]
+
+    def __call__(self, call, out):
+        result, finals = out
+        for path, final in zip(self.paths, finals):
+            target = call[path[1]] if path[0] == 0 else call[-1][path[1]]
+            for key in path[2:]:
+                target = target[key]
+            if type(target) is dict:
+                target.clear()
+                target.update(final)
+            else:
+                target[:] = final
+        return result
+
+    def describe(self) -> str:
+        return ", ".join(_path_text(p) for p in self.paths)
+
+
+def _path_text(path) -> str:
+    head = f"argument {path[1]}" if path[0] == 0 else f"keyword argument {path[1]!r}"
+    return head + "".join(f"[{k!r}]" for k in path[2:])
 
 
 def _log_trace(name, reason, lowered, kernels, seconds):

@@ -46,6 +46,9 @@ def _json_scalar(v, what: str):
 
 def save_entry(path, entry, backend, static_positions) -> None:
     info = entry.info
+    if entry.post is not None:
+        raise TypeError(f"a saved program cannot replay side effects on argument containers "
+                        f"({entry.post.describe()}); return the new values instead")
     program: Program = info.lowered.program
     for k in info.keys:
         if not isinstance(k, tuple):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import ops
-from .errors import TracingError
+from .errors import TracingError, caught_where, noting_errors
 from .ir import Graph, Node, Op
 
 _state = threading.local()
@@ -279,6 +279,9 @@ class Traced:
     outputs: list            # per result leaf: ("new", output index, as_scalar) | ("input", leaf) | ("value", obj)
     mutated_leaves: list
     int_bounds: dict         # leaf -> (lo, hi): weak Python int parameters cast to narrower ints
+    # paths (argument position, then keys/indices) of argument lists and dicts the function
+    # mutated; when non-empty, the outputs are those of (result, [final contents per path])
+    effects: list = None
 
 
 def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
@@ -302,8 +305,25 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
                 weak = leaf.weak if leaf.weak is not bool else None   # see ops.weak_literal
                 tracers.append(Tracer(Storage(node, position=pos), weak=weak, scalar=True))
         args, kwargs = build_args(tracers)
-        result = fn(*args, **kwargs)
-        return _finish(g, result, tracers, storages), result
+        containers = _containers((args, kwargs))
+        with noting_errors() as noted:
+            result = fn(*args, **kwargs)
+        if noted:
+            err = noted[0]
+            raise TracingError(
+                f"the traced function caught a fastlaunch.TracingError at {caught_where(err)} and "
+                f"went on; the trace would record its fallback, not the computation asked for, "
+                f"so it is discarded. The error was: {err}")
+        effects = _container_effects(containers)
+        if effects:
+            # the final contents of mutated argument containers become extra results, which
+            # the caller's containers receive on every call (Traced.effects says where)
+            result_and_effects = (result, [final for _, final in effects])
+        else:
+            result_and_effects = result
+        traced = _finish(g, result_and_effects, tracers, storages)
+        traced.effects = [path for path, _ in effects]
+        return traced, result_and_effects
     finally:
         _state.graph = previous
 
@@ -348,3 +368,40 @@ def _param_int_bounds(g: Graph) -> dict:
             lo, hi = bounds.get(pos, (-2**63, 2**63 - 1))
             bounds[pos] = (max(lo, int(info.min)), min(hi, int(info.max)))
     return bounds
+
+
+# ---- side effects on argument containers ---------------------------------------------------
+def _containers(tree, path=()) -> list:
+    """(path, container, snapshot of its items) for every list and dict in the call's argument
+    tree, outermost first.  path: (0, position) into args, or (1, name) into kwargs, then keys
+    and indices."""
+    out = []
+    stack = [(tree, path)]
+    while stack:
+        x, p = stack.pop()
+        t = type(x)
+        if t is dict:
+            out.append((p, x, list(x.items())))
+            stack.extend((v, p + (k,)) for k, v in reversed(list(x.items())))
+        elif t is list:
+            out.append((p, x, list(x)))
+            stack.extend((v, p + (i,)) for i, v in reversed(list(enumerate(x))))
+        elif t is tuple or (isinstance(x, tuple) and hasattr(t, "_fields")):
+            stack.extend((v, p + (i,)) for i, v in reversed(list(enumerate(x))))
+    return out
+
+
+def _container_effects(containers) -> list:
+    """(path, final contents) of each container whose items changed during the trace
+    (keys added, removed or reordered, items replaced, appended or popped).  A container
+    inside another changed one is covered by the outer one's final contents."""
+    changed = []
+    for path, obj, before in containers:
+        now = list(obj.items()) if type(obj) is dict else list(obj)
+        if len(now) != len(before) or any(
+                (a[0] != b[0] or a[1] is not b[1]) if type(obj) is dict else a is not b
+                for a, b in zip(now, before)):
+            if any(path[:len(p)] == p for p, _ in changed):
+                continue
+            changed.append((path, dict(obj) if type(obj) is dict else list(obj)))
+    return changed
