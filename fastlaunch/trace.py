@@ -328,12 +328,20 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
         _state.graph = previous
 
 
+class Unreturnable:
+    """A traced object that may be used inside the function but cannot be its result (a
+    boolean-mask selection, whose size depends on the data); `why` says what to do instead."""
+    why = "this value cannot be returned from a traced function"
+
+
 def _finish(g: Graph, result, tracers, storages) -> Traced:
     from .pytree import flatten
     leaves, _ = flatten(result)
     outputs = []
     returned: dict = {}            # id(tracer) -> output index: `return y, y` gives y twice
     for leaf in leaves:
+        if isinstance(leaf, Unreturnable):
+            raise TracingError(leaf.why)
         if isinstance(leaf, Tracer):
             st = leaf._storage
             if st.position is not None and leaf._view is None and leaf._reshape is None \
