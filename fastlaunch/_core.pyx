@@ -824,6 +824,10 @@ cdef class Entry:
         self.info = info
         self.key = hash_words(<const int64_t *><char *>sig, self.nsig)
         specialized = list(specialized)
+        for leaf, _ in specialized:
+            # values_match indexes the call's leaf words with these
+            if not 0 <= leaf < executable.nleaves:
+                raise ValueError(f"specialised leaf {leaf} of {executable.nleaves}")
         self.nspec = len(specialized)
         self.spec_leaf = _copy_words([leaf for leaf, _ in specialized])
         self.spec_word = _copy_words([word for _, word in specialized])

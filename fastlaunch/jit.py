@@ -24,7 +24,7 @@ from .errors import TracingError
 from .leaves import LeafSpec
 from .link import link_entry
 from .pytree import NestingError, flatten
-from .trace import trace_function
+from .trace import SpecializeRequest, trace_function
 
 RETRACE_WARNING_AFTER = 8
 
@@ -71,6 +71,7 @@ class _EntryInfo:
     out_tree: object = None                         # the result's pytree structure
     int_bounds: dict = field(default_factory=dict)
     leaf_names: list = field(default_factory=list)  # the argument each leaf belongs to
+    specialized: dict = field(default_factory=dict)  # leaf -> value the trace was keyed by
 
 
 class Compiled(_core.Dispatcher):
@@ -134,7 +135,7 @@ class Compiled(_core.Dispatcher):
             self.retraces += 1
         else:
             with self._lock:
-                entry = self._find(enc)
+                entry = self._find(enc, call)
                 if entry is None:
                     entry = self._trace(call, enc, bool(kwargs), install=True)
         if not copies:
@@ -188,10 +189,16 @@ class Compiled(_core.Dispatcher):
             return tuple(args), {}
         return tuple(bound.args), dict(bound.kwargs)
 
-    def _find(self, enc):
+    def _find(self, enc, call=None):
         sig, _, keys, statics = enc
+        words = None
         for entry in self._entries_list():
             if entry.signature == sig and entry.info.keys == keys and entry.info.statics == statics:
+                if entry.specialized:
+                    if words is None:
+                        words = _core.leaf_words(call, self._static) if call is not None else []
+                    if not all(k < len(words) and words[k] == w for k, w in entry.specialized):
+                        continue
                 return entry
         return None
 
@@ -246,8 +253,10 @@ class Compiled(_core.Dispatcher):
                 leaves.append(_describe_leaf(self._arg_name(i, call), leaf))
                 names.append(self._arg_name(i, call))
 
+        special: set = set()           # scalar leaves the trace needs the values of
+
         def build_args(tracers):
-            it = iter(tracers)
+            it = iter([leaf_objs[k] if k in special else t for k, t in enumerate(tracers)])
             rebuilt = []
             for i, arg in enumerate(call):
                 if i in self._static:
@@ -267,7 +276,21 @@ class Compiled(_core.Dispatcher):
                     raise TypeError(f"static {self._arg_name(i, call)} must be hashable: its "
                                     f"value is part of the signature (got "
                                     f"{type(call[i]).__name__})") from None
-        traced, result = trace_function(self.__wrapped__, build_args, leaves)
+        while True:
+            try:
+                traced, result = trace_function(self.__wrapped__, build_args, leaves)
+                break
+            except SpecializeRequest as req:
+                new = req.positions - special
+                if not new:
+                    raise TracingError(f"{req.what} needs a value the trace cannot provide") \
+                        from None
+                special |= new
+                needs = req.what
+        specialized = []
+        if special:
+            words = _core.leaf_words(call, self._static)
+            specialized = [(k, words[k]) for k in sorted(special)]
         for kind, value, *_ in traced.outputs:
             if kind == "value" and not _immutable(value):
                 raise TracingError(
@@ -292,7 +315,8 @@ class Compiled(_core.Dispatcher):
         _, out_tree = flatten(result)
         results = result_specs(traced.outputs)
         call_layout = CallLayout(results, out_tree, dict(traced.int_bounds))
-        entry = link_entry(backend, program, kernels, call_layout, sig_bytes, keys, statics)
+        entry = link_entry(backend, program, kernels, call_layout, sig_bytes, keys, statics,
+                           specialized)
         if traced.effects:
             entry.post = ContainerEffects(traced.effects)
         lowered = Lowered(str(traced.graph),
@@ -301,9 +325,14 @@ class Compiled(_core.Dispatcher):
         static_values = [call[i] for i in self._static if i < len(call)]
         entry.info = _EntryInfo(leaves, lowered, kernels, keys, statics, static_values, results,
                                 out_tree, traced.int_bounds, names)
+        entry.info.specialized = {k: leaf_objs[k] for k in sorted(special)}
         seconds = time.perf_counter() - t0
         if install:
             reason = self._reason(leaves)
+            if special:
+                values = ", ".join(f"{names[k]} = {leaf_objs[k]!r}" for k in sorted(special))
+                reason += (f"; specialised on the value of {values} (the trace uses it as a "
+                           f"Python value: {needs.split(' (')[0]})")
             self._install(entry)
             self.traces.append(TraceRecord(reason, _signature_text(leaves), seconds, len(kernels),
                                            sum(1 for k in kernels if k.origin == "compiled")))
@@ -327,7 +356,9 @@ class Compiled(_core.Dispatcher):
                 best = diffs
         if best is None:
             return "new argument structure"
-        return "new signature: " + ("; ".join(best) if best else "static argument or layout changed")
+        if not best:
+            return "new value of a static or value-specialised argument, or a new layout"
+        return "new signature: " + "; ".join(best)
 
     def _maybe_warn(self):
         n = len(self.traces)
@@ -374,7 +405,7 @@ class Compiled(_core.Dispatcher):
         if enc is None or (self.backend.memory.crosses and self._reversed_leaf(call)):
             call, _ = self._normalize(call, contiguous=self.backend.memory.crosses)
             enc = _core.encode(call, self._static)
-        entry = self._find(enc) if self.replay else None
+        entry = self._find(enc, call) if self.replay else None
         if entry is None:
             entry = self._trace(call, enc, bool(kwargs), install=False)
         return entry

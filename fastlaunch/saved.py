@@ -67,6 +67,7 @@ def save_entry(path, entry, backend, static_positions) -> None:
                      scalar] for kind, index, scalar in info.results],
         "out_tree": info.out_tree.to_json(),
         "int_bounds": [[leaf, lo, hi] for leaf, (lo, hi) in sorted(info.int_bounds.items())],
+        "specialized": [[leaf, word] for leaf, word in entry.specialized],
         "kernels": [{"label": label, "text": backend.kernel_text(k)}
                     for (label, _, _), k in zip(info.lowered.kernels, info.kernels)],
         "graph": info.lowered.graph,
@@ -193,7 +194,11 @@ def load(path, backend: str | None = None) -> LoadedProgram:
         int_bounds = {leaf: (lo, hi) for leaf, lo, hi in meta["int_bounds"]}
         statics = [_core.static_key(_static_value(v)) for v in meta["statics"]]
         call = CallLayout(results, out_tree, int_bounds)
-        entry = link_entry(be, program, kernels, call, sig, keys, statics)
+        specialized = [(int(leaf), int(word)) for leaf, word in meta.get("specialized", [])]
+        if any(not 0 <= leaf < len(leaves) or leaves[leaf].is_array for leaf, _ in specialized):
+            raise SavedProgramError(f"{path}: a specialised value for a leaf that is not a "
+                                    f"scalar argument")
+        entry = link_entry(be, program, kernels, call, sig, keys, statics, specialized)
     except SavedProgramError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:

@@ -198,6 +198,10 @@ class Tracer:
 
     # ---- data-dependent Python control flow cannot be traced ----
     def _concrete(self, what: str):
+        positions = _scalar_argument_positions(self.node)
+        if positions:
+            # computed from Python scalar arguments only: the trace can use their values
+            raise SpecializeRequest(positions, what)
         raise TracingError(
             f"{what} needs the value of a traced array ({self.dtype}{list(self.shape)}), which is "
             f"not known while tracing. Express data-dependent choices with np.where(cond, a, b), "
@@ -307,7 +311,17 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
         args, kwargs = build_args(tracers)
         containers = _containers((args, kwargs))
         with noting_errors() as noted:
-            result = fn(*args, **kwargs)
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as err:
+                # NumPy may turn our request into its own TypeError (np.zeros(n)): specialise
+                request = next((e for e in noted if isinstance(e, SpecializeRequest)), None)
+                if request is not None and request is not err:
+                    raise request from err
+                raise
+        request = next((e for e in noted if isinstance(e, SpecializeRequest)), None)
+        if request is not None:
+            raise request            # caught by the traced code: still specialise
         if noted:
             err = noted[0]
             raise TracingError(
@@ -326,6 +340,36 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
         return traced, result_and_effects
     finally:
         _state.graph = previous
+
+
+class SpecializeRequest(TracingError):
+    """The trace needs the value of something computed from scalar arguments alone (a loop
+    count, a shape, an `if` on a flag): the caller traces again with those arguments passed
+    as their values, and keys the result by them (jit.py)."""
+
+    def __init__(self, positions, what: str):
+        super().__init__(f"{what} needs the value of scalar argument leaves {sorted(positions)}")
+        self.positions = frozenset(positions)
+        self.what = what
+
+
+def _scalar_argument_positions(node: Node) -> set:
+    """Leaf positions of the scalar arguments (PARAM nodes) a 0-d node is computed from, when
+    it depends on nothing else but literals; else an empty set."""
+    if node.ndim:
+        return set()
+    found, seen, stack = set(), set(), [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.op is Op.PARAM:
+            found.add(n.attrs["position"])
+        elif n.op is not Op.LITERAL and (not n.inputs or n.ndim):
+            return set()            # an array, a constant, an index space: data, not a value
+        stack.extend(n.inputs)
+    return found
 
 
 class Unreturnable:

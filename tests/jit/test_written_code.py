@@ -143,3 +143,75 @@ def test_save_refuses_container_effects(tmp_path):
     f = fl.compile(bump)
     with pytest.raises(TypeError, match=r"side effects on argument containers \(argument 1\)"):
         f.save(tmp_path / "p.flp", np.ones(2), {"n": np.zeros(2)})
+
+
+# ---- Python scalars that decide control flow or shapes ---------------------------------------
+def unrolled(x, n, nesterov):
+    y = x
+    for t in range(n):                  # a loop count
+        y = y * 0.5 + t
+    if nesterov:                        # a flag
+        y = y + 1
+    z = np.zeros(n) + y.sum()           # a shape
+    return y.reshape(n, -1), z, n       # a reshape, and the value itself
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_scalars_used_as_python_values_are_specialised(dtype):
+    f = fl.compile(unrolled)
+    x = np.arange(12).astype(dtype)
+    for n, flag in [(2, True), (3, False), (2, True), (4, True), (3, False)]:
+        got, want = f(x, n, flag), unrolled(x, n, flag)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-6)
+            assert np.shape(g) == np.shape(w) and np.asarray(g).dtype == np.asarray(w).dtype
+    history = f.stats["history"]
+    assert f.stats["traces"] == 3       # one per distinct (n, flag); repeats replay
+    assert "specialised on the value of argument 'n' = 2, argument 'nesterov' = True" in \
+        history[0].reason
+
+
+def test_arithmetic_only_scalars_stay_runtime_parameters():
+    f = fl.compile(lambda x, lr: x - lr * x)
+    for lr in (0.1, 0.2, 0.3):
+        np.testing.assert_allclose(f(np.ones(3), lr), np.ones(3) - lr)
+    assert f.stats["traces"] == 1
+
+
+def test_specialised_scalar_computed_from_argument():
+    def body(x, n):
+        return x[: n // 2 + 1].sum()     # slicing with a value computed from n
+    f = fl.compile(body)
+    x = np.arange(10.0)
+    for n in (4, 8, 4):
+        assert f(x, n) == body(x, n)
+    assert f.stats["traces"] == 2
+
+
+def test_specialisation_caught_by_user_code_still_works():
+    def body(x, n):
+        try:
+            k = int(n)
+        except TypeError:
+            k = 1
+        return x * k
+    f = fl.compile(body)
+    np.testing.assert_array_equal(f(np.ones(2), 3), np.full(2, 3.0))
+    np.testing.assert_array_equal(f(np.ones(2), 5), np.full(2, 5.0))
+
+
+def test_array_values_still_raise():
+    f = fl.compile(lambda x: x * 2 if x.sum() > 0 else x)
+    with pytest.raises(fl.TracingError, match="np.where"):
+        f(np.ones(3))
+
+
+def test_specialised_program_saves_and_loads(tmp_path):
+    f = fl.compile(unrolled)
+    x = np.arange(6.0)
+    f.save(tmp_path / "u.flp", x, 3, True)
+    g = fl.load(tmp_path / "u.flp")
+    for a, b in zip(g(x, 3, True), unrolled(x, 3, True)):
+        np.testing.assert_allclose(a, b)
+    with pytest.raises(TypeError):
+        g(x, 2, True)                   # another value is another program
