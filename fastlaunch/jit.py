@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _core, bytecode, fuse, numpy_api, ops, record  # noqa: F401  (numpy_api: the tracer's NumPy API)
+from . import _core, bytecode, creation, fuse, numpy_api, ops, record  # noqa: F401  (numpy_api: the tracer's NumPy API)
 from .backends import get_backend
 from ._launch import ResultKind
 from .backends.base import CallLayout
@@ -278,7 +278,8 @@ class Compiled(_core.Dispatcher):
                                     f"{type(call[i]).__name__})") from None
         while True:
             try:
-                traced, result = trace_function(self.__wrapped__, build_args, leaves)
+                with creation.intercepting():
+                    traced, result = trace_function(self.__wrapped__, build_args, leaves)
                 break
             except SpecializeRequest as req:
                 new = req.positions - special

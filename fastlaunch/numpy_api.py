@@ -37,6 +37,12 @@ def operand(x) -> tuple[Node, type | None]:
     g = current_graph()
     if isinstance(x, Tracer):
         return x.node, x.weak
+    hook = getattr(type(x), "__fl_tracer__", None)
+    if hook is not None:         # an array made inside fn (creation.TraceBuffer)
+        t = hook(x)
+        if t is not None:
+            return t.node, t.weak
+        x = x.view(np.ndarray)
     if type(x) in (bool, int, float):
         return ops.weak_literal(g, x)
     if isinstance(x, np.generic):

@@ -386,6 +386,10 @@ def _finish(g: Graph, result, tracers, storages) -> Traced:
     for leaf in leaves:
         if isinstance(leaf, Unreturnable):
             raise TracingError(leaf.why)
+        hook = getattr(type(leaf), "__fl_tracer__", None)
+        if hook is not None:     # an array made inside fn: its tracer, or its constant value
+            t = hook(leaf)
+            leaf = t if t is not None else leaf.view(np.ndarray)
         if isinstance(leaf, Tracer):
             st = leaf._storage
             if st.position is not None and leaf._view is None and leaf._reshape is None \
