@@ -805,6 +805,9 @@ cdef class Entry:
     cdef readonly uint64_t key
     cdef uint64_t last_used
     cdef public object info
+    # None, or a callable (call args, program result) -> result that applies the trace's side
+    # effects on argument containers; only calls with containers (never the flat path) have it
+    cdef public object post
 
     def __cinit__(self, *args, **kwargs):
         self.spec_leaf = NULL
@@ -821,6 +824,10 @@ cdef class Entry:
         self.info = info
         self.key = hash_words(<const int64_t *><char *>sig, self.nsig)
         specialized = list(specialized)
+        for leaf, _ in specialized:
+            # values_match indexes the call's leaf words with these
+            if not 0 <= leaf < executable.nleaves:
+                raise ValueError(f"specialised leaf {leaf} of {executable.nleaves}")
         self.nspec = len(specialized)
         self.spec_leaf = _copy_words([leaf for leaf, _ in specialized])
         self.spec_word = _copy_words([word for _, word in specialized])
@@ -972,7 +979,10 @@ cdef class Dispatcher:
                     self._tick += 1
                     entry.last_used = self._tick
                     self._mru = entry
-                    return invoke_with_leaves(entry.executable, vals.data, leaves)
+                    result = invoke_with_leaves(entry.executable, vals.data, leaves)
+                    if entry.post is not None:
+                        return entry.post(args, result)
+                    return result
             return self._miss(args, kwargs)
         finally:
             words_release(&sig)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _core, bytecode, fuse, numpy_api, ops, record  # noqa: F401  (numpy_api: the tracer's NumPy API)
+from . import _core, bytecode, creation, fuse, numpy_api, ops, record  # noqa: F401  (numpy_api: the tracer's NumPy API)
 from .backends import get_backend
 from ._launch import ResultKind
 from .backends.base import CallLayout
@@ -24,7 +24,7 @@ from .errors import TracingError
 from .leaves import LeafSpec
 from .link import link_entry
 from .pytree import NestingError, flatten
-from .trace import trace_function
+from .trace import SpecializeRequest, trace_function
 
 RETRACE_WARNING_AFTER = 8
 
@@ -71,6 +71,7 @@ class _EntryInfo:
     out_tree: object = None                         # the result's pytree structure
     int_bounds: dict = field(default_factory=dict)
     leaf_names: list = field(default_factory=list)  # the argument each leaf belongs to
+    specialized: dict = field(default_factory=dict)  # leaf -> value the trace was keyed by
 
 
 class Compiled(_core.Dispatcher):
@@ -134,12 +135,16 @@ class Compiled(_core.Dispatcher):
             self.retraces += 1
         else:
             with self._lock:
-                entry = self._find(enc)
+                entry = self._find(enc, call)
                 if entry is None:
                     entry = self._trace(call, enc, bool(kwargs), install=True)
         if not copies:
-            return _core.run_entry(entry, call, self._static)
-        return self._run_on_copies(entry, call, copies)
+            result = _core.run_entry(entry, call, self._static)
+        else:
+            result = self._run_on_copies(entry, call, copies)
+        if entry.post is not None:
+            return entry.post(call, result)
+        return result
 
     def _run_on_copies(self, entry, call, copies: dict):
         """Run on the aligned native copies `_normalize` made, then write the in-place updates
@@ -184,10 +189,16 @@ class Compiled(_core.Dispatcher):
             return tuple(args), {}
         return tuple(bound.args), dict(bound.kwargs)
 
-    def _find(self, enc):
+    def _find(self, enc, call=None):
         sig, _, keys, statics = enc
+        words = None
         for entry in self._entries_list():
             if entry.signature == sig and entry.info.keys == keys and entry.info.statics == statics:
+                if entry.specialized:
+                    if words is None:
+                        words = _core.leaf_words(call, self._static) if call is not None else []
+                    if not all(k < len(words) and words[k] == w for k, w in entry.specialized):
+                        continue
                 return entry
         return None
 
@@ -242,8 +253,10 @@ class Compiled(_core.Dispatcher):
                 leaves.append(_describe_leaf(self._arg_name(i, call), leaf))
                 names.append(self._arg_name(i, call))
 
+        special: set = set()           # scalar leaves the trace needs the values of
+
         def build_args(tracers):
-            it = iter(tracers)
+            it = iter([leaf_objs[k] if k in special else t for k, t in enumerate(tracers)])
             rebuilt = []
             for i, arg in enumerate(call):
                 if i in self._static:
@@ -263,7 +276,22 @@ class Compiled(_core.Dispatcher):
                     raise TypeError(f"static {self._arg_name(i, call)} must be hashable: its "
                                     f"value is part of the signature (got "
                                     f"{type(call[i]).__name__})") from None
-        traced, result = trace_function(self.__wrapped__, build_args, leaves)
+        while True:
+            try:
+                with creation.intercepting():
+                    traced, result = trace_function(self.__wrapped__, build_args, leaves)
+                break
+            except SpecializeRequest as req:
+                new = req.positions - special
+                if not new:
+                    raise TracingError(f"{req.what} needs a value the trace cannot provide") \
+                        from None
+                special |= new
+                needs = req.what
+        specialized = []
+        if special:
+            words = _core.leaf_words(call, self._static)
+            specialized = [(k, words[k]) for k in sorted(special)]
         for kind, value, *_ in traced.outputs:
             if kind == "value" and not _immutable(value):
                 raise TracingError(
@@ -288,16 +316,24 @@ class Compiled(_core.Dispatcher):
         _, out_tree = flatten(result)
         results = result_specs(traced.outputs)
         call_layout = CallLayout(results, out_tree, dict(traced.int_bounds))
-        entry = link_entry(backend, program, kernels, call_layout, sig_bytes, keys, statics)
+        entry = link_entry(backend, program, kernels, call_layout, sig_bytes, keys, statics,
+                           specialized)
+        if traced.effects:
+            entry.post = ContainerEffects(traced.effects)
         lowered = Lowered(str(traced.graph),
                           [(k.label, k.describe(), ck.source) for k, ck in zip(plan.kernels, kernels)],
                           program.disassemble(), plan, program)
         static_values = [call[i] for i in self._static if i < len(call)]
         entry.info = _EntryInfo(leaves, lowered, kernels, keys, statics, static_values, results,
                                 out_tree, traced.int_bounds, names)
+        entry.info.specialized = {k: leaf_objs[k] for k in sorted(special)}
         seconds = time.perf_counter() - t0
         if install:
             reason = self._reason(leaves)
+            if special:
+                values = ", ".join(f"{names[k]} = {leaf_objs[k]!r}" for k in sorted(special))
+                reason += (f"; specialised on the value of {values} (the trace uses it as a "
+                           f"Python value: {needs.split(' (')[0]})")
             self._install(entry)
             self.traces.append(TraceRecord(reason, _signature_text(leaves), seconds, len(kernels),
                                            sum(1 for k in kernels if k.origin == "compiled")))
@@ -321,7 +357,9 @@ class Compiled(_core.Dispatcher):
                 best = diffs
         if best is None:
             return "new argument structure"
-        return "new signature: " + ("; ".join(best) if best else "static argument or layout changed")
+        if not best:
+            return "new value of a static or value-specialised argument, or a new layout"
+        return "new signature: " + "; ".join(best)
 
     def _maybe_warn(self):
         n = len(self.traces)
@@ -368,7 +406,7 @@ class Compiled(_core.Dispatcher):
         if enc is None or (self.backend.memory.crosses and self._reversed_leaf(call)):
             call, _ = self._normalize(call, contiguous=self.backend.memory.crosses)
             enc = _core.encode(call, self._static)
-        entry = self._find(enc) if self.replay else None
+        entry = self._find(enc, call) if self.replay else None
         if entry is None:
             entry = self._trace(call, enc, bool(kwargs), install=False)
         return entry
@@ -518,6 +556,37 @@ def result_specs(outputs) -> list:
     kinds = {"new": ResultKind.RESULT_NEW, "input": ResultKind.RESULT_INPUT,
              "value": ResultKind.RESULT_VALUE}
     return [(kinds[o[0]], o[1], bool(o[2]) if o[0] == "new" else False) for o in outputs]
+
+
+class ContainerEffects:
+    """Replays a trace's side effects on argument containers: the program returns (result,
+    [final contents per mutated list/dict]); each final content is written into the caller's
+    container at its path (so `config['m'] = ...` inside fn reaches the caller's dict on
+    every call, as it would in NumPy), and the result alone is returned."""
+
+    def __init__(self, paths):
+        self.paths = [tuple(p) for p in paths]
+
+    def __call__(self, call, out):
+        result, finals = out
+        for path, final in zip(self.paths, finals):
+            target = call[path[1]] if path[0] == 0 else call[-1][path[1]]
+            for key in path[2:]:
+                target = target[key]
+            if type(target) is dict:
+                target.clear()
+                target.update(final)
+            else:
+                target[:] = final
+        return result
+
+    def describe(self) -> str:
+        return ", ".join(_path_text(p) for p in self.paths)
+
+
+def _path_text(path) -> str:
+    head = f"argument {path[1]}" if path[0] == 0 else f"keyword argument {path[1]!r}"
+    return head + "".join(f"[{k!r}]" for k in path[2:])
 
 
 def _log_trace(name, reason, lowered, kernels, seconds):

@@ -61,9 +61,9 @@ def executable_layout(program: Program, call: CallLayout, keepalive=None,
             if type(index) is not int or not 0 <= index < nouts:
                 raise LinkError(f"result refers to output {index} of {nouts}")
         elif kind == ResultKind.RESULT_INPUT:
-            if type(index) is not int or not 0 <= index < nleaves or \
-                    program.slots[index].role != SlotRole.INPUT:
-                raise LinkError(f"result refers to argument leaf {index}, not an array")
+            # an argument handed back as is: an array updated in place, or a scalar
+            if type(index) is not int or not 0 <= index < nleaves:
+                raise LinkError(f"result refers to argument leaf {index} of {nleaves}")
         elif kind != ResultKind.RESULT_VALUE:
             raise LinkError(f"unknown result kind {kind}")
         results.append((int(kind), index, bool(as_scalar)))

@@ -46,6 +46,9 @@ def _json_scalar(v, what: str):
 
 def save_entry(path, entry, backend, static_positions) -> None:
     info = entry.info
+    if entry.post is not None:
+        raise TypeError(f"a saved program cannot replay side effects on argument containers "
+                        f"({entry.post.describe()}); return the new values instead")
     program: Program = info.lowered.program
     for k in info.keys:
         if not isinstance(k, tuple):
@@ -64,6 +67,7 @@ def save_entry(path, entry, backend, static_positions) -> None:
                      scalar] for kind, index, scalar in info.results],
         "out_tree": info.out_tree.to_json(),
         "int_bounds": [[leaf, lo, hi] for leaf, (lo, hi) in sorted(info.int_bounds.items())],
+        "specialized": [[leaf, word] for leaf, word in entry.specialized],
         "kernels": [{"label": label, "text": backend.kernel_text(k)}
                     for (label, _, _), k in zip(info.lowered.kernels, info.kernels)],
         "graph": info.lowered.graph,
@@ -192,7 +196,11 @@ def load(path, backend: str | None = None) -> LoadedProgram:
         int_bounds = {leaf: (lo, hi) for leaf, lo, hi in meta["int_bounds"]}
         statics = [_core.static_key(_static_value(v)) for v in meta["statics"]]
         call = CallLayout(results, out_tree, int_bounds)
-        entry = link_entry(be, program, kernels, call, sig, keys, statics)
+        specialized = [(int(leaf), int(word)) for leaf, word in meta.get("specialized", [])]
+        if any(not 0 <= leaf < len(leaves) or leaves[leaf].is_array for leaf, _ in specialized):
+            raise SavedProgramError(f"{path}: a specialised value for a leaf that is not a "
+                                    f"scalar argument")
+        entry = link_entry(be, program, kernels, call, sig, keys, statics, specialized)
     except SavedProgramError:
         raise
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:

@@ -204,21 +204,25 @@ def test_indexing_a_numpy_constant_by_a_traced_index_needs_fl_asarray():
     np.testing.assert_array_equal(fl.compile(wrapped)(np.array([1, 9, -1])), table[[1, 9, -1]])
 
 
-def test_writing_traced_values_into_a_numpy_array_is_refused():
-    """np.zeros(...) inside fn is a real NumPy array (a constant); NumPy cannot store a traced
-    value into it.  Build the array from a traced value instead (np.zeros_like).  NumPy catches
-    our TracingError and raises its own "setting an array element with a sequence"."""
-    def bad(x):
-        out = np.zeros(3)
+def test_writing_traced_values_into_a_numpy_array_made_outside_is_refused():
+    """An array made inside fn with np.zeros(...) takes traced values (it becomes a traced
+    buffer, see fastlaunch/creation.py); one made outside fn, or through a function imported
+    directly (`from numpy import zeros`), is a NumPy constant that NumPy cannot store a traced
+    value into.  NumPy catches our TracingError and raises its own "setting an array element
+    with a sequence"."""
+    from numpy import zeros
+
+    def direct_import(x):
+        out = zeros(3)
         out[0] = x[0]
         return out
 
     with pytest.raises((fl.TracingError, ValueError)):
-        fl.compile(bad)(np.ones(3))
+        fl.compile(direct_import)(np.ones(3))
 
-    def good(x):
-        out = np.zeros_like(x)
+    def inside(x):
+        out = np.zeros(3)
         out[0] = x[0]
         return out
 
-    np.testing.assert_array_equal(fl.compile(good)(np.arange(3.0) + 1), [1.0, 0, 0])
+    np.testing.assert_array_equal(fl.compile(inside)(np.arange(3.0) + 1), [1.0, 0, 0])
