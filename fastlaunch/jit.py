@@ -48,8 +48,9 @@ class Lowered:
     graph: str
     kernels: list            # (label, loop description, source)
     bytecode: str
-    plan: object = None
+    plan: object = None      # the backend's scheduled plan
     program: object = None
+    fused: object = None     # the fused, unscheduled plan (what every backend consumes)
 
     def __str__(self):
         parts = ["== graph ==", self.graph]
@@ -308,7 +309,8 @@ class Compiled(_core.Dispatcher):
                     f"pass a copy, np.ascontiguousarray(x)")
         backend = self.backend
         layouts = {pos: leaf.strides for pos, leaf in enumerate(leaves) if leaf.is_array}
-        plan = backend.schedule(fuse.plan(traced.graph, layouts))
+        fused = fuse.plan(traced.graph, layouts)
+        plan = backend.schedule(fused)
         kernels = [backend.compile(k) for k in plan.kernels]
         program = record.record(plan, [k.name for k in kernels], leaves, traced.graph.consts,
                                 traced.mutated_leaves, backend.memory)
@@ -322,7 +324,7 @@ class Compiled(_core.Dispatcher):
             entry.post = ContainerEffects(traced.effects)
         lowered = Lowered(str(traced.graph),
                           [(k.label, k.describe(), ck.source) for k, ck in zip(plan.kernels, kernels)],
-                          program.disassemble(), plan, program)
+                          program.disassemble(), plan, program, fused)
         static_values = [call[i] for i in self._static if i < len(call)]
         entry.info = _EntryInfo(leaves, lowered, kernels, keys, statics, static_values, results,
                                 out_tree, traced.int_bounds, names)

@@ -194,7 +194,7 @@ def test_second_target_gather_and_error_flag(host_jit):
 def test_second_target_takes_fused_kernels(fn, args):
     """Every kernel the fuser emits (also as the CPU schedule splits and tiles them) lowers
     through the second target to verified LLVM IR: it reads nothing of the CPU schedule."""
-    plan = schedule(fl.compile(fn, backend="null").lower(*args).plan)
+    plan = schedule(fl.compile(fn, backend="null").lower(*args).fused)
     assert plan.kernels
     for k in plan.kernels:
         verified(grid_source(k))
