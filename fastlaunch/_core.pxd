@@ -25,8 +25,10 @@ cdef class Executable:
 
     The base class does what is the same on every backend: argument checks, the slot table,
     host result arrays and the packing of results.  A backend implements `execute` (the
-    bytecode run, without the GIL, returning a Status), `release` (memory a failed run left
-    allocated) and `read_status` (the KernelError bits, wherever the status word lives)."""
+    bytecode run from state.start, without the GIL, returning a Status; a run that stopped at
+    a POLL may be resumed just after it with its slots as it left them), `release` (memory a
+    failed run left allocated) and `read_status` (the KernelError bits, wherever the status
+    word lives)."""
     cdef int64_t *code
     cdef Py_ssize_t ncode
     cdef int64_t *lists

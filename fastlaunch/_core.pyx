@@ -20,10 +20,21 @@ from libc.string cimport memcmp, memcpy, memset
 cimport numpy as cnp
 import numpy as np
 import struct
+import threading
 
 from fastlaunch._launch cimport *
+from fastlaunch import env as _env
 
 cnp.import_array()
+
+# Process-wide set-up, once, at import: the fork handlers (a fork while another thread
+# replays must leave the child a usable runtime, pool or not) and the runtime's settings from
+# the environment, checked here because the runtime reads them without the GIL, where a bad
+# value could not be raised.
+if fl_runtime_init() != 0:
+    raise OSError("fastlaunch: cannot register the runtime's fork handlers (pthread_atfork)")
+if fl_configure(_env.num_threads(fl_max_threads()), _env.pool_limit_bytes()) != 0:
+    raise AssertionError("fastlaunch: runtime settings out of the range env.py checks")
 
 cdef extern from "Python.h":
     # reference-stealing forms, declared on raw pointers so Cython adds no refcounting
@@ -374,9 +385,9 @@ cdef int interrupt_pending() noexcept nogil:
 cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, int64_t *slots,
                   int64_t *argwords, fl_kernel_fn *kernels, const int64_t *work,
                   RunState *state) except -1 nogil:
-    """Execute host bytecode.  Returns a Status (state.pc: where it stopped); never touches
-    Python objects.  The verifier has proved every index below in range."""
-    cdef Py_ssize_t pc = 0, k
+    """Execute host bytecode from state.start.  Returns a Status (state.pc: where it stopped);
+    never touches Python objects.  The verifier has proved every index below in range."""
+    cdef Py_ssize_t pc = state.start, k
     cdef int64_t op
     cdef void *p
     while pc < ncode:
@@ -592,11 +603,12 @@ cdef class Executable:
             if self.status_slot >= 0:
                 slots[self.status_slot] = <int64_t><intptr_t>&error_word
             self.bind_outputs(outs, slots)
+            for i in range(self.ntemps):
+                slots[self.temp_slots[i]] = 0
+            state.start = 0
+            if self.polls and fl_interrupt_arm(_handles_signals()) == 0:
+                cpython_check_signals()     # a Ctrl-C from just before the arm: raise it now
             while True:
-                for i in range(self.ntemps):
-                    slots[self.temp_slots[i]] = 0
-                if self.polls:
-                    fl_interrupt_arm()
                 state.pc = -1
                 state.backend_code = 0
                 with nogil:
@@ -604,12 +616,17 @@ cdef class Executable:
                 if status == STATUS_OK:
                     break
                 if status == STATUS_INTERRUPTED:
-                    self.release(slots)
-                    # Python's own handler was chained: it raises (KeyboardInterrupt) here.
-                    # If it does not, the signal was meant to be survived: no argument has
-                    # been written yet (POLLs come before the first in-place write), so run
-                    # the program again from the start.
-                    cpython_check_signals()
+                    # Python's own handler was chained: it raises (KeyboardInterrupt) here,
+                    # before any argument was written (POLLs come before the first in-place
+                    # write).  A handler that returns means the signal is survived: resume
+                    # after the POLL, with the slots as the run left them.
+                    fl_interrupt_clear()
+                    try:
+                        cpython_check_signals()
+                    except BaseException:
+                        self.release(slots)
+                        raise
+                    state.start = state.pc + (POLL & 0xFF)
                     continue
                 err = self.error(status, &state, slots)    # reads the status word first
                 self.release(slots)
@@ -710,6 +727,12 @@ cdef extern from "Python.h":
 
 cdef inline int cpython_check_signals() except -1:
     return PyErr_CheckSignals()
+
+
+cdef bint _handles_signals():
+    """Whether this thread is the one Python runs signal handlers in (the main thread; after a
+    fork, the forking one).  Only there can a POLL's stop turn into a KeyboardInterrupt."""
+    return threading.get_ident() == threading.main_thread().ident
 
 
 cdef class HostExecutable(Executable):
@@ -1042,7 +1065,11 @@ def null_kernel_address():
     return <intptr_t>fl_null_kernel
 
 def start_threads(int n=0):
-    """Start the worker pool (n threads including the caller; 0: all available CPUs)."""
+    """Start the worker pool (n threads including the caller; 0: FASTLAUNCH_NUM_THREADS, else
+    all available CPUs)."""
+    if not 0 <= n <= fl_max_threads():
+        raise ValueError(f"start_threads: n must be from 0 to {fl_max_threads()} threads, "
+                         f"got {n}")
     return fl_pool_start(n)
 
 def stop_threads():

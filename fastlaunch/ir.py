@@ -7,10 +7,36 @@ only when printing, so the text of a graph depends on its structure alone.
 from __future__ import annotations
 
 import enum
+import math
 
 import numpy as np
 
-__all__ = ["Kind", "Op", "Node", "Graph", "SUPPORTED_DTYPES", "dtype_short"]
+__all__ = ["Kind", "Op", "Node", "Graph", "SUPPORTED_DTYPES", "dtype_short", "check_shape",
+           "MAX_INTP"]
+
+# NumPy's limit on dimensions, sizes and byte counts (npy_intp); every node's shape keeps its
+# byte count within it, so the int64 shape and size arithmetic downstream cannot overflow
+MAX_INTP = int(np.iinfo(np.intp).max)
+
+
+def check_shape(shape, dtype) -> tuple:
+    """The shape as a tuple of ints, if NumPy could make an array of it; else NumPy's own
+    error.  NumPy checks every array, views included: each dimension non-negative and at most
+    npy_intp's maximum, and itemsize times the non-zero dimensions within it (so even
+    (0, 2**62, 2**62) is refused, as NumPy refuses it)."""
+    shape = tuple(int(s) for s in shape)
+    nbytes = np.dtype(dtype).itemsize
+    for s in shape:
+        if s < 0:
+            raise ValueError("negative dimensions are not allowed")
+        if s > MAX_INTP:
+            raise ValueError("Maximum allowed dimension exceeded")
+        if s:
+            nbytes *= s
+    if nbytes > MAX_INTP:
+        raise ValueError("array is too big; `arr.size * arr.dtype.itemsize` is larger than the "
+                         "maximum possible size.")
+    return shape
 
 
 class Kind(enum.Enum):
@@ -176,7 +202,7 @@ class Node:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     def attr(self, name, default=None):
         return self.attrs.get(name, default)
@@ -210,7 +236,7 @@ class Graph:
         if op.arity >= 0 and len(inputs) != op.arity:
             raise ValueError(f"{op.value} takes {op.arity} operands, got {len(inputs)}")
         dtype = np.dtype(dtype)
-        shape = tuple(int(s) for s in shape)
+        shape = check_shape(shape, dtype)
         key = (op, dtype.str, shape, tuple(n.index for n in inputs),
                tuple(sorted((k, _attr_key(v)) for k, v in attrs.items())))
         node = self._interned.get(key)

@@ -7,7 +7,6 @@ recording and verifying a program, and installing it as a cache entry.
 from __future__ import annotations
 
 import inspect
-import os
 import sys
 import threading
 import time
@@ -16,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _core, bytecode, creation, fuse, numpy_api, ops, record  # noqa: F401  (numpy_api: the tracer's NumPy API)
+from . import _core, bytecode, creation, env, fuse, numpy_api, ops, record  # noqa: F401  (numpy_api: the tracer's NumPy API)
 from .backends import get_backend
 from ._launch import ResultKind
 from .backends.base import CallLayout
@@ -340,7 +339,7 @@ class Compiled(_core.Dispatcher):
             self.traces.append(TraceRecord(reason, _signature_text(leaves), seconds, len(kernels),
                                            sum(1 for k in kernels if k.origin == "compiled")))
             self._maybe_warn()
-            if os.environ.get("FASTLAUNCH_LOG"):
+            if env.log_enabled():
                 _log_trace(self.__name__, reason, lowered, kernels, seconds)
         return entry
 

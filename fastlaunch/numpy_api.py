@@ -12,7 +12,7 @@ import numpy as np
 
 from . import ops
 from .errors import TracingError
-from .ir import Node, Op
+from .ir import Node, Op, check_shape
 from .trace import (Storage, Tracer, Unreturnable, ViewMap, current_graph, new_tracer, tracing,
                     view_of)
 
@@ -703,6 +703,7 @@ def array(obj, dtype=None, copy=None, order=None, **kwargs):
 def _filled(shape, dtype, value) -> Tracer:
     g = current_graph()
     dt = ops.check_dtype(dtype, "array construction")
+    shape = check_shape(shape, dt)      # a new array: NumPy's array checks, not its iterator's
     return wrap(ops.broadcast_to(g, ops.literal(g, value, dt), shape), scalar=False)
 
 
@@ -727,7 +728,8 @@ def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, **kw
         n = node_of(a)
         dt = np.dtype(dtype) if dtype is not None else n.dtype
         g = current_graph()
-        shp = n.shape if shape is None else ops.normalize_shape(shape, int(np.prod(shape)))
+        shp = n.shape if shape is None else check_shape(
+            (shape,) if isinstance(shape, (int, np.integer)) else shape, dt)
         return wrap(ops.broadcast_to(g, ops.cast(g, fill_value.node, dt), shp), scalar=False)
     return _like(a, dtype, shape, fill_value)
 
@@ -833,6 +835,8 @@ def squeeze(a, axis=None):
 @implements(np.broadcast_to)
 def broadcast_to(a, shape, subok=False):
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if any(s < 0 for s in shape):
+        raise ValueError("all elements of broadcast shape must be non-negative")
     n = ops.broadcast_to(current_graph(), node_of(a), shape)
     return Tracer(Storage(n, frozen_reason="the result of np.broadcast_to is read-only"))
 
