@@ -47,6 +47,9 @@ cdef class Executable:
     cdef int64_t *leaf_lo              # per leaf: byte range [lo, hi) it addresses relative
     cdef int64_t *leaf_hi              # to its pointer (hi <= lo: not an array)
     cdef Py_ssize_t status_slot        # slot pointing at the call's error word, or -1
+    cdef Py_ssize_t rng_slot           # slot of the call's random key, or -1
+    cdef uint64_t rng_seed             # the executable's random seed...
+    cdef uint64_t rng_calls            # ...and the calls made: each call's key hashes both
     cdef Py_ssize_t nresults
     cdef int *res_kind                 # ResultKind per result leaf
     cdef int64_t *res_index            # output index, argument leaf, or index in res_values

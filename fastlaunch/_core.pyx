@@ -377,6 +377,21 @@ cdef bint _is_flat(bytes sig):
     return True
 
 
+cdef extern from *:
+    """
+    #include <stdint.h>
+    /* The key of one call's random numbers: splitmix64 of the seed and a call counter taken
+       atomically (concurrent calls of one executable get distinct keys). */
+    static inline uint64_t fl_rng_key(uint64_t seed, uint64_t *calls) {
+        uint64_t z = seed + __atomic_fetch_add(calls, 1, __ATOMIC_RELAXED) * 0x9E3779B97F4A7C15ULL;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+        return z ^ (z >> 31);
+    }
+    """
+    uint64_t fl_rng_key(uint64_t seed, uint64_t *calls) nogil
+
+
 cdef int interrupt_pending() noexcept nogil:
     return fl_interrupt_pending()
 
@@ -546,6 +561,9 @@ cdef class Executable:
             raise ValueError(f"fastlaunch: more than {MAX_OUTPUTS} result arrays are not "
                              f"supported")
         self.status_slot = program.status_slot
+        self.rng_slot = program.rng_slot
+        self.rng_seed = <uint64_t>(int(layout.rng_seed) & 0xFFFFFFFFFFFFFFFF)
+        self.rng_calls = 0
         self.structure = layout.structure
         self.unflatten = layout.unflatten
         self.kernel_errors = list(layout.kernel_errors)
@@ -602,6 +620,8 @@ cdef class Executable:
                 slots[self.const_slots[i]] = self.const_ptrs[i]
             if self.status_slot >= 0:
                 slots[self.status_slot] = <int64_t><intptr_t>&error_word
+            if self.rng_slot >= 0:
+                slots[self.rng_slot] = <int64_t>fl_rng_key(self.rng_seed, &self.rng_calls)
             self.bind_outputs(outs, slots)
             for i in range(self.ntemps):
                 slots[self.temp_slots[i]] = 0

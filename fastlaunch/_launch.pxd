@@ -44,6 +44,7 @@ cpdef enum SlotRole:
     ROLE_OUTPUT = 3     # a fresh result array, allocated per call before the run
     ROLE_TEMP = 4       # memory between ALLOC and FREE
     ROLE_STATUS = 5     # the call's error word (KernelError bits)
+    ROLE_RNG = 6        # the call's random key: a scalar word the executable sets per call
 
 
 # How a kernel takes one argument word.

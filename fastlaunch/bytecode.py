@@ -57,6 +57,7 @@ class SlotRole(str, enum.Enum):
     OUTPUT = "output"
     TEMP = "temp"
     STATUS = "status"
+    RNG = "rng"
 
 
 class ArgKind(str, enum.Enum):
@@ -165,6 +166,11 @@ class Program:
     def status_slot(self) -> int:
         """The slot kernels raise errors through (-1: the program has no checks)."""
         return next((i for i, s in enumerate(self.slots) if s.role == SlotRole.STATUS), -1)
+
+    @property
+    def rng_slot(self) -> int:
+        """The slot holding the call's random key (-1: the program draws no random numbers)."""
+        return next((i for i, s in enumerate(self.slots) if s.role == SlotRole.RNG), -1)
 
     # ---- disassembly -----------------------------------------------------------------------
     def disassemble(self) -> str:
@@ -460,6 +466,9 @@ def _verify_tables(p: Program, kernel_space, leaves, strict, errors) -> bool:
             errors.append(f"{where}: device space on a host-only backend")
         if s.role in (SlotRole.CONST, SlotRole.STATUS) and s.space != kernel_space:
             errors.append(f"{where}: {_text(s.role)} slot outside the kernels' space")
+    rngs = [i for i, s in enumerate(p.slots) if s.role == SlotRole.RNG]
+    if len(rngs) > 1 or any(np.dtype(p.slots[i].dtype) != np.uint64 for i in rngs):
+        errors.append(f"random key slots {rngs}: at most one, of uint64")
     statuses = [i for i, s in enumerate(p.slots) if s.role == SlotRole.STATUS]
     if len(statuses) > 1:
         errors.append(f"several status slots {statuses}")
@@ -653,7 +662,7 @@ def _check_copy(p: Program, where, op, ops, live, always_set, written) -> list:
     for slot in (dst, src):
         if slot not in always_set and slot not in live:
             errors.append(f"{where}: slot {slot} is used before it is allocated")
-        if p.slots[slot].role in (SlotRole.PARAM, SlotRole.STATUS):
+        if p.slots[slot].role in (SlotRole.PARAM, SlotRole.STATUS, SlotRole.RNG):
             errors.append(f"{where}: slot {slot} is a {_text(p.slots[slot].role)} slot, not memory")
     if d.role in (SlotRole.CONST,) or (d.role == SlotRole.INPUT and dst not in p.mutated_leaves):
         errors.append(f"{where}: writes read-only slot {dst}")
@@ -676,7 +685,7 @@ def _check_arguments(p: Program, where: str, k: KernelInfo, slots: list, kernel_
         if not 0 <= s < len(p.slots):
             continue
         info = p.slots[s]
-        if (kind == ArgKind.SCALAR) != (info.role == SlotRole.PARAM) or \
+        if (kind == ArgKind.SCALAR) != (info.role in (SlotRole.PARAM, SlotRole.RNG)) or \
                 (kind == ArgKind.STATUS) != (info.role == SlotRole.STATUS):
             errors.append(f"{where}: argument {i} of {k.name} wants a {_text(kind)}, slot {s} is "
                           f"{_text(info.role)}")
@@ -702,7 +711,7 @@ def _check_arguments(p: Program, where: str, k: KernelInfo, slots: list, kernel_
                               f"outside slot {s}'s [{info.lo}, {top}]")
         if k.arg_writes[i]:
             written.add(s)
-            if info.role in (SlotRole.CONST, SlotRole.PARAM):
+            if info.role in (SlotRole.CONST, SlotRole.PARAM, SlotRole.RNG):
                 errors.append(f"{where}: argument {i} of {k.name} writes read-only slot {s}")
             if info.role == SlotRole.INPUT and s not in p.mutated_leaves:
                 errors.append(f"{where}: argument {i} of {k.name} writes input slot {s}, "

@@ -64,6 +64,8 @@ class Op(enum.Enum):
     ARG = ("arg", Kind.LEAF, 0)
     PARAM = ("param", Kind.LEAF, 0)
     CONST = ("const", Kind.LEAF, 0)
+    # the call's random key (uint64): drawn by the executable for every call
+    RNG_KEY = ("rng_key", Kind.LEAF, 0)
     LITERAL = ("literal", Kind.LEAF, 0)
     # elementwise, unary
     CAST = ("cast", Kind.ELEMENTWISE, 1)
@@ -140,6 +142,11 @@ class Op(enum.Enum):
     WHERE = ("where", Kind.ELEMENTWISE, 3)
     # index values of the node's own shape along `axis` (arange, eye and friends)
     IOTA = ("iota", Kind.ELEMENTWISE, 0)
+    # random(key): counter-based random numbers (Philox4x32-10) of the node's own shape:
+    # element i of draw `stream` is a function of (key, stream, i) alone, so any kernel that
+    # recomputes it gets the same value.  `dist`: "u64" (raw bits), "uniform" (float in
+    # [0, 1)), "normal" (standard normal, Box-Muller).  The key changes on every call.
+    RANDOM = ("random", Kind.ELEMENTWISE, 1)
     # views
     BROADCAST = ("broadcast", Kind.VIEW, 1)
     TRANSPOSE = ("transpose", Kind.VIEW, 1)
@@ -230,6 +237,7 @@ class Graph:
         # (argument position, final value): inputs updated in place by the traced function
         self.writebacks: list[tuple[int, Node]] = []
         self._interned: dict = {}
+        self.random_streams = 0     # draws of random numbers so far (each its own stream)
 
     def add(self, op: Op, dtype, shape, inputs=(), **attrs) -> Node:
         """Make a node, or return the structurally equal node that already exists."""

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _core, bytecode, creation, env, fuse, numpy_api, ops, record  # noqa: F401  (numpy_api: the tracer's NumPy API)
+from . import (_core, bytecode, creation, env, fuse, numpy_api, ops, record,  # noqa: F401
+               rng)  # numpy_api, creation, rng: the tracer's NumPy API
 from .backends import get_backend
 from ._launch import ResultKind
 from .backends.base import CallLayout
@@ -77,7 +78,8 @@ class _EntryInfo:
 class Compiled(_core.Dispatcher):
     """The callable returned by fastlaunch.compile."""
 
-    def __init__(self, fn, *, static_argnums=(), static_argnames=(), backend=None, replay=True):
+    def __init__(self, fn, *, static_argnums=(), static_argnames=(), backend=None, replay=True,
+                 seed=None):
         try:
             self._signature = inspect.signature(fn)
         except (TypeError, ValueError):
@@ -108,6 +110,9 @@ class Compiled(_core.Dispatcher):
         self.__doc__ = getattr(fn, "__doc__", None)
         self.backend = get_backend(backend)
         self.replay = replay
+        if seed is not None and (type(seed) is not int or not 0 <= seed < 2**64):
+            raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
+        self.seed = seed
         self.traces: list[TraceRecord] = []
         self.retraces = 0                  # replay=False: calls traced without caching
         self._lock = threading.RLock()
@@ -125,8 +130,8 @@ class Compiled(_core.Dispatcher):
         if enc is None or (self.backend.memory.crosses and self._reversed_leaf(call)):
             # a device backend copies each argument's memory span to the device from its
             # pointer on: an array with a negative stride goes through a contiguous copy
-            call, copies = self._normalize(call, contiguous=self.backend.memory.crosses)
-            enc = _core.encode(call, self._static)
+            call, copies, gens = self._normalize(call, contiguous=self.backend.memory.crosses)
+            enc = _with_generators(_core.encode(call, self._static), gens)
             if enc is None:
                 raise TypeError(f"{self.__name__}: these arguments cannot be passed to a "
                                 f"compiled function")
@@ -211,10 +216,11 @@ class Compiled(_core.Dispatcher):
         return False
 
     def _normalize(self, call, contiguous: bool = False):
-        """(call, {leaf index: caller's array}): aligned native copies of arrays the fast path
-        cannot bind (byte-swapped, misaligned, odd strides), plain ndarray views of harmless
-        subclasses; errors that name the argument for everything else."""
-        out, copies, at = [], {}, 0
+        """(call, {leaf index: caller's array}, {leaf index of a Generator}): aligned native
+        copies of arrays the fast path cannot bind (byte-swapped, misaligned, odd strides),
+        plain ndarray views of harmless subclasses, a fresh uint64 key drawn from each
+        numpy.random.Generator; errors that name the argument for everything else."""
+        out, copies, gens, at = [], {}, set(), 0
         for i, arg in enumerate(call):
             if i in self._static:
                 out.append(arg)
@@ -222,6 +228,13 @@ class Compiled(_core.Dispatcher):
             leaves, tree = flatten(arg)
             fixed = []
             for leaf in leaves:
+                if isinstance(leaf, np.random.Generator):
+                    # this call's random key, drawn from the caller's Generator (advancing it,
+                    # as drawing from it in NumPy would)
+                    fixed.append(np.uint64(leaf.bit_generator.random_raw()))
+                    gens.add(at)
+                    at += 1
+                    continue
                 new = _normalize_leaf(self._arg_name(i, call), leaf)
                 if contiguous and isinstance(new, np.ndarray) and any(st < 0 for st in new.strides):
                     new = np.ascontiguousarray(new)
@@ -231,7 +244,7 @@ class Compiled(_core.Dispatcher):
                 fixed.append(new)
                 at += 1
             out.append(tree.unflatten(fixed))
-        return tuple(out), copies
+        return tuple(out), copies, gens
 
     def _arg_name(self, i, call) -> str:
         if i < len(self._param_names):
@@ -255,8 +268,12 @@ class Compiled(_core.Dispatcher):
 
         special: set = set()           # scalar leaves the trace needs the values of
 
+        generators = _generator_leaves(keys)
+
         def build_args(tracers):
-            it = iter([leaf_objs[k] if k in special else t for k, t in enumerate(tracers)])
+            it = iter([leaf_objs[k] if k in special else
+                       rng.TracedGenerator(t.node) if k in generators else t
+                       for k, t in enumerate(tracers)])
             rebuilt = []
             for i, arg in enumerate(call):
                 if i in self._static:
@@ -276,9 +293,10 @@ class Compiled(_core.Dispatcher):
                     raise TypeError(f"static {self._arg_name(i, call)} must be hashable: its "
                                     f"value is part of the signature (got "
                                     f"{type(call[i]).__name__})") from None
+        captured = _captured_generators(self.__wrapped__)
         while True:
             try:
-                with creation.intercepting():
+                with creation.intercepting(), rng.intercepting():
                     traced, result = trace_function(self.__wrapped__, build_args, leaves)
                 break
             except SpecializeRequest as req:
@@ -288,6 +306,14 @@ class Compiled(_core.Dispatcher):
                         from None
                 special |= new
                 needs = req.what
+        for name, gen, before in captured:
+            if not _same_state(_rng_state(gen), before):
+                raise TracingError(
+                    f"{self.__name__} draws random numbers from {name}, a "
+                    f"{type(gen).__name__} it captures: they would be drawn once, while "
+                    f"tracing, and every call would return the same numbers. Pass the "
+                    f"Generator as an argument (its numbers are then drawn afresh on every "
+                    f"call), or use np.random.default_rng() / np.random.* inside the function")
         specialized = []
         if special:
             words = _core.leaf_words(call, self._static)
@@ -316,7 +342,7 @@ class Compiled(_core.Dispatcher):
         bytecode.verify(program, backend.memory.kernel_space)
         _, out_tree = flatten(result)
         results = result_specs(traced.outputs)
-        call_layout = CallLayout(results, out_tree, dict(traced.int_bounds))
+        call_layout = CallLayout(results, out_tree, dict(traced.int_bounds), rng_seed=self.seed)
         entry = link_entry(backend, program, kernels, call_layout, sig_bytes, keys, statics,
                            specialized)
         if traced.effects:
@@ -405,8 +431,8 @@ class Compiled(_core.Dispatcher):
         call = args + ((kwargs,) if kwargs else ())
         enc = _core.encode(call, self._static)
         if enc is None or (self.backend.memory.crosses and self._reversed_leaf(call)):
-            call, _ = self._normalize(call, contiguous=self.backend.memory.crosses)
-            enc = _core.encode(call, self._static)
+            call, _, gens = self._normalize(call, contiguous=self.backend.memory.crosses)
+            enc = _with_generators(_core.encode(call, self._static), gens)
         entry = self._find(enc, call) if self.replay else None
         if entry is None:
             entry = self._trace(call, enc, bool(kwargs), install=False)
@@ -432,7 +458,8 @@ class Compiled(_core.Dispatcher):
         return functools.partial(self, obj)
 
 
-def compile(fn=None, *, static_argnums=(), static_argnames=(), backend=None, replay=True):
+def compile(fn=None, *, static_argnums=(), static_argnames=(), backend=None, replay=True,
+            seed=None):
     """Compile a NumPy function: traced once per signature, then replayed from bytecode.
 
     static_argnums / static_argnames: arguments whose *value* is part of the signature.
@@ -440,10 +467,12 @@ def compile(fn=None, *, static_argnums=(), static_argnames=(), backend=None, rep
         kernels behind a simulated device-memory boundary: for tests of the device paths);
         None: the FASTLAUNCH_BACKEND environment variable, else "cpu".
     replay=False re-traces on every call (hitting the kernel cache): the "before" baseline.
+    seed: random numbers drawn inside fn (np.random.*, default_rng()) come from this seed
+        (each traced signature counts its calls from it); None: a fresh seed per signature.
     """
     def wrap(f):
         return Compiled(f, static_argnums=static_argnums, static_argnames=static_argnames,
-                        backend=backend, replay=replay)
+                        backend=backend, replay=replay, seed=seed)
     return wrap if fn is None else wrap(fn)
 
 
@@ -557,6 +586,61 @@ def result_specs(outputs) -> list:
     kinds = {"new": ResultKind.RESULT_NEW, "input": ResultKind.RESULT_INPUT,
              "value": ResultKind.RESULT_VALUE}
     return [(kinds[o[0]], o[1], bool(o[2]) if o[0] == "new" else False) for o in outputs]
+
+
+_RNG_TYPES = (np.random.Generator, np.random.RandomState)
+
+
+def _captured_generators(fn) -> list:
+    """(name, generator, state) of each Generator/RandomState fn reads from its globals or its
+    closure: drawing from one while tracing would freeze its numbers into the trace."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    found = []
+    globs = getattr(fn, "__globals__", {})
+    for name in code.co_names:
+        value = globs.get(name)
+        if isinstance(value, _RNG_TYPES):
+            found.append((f"the global {name!r}", value, _rng_state(value)))
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if isinstance(value, _RNG_TYPES):
+            found.append((f"{name!r} (from the enclosing function)", value, _rng_state(value)))
+    return found
+
+
+def _rng_state(gen):
+    return gen.bit_generator.state if isinstance(gen, np.random.Generator) else gen.get_state()
+
+
+def _same_state(a, b) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same_state(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(a, b)
+    return a == b
+
+
+def _with_generators(enc, gens):
+    """The encoding of a call whose Generator leaves became uint64 keys: the keys list says
+    which, so that such an entry never matches a call passing plain integers there."""
+    if enc is None or not gens:
+        return enc
+    sig, leaves, keys, statics = enc
+    return sig, leaves, keys + [("numpy.random.Generator", tuple(sorted(gens)))], statics
+
+
+def _generator_leaves(keys) -> set:
+    for k in keys:
+        if type(k) is tuple and k and k[0] == "numpy.random.Generator":
+            return set(k[1])
+    return set()
 
 
 class ContainerEffects:

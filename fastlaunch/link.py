@@ -7,6 +7,7 @@ defined here, once.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +49,7 @@ class ExecutableLayout:
     kernel_errors: list
     polls: bool
     keepalive: object
+    rng_seed: int = 0        # the seed of the program's random numbers (if it draws any)
 
 
 def executable_layout(program: Program, call: CallLayout, keepalive=None,
@@ -98,7 +100,9 @@ def executable_layout(program: Program, call: CallLayout, keepalive=None,
         int_checks=int_checks, leaf_bytes=leaf_bytes, results=results,
         structure=int(structure), unflatten=unflatten, kernel_errors=KERNEL_ERRORS,
         polls=any(op is Opcode.POLL for _, op, _ in program.instructions()),
-        keepalive=(program.consts, keepalive))
+        keepalive=(program.consts, keepalive),
+        rng_seed=call.rng_seed if call.rng_seed is not None else
+        int.from_bytes(os.urandom(8), "little"))
 
 
 def link_entry(backend, program: Program, kernels: list, call: CallLayout, sig_bytes: bytes,

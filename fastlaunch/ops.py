@@ -286,6 +286,24 @@ def where(g: Graph, cond: tuple, a: tuple, b: tuple) -> Node:
     return elementwise(g, Op.WHERE, dt, [c, an, bn])
 
 
+RANDOM_DISTS = {"u64": np.uint64, "uniform": None, "normal": None}
+
+
+def random(g: Graph, key: Node, dist: str, shape, dtype) -> Node:
+    """A fresh draw of `dist` numbers of `shape` from the random `key` (0-d uint64): every
+    call of this function is a new stream (a distinct node, never merged by CSE)."""
+    if dist not in RANDOM_DISTS:
+        raise ValueError(f"unknown random distribution {dist!r}")
+    g.random_streams += 1
+    return g.add(Op.RANDOM, dtype, tuple(int(d) for d in shape), [key], dist=dist,
+                 stream=g.random_streams)
+
+
+def rng_key(g: Graph) -> Node:
+    """The call's random key: one per trace, set by the executable on every call."""
+    return g.add(Op.RNG_KEY, np.uint64, ())
+
+
 def iota(g: Graph, shape, axis: int, dtype) -> Node:
     """index along `axis` at every position of `shape`: the building block of arange and eye."""
     return g.add(Op.IOTA, dtype, shape, axis=axis)

@@ -67,6 +67,10 @@ def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: 
             slots.append(SlotInfo(SlotRole.CONST, b.dtype.str, 0, b.size - 1,
                                   label=f"const{b.ref}", space=kspace))
             const_slots.append((slot_of[b.id], consts[b.ref]))
+        elif b.role == "rng":
+            # the call's random key: a scalar word the executable sets on every call
+            slot_of[b.id] = len(slots)
+            slots.append(SlotInfo(SlotRole.RNG, np.dtype(np.uint64).str, label="rng"))
         elif b.role == "status":
             slot_of[b.id] = len(slots)
             slots.append(SlotInfo(SlotRole.STATUS, np.dtype(np.int64).str, label="status",

@@ -70,6 +70,7 @@ class CallLayout:
     out_tree: object = None                          # pytree.TreeDef of the result
     int_bounds: dict = field(default_factory=dict)   # leaf -> (lo, hi) for weak Python ints
     leaf_bytes: list = field(default_factory=list)   # per leaf (lo, hi) bytes it addresses
+    rng_seed: int | None = None                      # random numbers' seed (None: fresh)
 
 
 @runtime_checkable

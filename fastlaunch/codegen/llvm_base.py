@@ -30,7 +30,8 @@ import struct
 import numpy as np
 
 from ..ir import Op
-from ..kernel import (Compute, Const, DivMod, Index, IndexValue, Kernel, Load, Loop, Pick, Scalar,
+from ..kernel import (Compute, Const, DivMod, Index, IndexValue, Kernel, Load, Loop, Pick, Random,
+                      Scalar,
                       KernelError, index_picks, walk)
 from .llvm_text import FunctionWriter
 
@@ -48,6 +49,11 @@ MATH_FUNCTIONS = {
     Op.NEXTAFTER: "nextafter",
 }
 
+
+
+# Philox4x32 multipliers and Weyl key increments (Random123)
+_PHILOX_M0, _PHILOX_M1 = 0xD2511F53, 0xCD9E8D57
+_PHILOX_W0, _PHILOX_W1 = 0x9E3779B9 - (1 << 32), 0xBB67AE85 - (1 << 32)   # as signed i32
 
 
 def llvm_type(dt: np.dtype) -> str:
@@ -443,6 +449,8 @@ class LLVMEmitter:
             return fw.op(f"icmp ne i8 {v}, 0") if e.dtype.kind == "b" else v
         if isinstance(e, IndexValue):
             return self.convert(self.index(e.index, loops, memo), np.dtype(np.int64), e.dtype)
+        if isinstance(e, Random):
+            return self.random(e, loops, memo)
         assert isinstance(e, Compute)
         args = [self.expr(o, loops, memo) for o in e.operands]
         dts = [o.dtype for o in e.operands]
@@ -454,6 +462,70 @@ class LLVMEmitter:
         if e.checked:
             return _checked_int_op(self, e.op, e.dtype, args)
         return self.emit_op(e.op, e.dtype, args, dts)
+
+    # ---- random numbers ----------------------------------------------------------------
+    def random(self, e: Random, loops, memo) -> str:
+        """Philox4x32-10 (Salmon et al., SC'11) of counter (position, stream, 0) under the
+        64-bit key, converted to the draw's distribution.  Pure integer arithmetic: the same
+        bits on every target."""
+        fw = self.fw
+        pos = self.index(e.position, loops, memo)
+        key = self.expr(e.key, loops, memo)
+        pos_hi = fw.op(f"lshr i64 {pos}, 32")
+        key_hi = fw.op(f"lshr i64 {key}, 32")
+        c = [fw.op(f"trunc i64 {pos} to i32"), fw.op(f"trunc i64 {pos_hi} to i32"),
+             str(e.stream & 0xFFFFFFFF), "0"]
+        k0 = fw.op(f"trunc i64 {key} to i32")
+        k1 = fw.op(f"trunc i64 {key_hi} to i32")
+
+        def mulhilo(m, x):
+            wide = fw.op(f"zext i32 {x} to i64")
+            p = fw.op(f"mul nuw i64 {m}, {wide}")
+            hi = fw.op(f"lshr i64 {p}, 32")
+            return fw.op(f"trunc i64 {hi} to i32"), fw.op(f"trunc i64 {p} to i32")
+
+        for rnd in range(10):
+            if rnd:
+                k0 = fw.op(f"add i32 {k0}, {_PHILOX_W0}")
+                k1 = fw.op(f"add i32 {k1}, {_PHILOX_W1}")
+            hi0, lo0 = mulhilo(_PHILOX_M0, c[0])
+            hi1, lo1 = mulhilo(_PHILOX_M1, c[2])
+            x0 = fw.op(f"xor i32 {hi1}, {c[1]}")
+            x2 = fw.op(f"xor i32 {hi0}, {c[3]}")
+            c = [fw.op(f"xor i32 {x0}, {k0}"), lo1, fw.op(f"xor i32 {x2}, {k1}"), lo0]
+
+        def word64(lo, hi):
+            high = fw.op(f"zext i32 {hi} to i64")
+            low = fw.op(f"zext i32 {lo} to i64")
+            return fw.op(f"or i64 {fw.op(f'shl i64 {high}, 32')}, {low}")
+
+        def unit(bits, plus_one=False):
+            """53 random bits as a double in [0, 1), or (0, 1] with plus_one."""
+            top = fw.op(f"lshr i64 {bits}, 11")
+            if plus_one:
+                top = fw.op(f"add nuw i64 {top}, 1")
+            as_float = fw.op(f"uitofp i64 {top} to double")
+            return fw.op(f"fmul double {as_float}, 0x3CA0000000000000")   # 2**-53
+
+        if e.dist == "u64":
+            return self.convert(word64(c[0], c[1]), np.dtype(np.uint64), e.dtype)
+        if e.dist == "uniform":
+            if e.dtype == np.float32:                     # 24 bits: every float32 in [0, 1)
+                top = fw.op(f"lshr i32 {c[0]}, 8")
+                as_float = fw.op(f"uitofp i32 {top} to float")
+                return fw.op(f"fmul float {as_float}, 0x3E70000000000000")   # 2**-24
+            return self.convert(unit(word64(c[0], c[1])), np.dtype(np.float64), e.dtype)
+        # normal: Box-Muller on two 53-bit uniforms, u1 in (0, 1] so that log never sees 0
+        u1 = unit(word64(c[0], c[1]), plus_one=True)
+        u2 = unit(word64(c[2], c[3]))
+        f64 = np.dtype(np.float64)
+        log_u1 = self.call_math("log", f64, [u1])
+        radius = self.mod.intrinsic(fw, "llvm.sqrt.f64", "double",
+                                    [("double", fw.op(f"fmul double {log_u1}, -2.0"))])
+        angle = fw.op(f"fmul double {u2}, 0x401921FB54442D18")   # 2 pi
+        cos = self.call_math("cos", f64, [angle])
+        z = fw.op(f"fmul double {radius}, {cos}")
+        return self.convert(z, f64, e.dtype)
 
     # ---- conversions -------------------------------------------------------------------
     def convert(self, v: str, src: np.dtype, dst: np.dtype) -> str:
