@@ -37,9 +37,13 @@ class NullBackend:
 
     def schedule(self, plan):
         for k in plan.kernels:
-            if k.schedule is None:
-                k.schedule = NullSchedule(k.size)
+            self.schedule_kernel(k)
         return plan
+
+    def schedule_kernel(self, kernel: Kernel) -> Kernel:
+        if kernel.schedule is None:
+            kernel.schedule = NullSchedule(kernel.size)
+        return kernel
 
     def source(self, kernel: Kernel) -> str:
         return kernel.describe()
