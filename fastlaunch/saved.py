@@ -300,8 +300,10 @@ def load(path, backend: str | None = None, *, machine_code: bool = True) -> Load
     try:
         meta, program, objects = _read(path)
         return _load(path, meta, program, objects, backend, machine_code)
-    except SavedProgramError:
-        raise
+    except SavedProgramError as err:
+        if str(err).startswith(path):
+            raise
+        raise SavedProgramError(f"{path}: invalid saved program: {err}") from None
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError,
             RecursionError, UnicodeError) as err:
         raise SavedProgramError(f"{path}: invalid saved program: {type(err).__name__}: "
