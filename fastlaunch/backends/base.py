@@ -7,6 +7,8 @@ everything after that:
     memory                its MemoryModel: where its kernels read and write
     schedule(plan)        the plan with its own launch decisions: splits, tiles, serial kernels,
                           launch sizes (kernel.launch); may add kernels and temporaries
+    schedule_kernel(k)    one kernel's launch decisions, without splitting it (what schedule()
+                          gave it: a saved program's kernels are scheduled again on load)
     compile(kernel)       a scheduled kernel -> CompiledKernel (object code, an entry point)
     load_object(text, obj, target_key)
                           a CompiledKernel from saved object code (or compiled again from its

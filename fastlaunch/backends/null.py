@@ -36,9 +36,14 @@ class NullBackend:
         self._address = _core.null_kernel_address()
 
     def schedule(self, plan):
-        return plan.with_kernels([replace(k, args=list(k.args), stores=list(k.stores),
-                                          checks=list(k.checks), schedule=NullSchedule(k.size))
-                                  for k in plan.kernels])
+        return plan.with_kernels([self.schedule_kernel(k) for k in plan.kernels])
+
+    def schedule_kernel(self, kernel: Kernel) -> Kernel:
+        """A scheduled copy of one fused kernel (the fused plan is never changed)."""
+        if kernel.schedule is not None:
+            raise ValueError(f"kernel {kernel.label!r} is already scheduled")
+        return replace(kernel, args=list(kernel.args), stores=list(kernel.stores),
+                       checks=list(kernel.checks), schedule=NullSchedule(kernel.size))
 
     def source(self, kernel: Kernel) -> str:
         return kernel.describe()

@@ -126,3 +126,14 @@ def test_random_fused_with_reduction_is_consistent():
     est, u = f(np.zeros(N))
     assert est == 4 * ((u[0] ** 2 + u[1] ** 2) < 1.0).mean()   # the same numbers in both
     assert abs(est - np.pi) < 0.05
+
+
+@pytest.mark.parametrize("machine_code", [True, False])
+def test_saved_program_draws_fresh_numbers(tmp_path, machine_code):
+    f = fl.compile(lambda x: x + np.random.standard_normal(x.shape))
+    x = np.zeros(1000)
+    f.save(tmp_path / "r.flp", x)
+    g = fl.load(tmp_path / "r.flp", machine_code=machine_code)
+    a, b = g(x), g(x)
+    assert not np.array_equal(a, b)
+    assert abs(a.mean()) < 0.2 and abs(a.std() - 1) < 0.2
