@@ -912,6 +912,7 @@ cdef class Dispatcher:
     cdef tuple _static_positions
     cdef bint _replay
     cdef public Py_ssize_t max_entries
+    cdef tuple _keyword_names
 
     def __init__(self, static_positions=(), replay=True, max_entries=DEFAULT_MAX_ENTRIES):
         self._entries = []
@@ -964,6 +965,25 @@ cdef class Dispatcher:
     def _miss(self, args, kwargs):
         raise NotImplementedError
 
+    def _set_keyword_names(self, names):
+        """Names of the parameters keywords may fill in order (None: positional-only)."""
+        self._keyword_names = tuple(names)
+
+    cdef object _positional(self, tuple args, dict kwargs):
+        """args + the keyword arguments as positionals, or None when they do not fill the
+        next parameters exactly (a gap, an unknown or repeated name: the slow path binds)."""
+        cdef Py_ssize_t i, n = len(args), total = len(args) + len(kwargs)
+        cdef tuple names = self._keyword_names
+        if names is None or total > len(names):
+            return None
+        out = list(args)
+        for i in range(n, total):
+            name = names[i]
+            if name is None or name not in kwargs:
+                return None
+            out.append(kwargs[name])
+        return tuple(out)
+
     cdef inline object _hit(self, Entry entry, int64_t *vals, PyObject **objs):
         self._tick += 1
         entry.last_used = self._tick
@@ -976,7 +996,15 @@ cdef class Dispatcher:
         cdef PyObject *objs[FLAT_MAX_ARGS]
         cdef Py_ssize_t nsig
         cdef Entry entry = self._mru
-        if kwargs or not self._replay or not self._entries:
+        if kwargs:
+            # keywords naming positional parameters, right after the positional arguments,
+            # make the same argument tuple the slow path's binding does (a second call, so
+            # that the positional path below keeps `args` borrowed)
+            merged = self._positional(args, kwargs)
+            if merged is None:
+                return self._miss(args, kwargs)
+            return self(*merged)
+        if not self._replay or not self._entries:
             return self._miss(args, kwargs)
         if not self._static_positions:
             nsig = encode_flat(args, sig, vals, objs)

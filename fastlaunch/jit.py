@@ -87,6 +87,9 @@ class Compiled(_core.Dispatcher):
         params = list(self._signature.parameters.values()) if self._signature else []
         self._param_names = [p.name for p in params
                              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        keyword_names = [p.name if p.kind == p.POSITIONAL_OR_KEYWORD else None
+                         for p in params
+                         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
         names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
         positions = set()
@@ -103,6 +106,8 @@ class Compiled(_core.Dispatcher):
                                  f"named {name!r}")
             positions.add(self._param_names.index(name))
         super().__init__(tuple(sorted(positions)), replay)
+        if self._signature is not None:
+            self._set_keyword_names(keyword_names)
         self._static = tuple(sorted(positions))
         self.__wrapped__ = fn
         self.__name__ = getattr(fn, "__name__", "compiled")

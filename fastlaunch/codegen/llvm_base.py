@@ -456,6 +456,8 @@ class LLVMEmitter:
         dts = [o.dtype for o in e.operands]
         if e.op is Op.CAST:
             return self.convert(args[0], dts[0], e.dtype)
+        if e.op is Op.BITCAST:
+            return fw.op(f"bitcast {llvm_type(dts[0])} {args[0]} to {llvm_type(e.dtype)}")
         if e.op is Op.WHERE:
             ty = llvm_type(e.dtype)
             return fw.op(f"select i1 {args[0]}, {ty} {args[1]}, {ty} {args[2]}")
