@@ -25,8 +25,10 @@ cdef class Executable:
 
     The base class does what is the same on every backend: argument checks, the slot table,
     host result arrays and the packing of results.  A backend implements `execute` (the
-    bytecode run, without the GIL, returning a Status), `release` (memory a failed run left
-    allocated) and `read_status` (the KernelError bits, wherever the status word lives)."""
+    bytecode run from state.start, without the GIL, returning a Status; a run that stopped at
+    a POLL may be resumed just after it with its slots as it left them), `release` (memory a
+    failed run left allocated) and `read_status` (the KernelError bits, wherever the status
+    word lives)."""
     cdef int64_t *code
     cdef Py_ssize_t ncode
     cdef int64_t *lists
@@ -45,6 +47,9 @@ cdef class Executable:
     cdef int64_t *leaf_lo              # per leaf: byte range [lo, hi) it addresses relative
     cdef int64_t *leaf_hi              # to its pointer (hi <= lo: not an array)
     cdef Py_ssize_t status_slot        # slot pointing at the call's error word, or -1
+    cdef Py_ssize_t rng_slot           # slot of the call's random key, or -1
+    cdef uint64_t rng_seed             # the executable's random seed...
+    cdef uint64_t rng_calls            # ...and the calls made: each call's key hashes both
     cdef Py_ssize_t nresults
     cdef int *res_kind                 # ResultKind per result leaf
     cdef int64_t *res_index            # output index, argument leaf, or index in res_values

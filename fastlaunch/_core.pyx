@@ -20,10 +20,21 @@ from libc.string cimport memcmp, memcpy, memset
 cimport numpy as cnp
 import numpy as np
 import struct
+import threading
 
 from fastlaunch._launch cimport *
+from fastlaunch import env as _env
 
 cnp.import_array()
+
+# Process-wide set-up, once, at import: the fork handlers (a fork while another thread
+# replays must leave the child a usable runtime, pool or not) and the runtime's settings from
+# the environment, checked here because the runtime reads them without the GIL, where a bad
+# value could not be raised.
+if fl_runtime_init() != 0:
+    raise OSError("fastlaunch: cannot register the runtime's fork handlers (pthread_atfork)")
+if fl_configure(_env.num_threads(fl_max_threads()), _env.pool_limit_bytes()) != 0:
+    raise AssertionError("fastlaunch: runtime settings out of the range env.py checks")
 
 cdef extern from "Python.h":
     # reference-stealing forms, declared on raw pointers so Cython adds no refcounting
@@ -366,6 +377,21 @@ cdef bint _is_flat(bytes sig):
     return True
 
 
+cdef extern from *:
+    """
+    #include <stdint.h>
+    /* The key of one call's random numbers: splitmix64 of the seed and a call counter taken
+       atomically (concurrent calls of one executable get distinct keys). */
+    static inline uint64_t fl_rng_key(uint64_t seed, uint64_t *calls) {
+        uint64_t z = seed + __atomic_fetch_add(calls, 1, __ATOMIC_RELAXED) * 0x9E3779B97F4A7C15ULL;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+        return z ^ (z >> 31);
+    }
+    """
+    uint64_t fl_rng_key(uint64_t seed, uint64_t *calls) nogil
+
+
 cdef int interrupt_pending() noexcept nogil:
     return fl_interrupt_pending()
 
@@ -374,9 +400,9 @@ cdef int interrupt_pending() noexcept nogil:
 cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, int64_t *slots,
                   int64_t *argwords, fl_kernel_fn *kernels, const int64_t *work,
                   RunState *state) except -1 nogil:
-    """Execute host bytecode.  Returns a Status (state.pc: where it stopped); never touches
-    Python objects.  The verifier has proved every index below in range."""
-    cdef Py_ssize_t pc = 0, k
+    """Execute host bytecode from state.start.  Returns a Status (state.pc: where it stopped);
+    never touches Python objects.  The verifier has proved every index below in range."""
+    cdef Py_ssize_t pc = state.start, k
     cdef int64_t op
     cdef void *p
     while pc < ncode:
@@ -535,6 +561,9 @@ cdef class Executable:
             raise ValueError(f"fastlaunch: more than {MAX_OUTPUTS} result arrays are not "
                              f"supported")
         self.status_slot = program.status_slot
+        self.rng_slot = program.rng_slot
+        self.rng_seed = <uint64_t>(int(layout.rng_seed) & 0xFFFFFFFFFFFFFFFF)
+        self.rng_calls = 0
         self.structure = layout.structure
         self.unflatten = layout.unflatten
         self.kernel_errors = list(layout.kernel_errors)
@@ -591,12 +620,15 @@ cdef class Executable:
                 slots[self.const_slots[i]] = self.const_ptrs[i]
             if self.status_slot >= 0:
                 slots[self.status_slot] = <int64_t><intptr_t>&error_word
+            if self.rng_slot >= 0:
+                slots[self.rng_slot] = <int64_t>fl_rng_key(self.rng_seed, &self.rng_calls)
             self.bind_outputs(outs, slots)
+            for i in range(self.ntemps):
+                slots[self.temp_slots[i]] = 0
+            state.start = 0
+            if self.polls and fl_interrupt_arm(_handles_signals()) == 0:
+                cpython_check_signals()     # a Ctrl-C from just before the arm: raise it now
             while True:
-                for i in range(self.ntemps):
-                    slots[self.temp_slots[i]] = 0
-                if self.polls:
-                    fl_interrupt_arm()
                 state.pc = -1
                 state.backend_code = 0
                 with nogil:
@@ -604,12 +636,17 @@ cdef class Executable:
                 if status == STATUS_OK:
                     break
                 if status == STATUS_INTERRUPTED:
-                    self.release(slots)
-                    # Python's own handler was chained: it raises (KeyboardInterrupt) here.
-                    # If it does not, the signal was meant to be survived: no argument has
-                    # been written yet (POLLs come before the first in-place write), so run
-                    # the program again from the start.
-                    cpython_check_signals()
+                    # Python's own handler was chained: it raises (KeyboardInterrupt) here,
+                    # before any argument was written (POLLs come before the first in-place
+                    # write).  A handler that returns means the signal is survived: resume
+                    # after the POLL, with the slots as the run left them.
+                    fl_interrupt_clear()
+                    try:
+                        cpython_check_signals()
+                    except BaseException:
+                        self.release(slots)
+                        raise
+                    state.start = state.pc + (POLL & 0xFF)
                     continue
                 err = self.error(status, &state, slots)    # reads the status word first
                 self.release(slots)
@@ -712,6 +749,12 @@ cdef inline int cpython_check_signals() except -1:
     return PyErr_CheckSignals()
 
 
+cdef bint _handles_signals():
+    """Whether this thread is the one Python runs signal handlers in (the main thread; after a
+    fork, the forking one).  Only there can a POLL's stop turn into a KeyboardInterrupt."""
+    return threading.get_ident() == threading.main_thread().ident
+
+
 cdef class HostExecutable(Executable):
     """The host backends' executable: kernels are function pointers with the CPU kernel
     ABI, memory comes from the host pool."""
@@ -805,6 +848,9 @@ cdef class Entry:
     cdef readonly uint64_t key
     cdef uint64_t last_used
     cdef public object info
+    # None, or a callable (call args, program result) -> result that applies the trace's side
+    # effects on argument containers; only calls with containers (never the flat path) have it
+    cdef public object post
 
     def __cinit__(self, *args, **kwargs):
         self.spec_leaf = NULL
@@ -821,6 +867,10 @@ cdef class Entry:
         self.info = info
         self.key = hash_words(<const int64_t *><char *>sig, self.nsig)
         specialized = list(specialized)
+        for leaf, _ in specialized:
+            # values_match indexes the call's leaf words with these
+            if not 0 <= leaf < executable.nleaves:
+                raise ValueError(f"specialised leaf {leaf} of {executable.nleaves}")
         self.nspec = len(specialized)
         self.spec_leaf = _copy_words([leaf for leaf, _ in specialized])
         self.spec_word = _copy_words([word for _, word in specialized])
@@ -972,7 +1022,10 @@ cdef class Dispatcher:
                     self._tick += 1
                     entry.last_used = self._tick
                     self._mru = entry
-                    return invoke_with_leaves(entry.executable, vals.data, leaves)
+                    result = invoke_with_leaves(entry.executable, vals.data, leaves)
+                    if entry.post is not None:
+                        return entry.post(args, result)
+                    return result
             return self._miss(args, kwargs)
         finally:
             words_release(&sig)
@@ -1048,7 +1101,11 @@ def null_kernel_address():
     return <intptr_t>fl_null_kernel
 
 def start_threads(int n=0):
-    """Start the worker pool (n threads including the caller; 0: all available CPUs)."""
+    """Start the worker pool (n threads including the caller; 0: FASTLAUNCH_NUM_THREADS, else
+    all available CPUs)."""
+    if not 0 <= n <= fl_max_threads():
+        raise ValueError(f"start_threads: n must be from 0 to {fl_max_threads()} threads, "
+                         f"got {n}")
     return fl_pool_start(n)
 
 def stop_threads():

@@ -119,11 +119,11 @@ cdef class DevSimExecutable(Executable):
             free(self.kernels)
 
     cdef int execute(self, int64_t *slots, int64_t *argwords, RunState *state) except -1 nogil:
-        cdef Py_ssize_t pc = 0, k
+        cdef Py_ssize_t pc = state.start, k
         cdef int64_t op, word
         cdef void *p
         cdef const int64_t *code = self.code
-        if self.status_slot >= 0:
+        if self.status_slot >= 0 and pc == 0:     # (a resumed run has its word already)
             # the status word is device memory, one per call (calls may run concurrently);
             # release() frees it when the run fails, the end of the run when it succeeds
             p = device_alloc(8)

@@ -44,6 +44,7 @@ cpdef enum SlotRole:
     ROLE_OUTPUT = 3     # a fresh result array, allocated per call before the run
     ROLE_TEMP = 4       # memory between ALLOC and FREE
     ROLE_STATUS = 5     # the call's error word (KernelError bits)
+    ROLE_RNG = 6        # the call's random key: a scalar word the executable sets per call
 
 
 # How a kernel takes one argument word.
@@ -67,13 +68,18 @@ cpdef enum ResultStructure:
     STRUCT_TREE = 2     # anything else: the result tree's unflatten
 
 
-# Where a run stopped, for error messages (pc of the failing instruction).
+# Where a run starts and where it stopped (pc of the failing instruction, for error messages).
 cdef struct RunState:
+    int64_t start         # 0, or just after the POLL an interrupted run stopped at, whose
+                          # slots (temporaries included) are passed back as it left them
     int64_t pc
     int64_t backend_code
 
 
 cdef extern from "csrc/runtime.h" nogil:
+    int fl_runtime_init()
+    int fl_configure(int nthreads, int64_t pool_limit_bytes)
+    int fl_max_threads()
     ctypedef void (*fl_kernel_fn)(int64_t start, int64_t end, int64_t *args)
     void fl_null_kernel(int64_t start, int64_t end, int64_t *args)
     int fl_pool_start(int nthreads)
@@ -91,6 +97,7 @@ cdef extern from "csrc/runtime.h" nogil:
 
 
 cdef extern from "csrc/interrupt.h" nogil:
-    int fl_interrupt_arm()          # chain our SIGINT flag in front of the current handler
+    int fl_interrupt_arm(int this_thread_handles)   # chain our SIGINT flag in front of the
+                                                    # current handler; arm this thread's POLLs
     int fl_interrupt_pending()      # a cheap flag read, safe without the GIL
     void fl_interrupt_clear()

@@ -18,6 +18,7 @@ import enum
 import hashlib
 import io
 import json
+import math
 import struct
 from dataclasses import asdict, dataclass, field
 
@@ -46,6 +47,8 @@ VALID_OPCODES = {int(op) for op in OPERANDS}
 # Limits a program must respect (also what a hostile file could inflate).
 MAX_SLOTS = 1 << 20
 MAX_ARGWORDS = 1 << 22
+MAX_ELEMENTS = 1 << 56      # elements a slot may address (byte offsets stay inside int64)
+MAX_BYTES = 1 << 60         # bytes of one temporary, constant or result
 
 
 class SlotRole(str, enum.Enum):
@@ -57,6 +60,7 @@ class SlotRole(str, enum.Enum):
     OUTPUT = "output"
     TEMP = "temp"
     STATUS = "status"
+    RNG = "rng"
 
 
 class ArgKind(str, enum.Enum):
@@ -165,6 +169,11 @@ class Program:
     def status_slot(self) -> int:
         """The slot kernels raise errors through (-1: the program has no checks)."""
         return next((i for i, s in enumerate(self.slots) if s.role == SlotRole.STATUS), -1)
+
+    @property
+    def rng_slot(self) -> int:
+        """The slot holding the call's random key (-1: the program draws no random numbers)."""
+        return next((i for i, s in enumerate(self.slots) if s.role == SlotRole.RNG), -1)
 
     # ---- disassembly -----------------------------------------------------------------------
     def disassemble(self) -> str:
@@ -278,10 +287,10 @@ def _from_bytes(data: bytes) -> Program:
         dt, shape = json.loads(_read_blob(src))
         dtype = np.dtype(_plain_dtype(dt))
         shape = tuple(_int(x) for x in shape)
-        if any(s < 0 for s in shape):
-            raise ValueError("malformed program data: negative constant shape")
+        if any(s < 0 for s in shape) or len(shape) > 64:
+            raise ValueError("malformed program data: bad constant shape")
         raw = _read_blob(src)
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)
         if count * dtype.itemsize != len(raw):
             raise ValueError("malformed program data: constant size disagrees with its shape")
         arr = np.frombuffer(raw, dtype).reshape(shape).copy()
@@ -313,8 +322,9 @@ def _from_bytes(data: bytes) -> Program:
 
 
 def _int(x) -> int:
-    if type(x) is not int:
-        raise ValueError(f"malformed program data: expected an integer, got {x!r}")
+    """An integer the interpreter can hold in an int64 word."""
+    if type(x) is not int or not -(1 << 63) <= x < (1 << 63):
+        raise ValueError(f"malformed program data: expected a 64-bit integer, got {str(x)[:40]}")
     return x
 
 
@@ -401,8 +411,15 @@ def verify(p: Program, kernel_space: int = int(Space.SPACE_HOST), leaves=None,
       before use and freed, copies within both slots and across spaces, every kernel argument
       within its slot and of its dtype, kernels touching only `kernel_space`;
     * every output written before the end (a device result copied out to its host slot);
+    * every in-place update a kernel makes on a copy of an argument (a device shadow) copied
+      back with TO_HOST before that copy is freed;
     * strict (programs from files): every kernel's recorded launch size, and LAUNCH n equal
       to it, so that the element ranges checked above are the ones the kernel touches.
+
+    The kernel tables (element ranges, launch sizes) are the verifier's premises: it proves
+    the bytecode keeps every kernel inside the ranges the tables give, not that a kernel's
+    code keeps to its table.  A loaded program's tables are therefore derived from kernel
+    descriptions (saved.py), never read from the file.
     """
     errors: list[str] = []
     try:
@@ -449,15 +466,20 @@ def _verify_tables(p: Program, kernel_space, leaves, strict, errors) -> bool:
             errors.append(f"{where}: {_text(s.role)} slot where the "
                           f"{'arguments' if is_leaf else 'program' + chr(39) + 's own slots'} are")
         if s.role in (SlotRole.CONST, SlotRole.OUTPUT, SlotRole.TEMP) and s.lo != 0:
-            errors.append(f"{where}: {s.role} range must start at element 0")
-        if s.role == SlotRole.TEMP and not 0 <= s.nbytes:
-            errors.append(f"{where}: negative temporary size")
+            errors.append(f"{where}: {_text(s.role)} range must start at element 0")
+        if s.role == SlotRole.TEMP and not 0 <= s.nbytes <= MAX_BYTES:
+            errors.append(f"{where}: temporary size {s.nbytes} out of range")
+        if not (-MAX_ELEMENTS <= s.lo <= MAX_ELEMENTS and -MAX_ELEMENTS <= s.hi <= MAX_ELEMENTS):
+            errors.append(f"{where}: element range [{s.lo}, {s.hi}] out of range")
         if s.role in (SlotRole.INPUT, SlotRole.CONST, SlotRole.OUTPUT) and s.hi < s.lo - 1:
             errors.append(f"{where}: empty range [{s.lo}, {s.hi}]")
         if s.space == Space.SPACE_DEVICE and kernel_space == Space.SPACE_HOST:
             errors.append(f"{where}: device space on a host-only backend")
         if s.role in (SlotRole.CONST, SlotRole.STATUS) and s.space != kernel_space:
-            errors.append(f"{where}: {s.role} slot outside the kernels' space")
+            errors.append(f"{where}: {_text(s.role)} slot outside the kernels' space")
+    rngs = [i for i, s in enumerate(p.slots) if s.role == SlotRole.RNG]
+    if len(rngs) > 1 or any(np.dtype(p.slots[i].dtype) != np.uint64 for i in rngs):
+        errors.append(f"random key slots {rngs}: at most one, of uint64")
     statuses = [i for i, s in enumerate(p.slots) if s.role == SlotRole.STATUS]
     if len(statuses) > 1:
         errors.append(f"several status slots {statuses}")
@@ -484,12 +506,17 @@ def _verify_tables(p: Program, kernel_space, leaves, strict, errors) -> bool:
             continue
         seen_outputs.add(slot)
         s = p.slots[slot]
-        if any(int(d) < 0 for d in shape) or np.dtype(dt) != np.dtype(s.dtype):
+        if len(shape) > 64 or any(int(d) < 0 for d in shape) or \
+                np.dtype(dt) != np.dtype(s.dtype):
             errors.append(f"outputs: slot {slot} holds {np.dtype(s.dtype)}, result is {dt}{shape}")
             continue
-        if s.hi >= int(np.prod(shape, dtype=np.int64)):
-            errors.append(f"outputs: slot {slot} range [0, {s.hi}] beyond the {tuple(shape)} "
-                          f"result")
+        count = math.prod(int(d) for d in shape)
+        if count * np.dtype(dt).itemsize > MAX_BYTES:
+            errors.append(f"outputs: slot {slot}: a {tuple(shape)} result is too large")
+        elif s.hi != count - 1:
+            # the slot addresses the whole result array, and nothing beyond it
+            errors.append(f"outputs: slot {slot} range [0, {s.hi}] is not the {tuple(shape)} "
+                          f"result's [0, {count - 1}]")
         if s.space != Space.SPACE_HOST:
             errors.append(f"outputs: slot {slot} is not in host space (results are NumPy arrays)")
     for i, s in enumerate(p.slots):
@@ -541,9 +568,14 @@ def _verify_code(p: Program, kernel_space, strict, errors):
     nslots = len(p.slots)
     # set at entry: arguments, constants, outputs (allocated before the run), the status word
     always_set = {i for i, s in enumerate(p.slots) if s.role != SlotRole.TEMP}
-    live: dict[int, int] = {}
+    live: dict[int, int] = {}     # temporary slot -> the ALLOC that set it (its pc)
     written: set = set()
-    bound: dict[int, list] = {}   # args_at -> slots bound there
+    bound: dict[int, list] = {}   # args_at -> (slot, the ALLOC its word came from) bound there
+    arguments_written = False     # an argument array has been written in place
+    # an argument updated in place through a copy in the kernels' space: the copy's slot ->
+    # the argument's, and the arguments whose copy a kernel wrote and no TO_HOST brought back
+    copy_of: dict[int, int] = {}
+    unsaved: dict[int, str] = {}
     pc, code = 0, p.code
     while pc < len(code):
         op, ops = decode(code, pc)
@@ -559,14 +591,21 @@ def _verify_code(p: Program, kernel_space, strict, errors):
                 errors.append(f"{where}: slot {slot} is already allocated")
             elif nbytes < 0 or nbytes < p.slots[slot].nbytes:
                 errors.append(f"{where}: {nbytes} bytes is less than slot {slot} needs")
+            elif nbytes > MAX_BYTES:
+                errors.append(f"{where}: {nbytes} bytes is more than a temporary may have")
             else:
-                live[slot] = nbytes
+                live[slot] = pc
         elif op is Opcode.FREE:
             (slot,) = ops
             if slot not in live:
                 errors.append(f"{where}: slot {slot} is not allocated")
             else:
                 del live[slot]
+                arg = copy_of.pop(slot, None)
+                if arg in unsaved:
+                    errors.append(f"{where}: frees slot {slot}, the copy of argument slot {arg} "
+                                  f"written at {unsaved.pop(arg)}, before a TO_HOST brings the "
+                                  f"in-place update back")
         elif op is Opcode.BIND:
             args_at, list_at, count = ops
             if count < 0 or not 0 <= list_at <= list_at + count <= len(p.arg_lists):
@@ -583,15 +622,24 @@ def _verify_code(p: Program, kernel_space, strict, errors):
                 # words bound earlier that this BIND overlaps no longer hold their slots
                 for at in [a for a in bound if a < args_at + count and args_at < a + len(bound[a])]:
                     del bound[at]
-                bound[args_at] = slots
+                bound[args_at] = [(s, live.get(s)) for s in slots]
         elif op is Opcode.CHECK:
             (slot,) = ops
             if not 0 <= slot < nslots or p.slots[slot].role != SlotRole.STATUS:
                 errors.append(f"{where}: slot {slot} is not a status slot")
         elif op is Opcode.POLL:
-            pass
+            if arguments_written:
+                # an interrupted run that goes on starts again from the top
+                errors.append(f"{where}: after an argument was written in place")
         elif op in (Opcode.TO_DEVICE, Opcode.TO_HOST):
             errors += _check_copy(p, where, op, ops, live, always_set, written)
+            if 0 <= ops[0] < nslots and p.slots[ops[0]].role == SlotRole.INPUT:
+                arguments_written = True
+            dst, src = ops[0], ops[1]
+            if op is Opcode.TO_DEVICE and src in p.mutated_leaves:
+                copy_of[dst] = src
+            elif op is Opcode.TO_HOST and copy_of.get(src) == dst:
+                unsaved.pop(dst, None)
         elif op is Opcode.LAUNCH:
             kernel, n, args_at = ops
             if not 0 <= kernel < len(p.kernels):
@@ -605,10 +653,26 @@ def _verify_code(p: Program, kernel_space, strict, errors):
                 if (k.launch_size >= 0 or strict) and n != k.launch_size:
                     errors.append(f"{where}: launch size {n}, but kernel {k.name}'s element "
                                   f"ranges are for {k.launch_size}")
-                errors += _check_arguments(p, where, k, bound[args_at], kernel_space, written)
+                for s, alloc in bound[args_at]:
+                    # a word bound from a temporary holds that allocation's pointer: it must
+                    # still be the live one (not freed, nor freed and allocated again)
+                    if 0 <= s < nslots and p.slots[s].role == SlotRole.TEMP and \
+                            (alloc is None or live.get(s) != alloc):
+                        errors.append(f"{where}: slot {s} was freed after it was bound")
+                slots = [s for s, _ in bound[args_at]]
+                errors += _check_arguments(p, where, k, slots, kernel_space, written)
+                for s, writes in zip(slots, k.arg_writes):
+                    if writes and s in copy_of:
+                        unsaved[copy_of[s]] = where
+                arguments_written |= any(
+                    w and 0 <= s < nslots and p.slots[s].role == SlotRole.INPUT
+                    for s, w in zip(slots, k.arg_writes))
         pc += width(op)
     for slot in live:
         errors.append(f"end: temporary slot {slot} is never freed")
+    for arg, at in unsaved.items():
+        errors.append(f"end: argument slot {arg} is updated in place through a copy written at "
+                      f"{at}, which is never copied back with TO_HOST")
     for slot, _, _ in p.outputs:
         if 0 <= slot < nslots and slot not in written and p.slots[slot].hi >= 0:
             errors.append(f"end: output slot {slot} is never written"
@@ -631,8 +695,8 @@ def _check_copy(p: Program, where, op, ops, live, always_set, written) -> list:
     for slot in (dst, src):
         if slot not in always_set and slot not in live:
             errors.append(f"{where}: slot {slot} is used before it is allocated")
-        if p.slots[slot].role in (SlotRole.PARAM, SlotRole.STATUS):
-            errors.append(f"{where}: slot {slot} is a {p.slots[slot].role} slot, not memory")
+        if p.slots[slot].role in (SlotRole.PARAM, SlotRole.STATUS, SlotRole.RNG):
+            errors.append(f"{where}: slot {slot} is a {_text(p.slots[slot].role)} slot, not memory")
     if d.role in (SlotRole.CONST,) or (d.role == SlotRole.INPUT and dst not in p.mutated_leaves):
         errors.append(f"{where}: writes read-only slot {dst}")
     if d.lo != 0 or s.lo != 0:
@@ -654,7 +718,7 @@ def _check_arguments(p: Program, where: str, k: KernelInfo, slots: list, kernel_
         if not 0 <= s < len(p.slots):
             continue
         info = p.slots[s]
-        if (kind == ArgKind.SCALAR) != (info.role == SlotRole.PARAM) or \
+        if (kind == ArgKind.SCALAR) != (info.role in (SlotRole.PARAM, SlotRole.RNG)) or \
                 (kind == ArgKind.STATUS) != (info.role == SlotRole.STATUS):
             errors.append(f"{where}: argument {i} of {k.name} wants a {_text(kind)}, slot {s} is "
                           f"{_text(info.role)}")
@@ -680,7 +744,7 @@ def _check_arguments(p: Program, where: str, k: KernelInfo, slots: list, kernel_
                               f"outside slot {s}'s [{info.lo}, {top}]")
         if k.arg_writes[i]:
             written.add(s)
-            if info.role in (SlotRole.CONST, SlotRole.PARAM):
+            if info.role in (SlotRole.CONST, SlotRole.PARAM, SlotRole.RNG):
                 errors.append(f"{where}: argument {i} of {k.name} writes read-only slot {s}")
             if info.role == SlotRole.INPUT and s not in p.mutated_leaves:
                 errors.append(f"{where}: argument {i} of {k.name} writes input slot {s}, "

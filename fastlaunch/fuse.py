@@ -16,7 +16,7 @@ import numpy as np
 
 from .ir import Graph, Kind, Node, Op
 from .leaves import contiguous_strides
-from .kernel import (Compute, Const, DivMod, Index, IndexValue, Kernel, KernelArg, Load, Pick,
+from .kernel import (Compute, Const, DivMod, Index, IndexValue, Kernel, KernelArg, Load, Pick, Random,
                      Reduction, Scalar, Store, address, coalesce, idents, index_picks,
                      set_extents, simplify)
 
@@ -31,6 +31,7 @@ MAX_KERNEL_OPS = 1000
 RECOMPUTE_OPS = 64
 
 _UPDATES = (Kind.UPDATE, Kind.SCATTER)
+_SCALAR_ROLES = ("param", "rng")      # buffers passed to kernels by value
 
 
 @dataclass
@@ -62,8 +63,9 @@ class Plan:
         return buf
 
     def with_kernels(self, kernels) -> "Plan":
-        """The same buffers (shared: schedules add temporaries to them) with other kernels."""
-        return Plan(self.buffers, list(kernels), self.outputs)
+        """A copy with other kernels (and its own list of the same buffers, to which a
+        schedule may add temporaries without changing this plan)."""
+        return Plan(list(self.buffers), list(kernels), list(self.outputs))
 
 
 def plan(graph: Graph, arg_layouts: dict) -> Plan:
@@ -87,7 +89,8 @@ class _Fuser:
 
     # ---- buffers ---------------------------------------------------------------------------
     def new_buffer(self, role, dtype, shape=(), ref=-1, strides=None) -> Buffer:
-        size = int(np.prod(shape, dtype=np.int64)) if role not in ("param", "status") else 0
+        size = int(np.prod(shape, dtype=np.int64)) if role not in ("param", "status", "rng") \
+            else 0
         buf = Buffer(len(self.plan.buffers), role, np.dtype(dtype), size, ref,
                      contiguous_strides(shape) if strides is None else tuple(strides), tuple(shape))
         self.plan.buffers.append(buf)
@@ -107,6 +110,8 @@ class _Fuser:
                 buf = self.new_buffer("input", node.dtype, node.shape, pos, self.arg_layouts[pos])
             elif node.op is Op.CONST:
                 buf = self.new_buffer("const", node.dtype, node.shape, node.attrs["index"])
+            elif node.op is Op.RNG_KEY:
+                buf = self.new_buffer("rng", node.dtype, ())
             else:
                 buf = self.new_buffer("param", node.dtype, (), node.attrs["position"])
             self.buffer_of[node.index] = buf
@@ -477,7 +482,7 @@ class _KernelBuilder:
     def _deps(self, node: Node, imap: tuple) -> list:
         """(node, imap) pairs whose expressions `_build(node, imap)` reads from the memo."""
         buf = self.fuser.buffer_of.get(node.index)
-        if (buf is not None and buf.role != "param") or node.op.kind is Kind.LEAF \
+        if (buf is not None and buf.role not in _SCALAR_ROLES) or node.op.kind is Kind.LEAF \
                 or node.op is Op.IOTA or self.fuser.must_materialize(node):
             return []
         if node.op.kind is Kind.ELEMENTWISE:
@@ -496,14 +501,20 @@ class _KernelBuilder:
         """One expression whose dependencies (`_deps`) are already in the memo."""
         memo = self.memo
         buf = self.fuser.buffer_of.get(node.index)
-        if buf is not None and buf.role != "param":
+        if buf is not None and buf.role not in _SCALAR_ROLES:
             return self.load(buf, address(buf.strides, imap))
         op = node.op
         if op is Op.LITERAL:
             return self._intern(Const(node.attrs["value"], node.dtype))
-        if op is Op.PARAM:
+        if op in (Op.PARAM, Op.RNG_KEY):
             buf = self.fuser.leaf_buffer(node)
             return self._intern(Scalar(self.arg(buf, "scalar"), node.dtype))
+        if op is Op.RANDOM:
+            # the element's flat index in the draw's own shape: the same value wherever
+            # (and however often) it is computed
+            return Random(node.attrs["dist"], node.attrs["stream"],
+                          memo[(node.inputs[0].index, ())],
+                          address(contiguous_strides(node.shape), imap), node.dtype)
         if op in (Op.ARG, Op.CONST):
             buf = self.fuser.leaf_buffer(node)
             return self.load(buf, address(buf.strides, imap))

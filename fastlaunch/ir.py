@@ -7,10 +7,36 @@ only when printing, so the text of a graph depends on its structure alone.
 from __future__ import annotations
 
 import enum
+import math
 
 import numpy as np
 
-__all__ = ["Kind", "Op", "Node", "Graph", "SUPPORTED_DTYPES", "dtype_short"]
+__all__ = ["Kind", "Op", "Node", "Graph", "SUPPORTED_DTYPES", "dtype_short", "check_shape",
+           "MAX_INTP"]
+
+# NumPy's limit on dimensions, sizes and byte counts (npy_intp); every node's shape keeps its
+# byte count within it, so the int64 shape and size arithmetic downstream cannot overflow
+MAX_INTP = int(np.iinfo(np.intp).max)
+
+
+def check_shape(shape, dtype) -> tuple:
+    """The shape as a tuple of ints, if NumPy could make an array of it; else NumPy's own
+    error.  NumPy checks every array, views included: each dimension non-negative and at most
+    npy_intp's maximum, and itemsize times the non-zero dimensions within it (so even
+    (0, 2**62, 2**62) is refused, as NumPy refuses it)."""
+    shape = tuple(int(s) for s in shape)
+    nbytes = np.dtype(dtype).itemsize
+    for s in shape:
+        if s < 0:
+            raise ValueError("negative dimensions are not allowed")
+        if s > MAX_INTP:
+            raise ValueError("Maximum allowed dimension exceeded")
+        if s:
+            nbytes *= s
+    if nbytes > MAX_INTP:
+        raise ValueError("array is too big; `arr.size * arr.dtype.itemsize` is larger than the "
+                         "maximum possible size.")
+    return shape
 
 
 class Kind(enum.Enum):
@@ -38,6 +64,8 @@ class Op(enum.Enum):
     ARG = ("arg", Kind.LEAF, 0)
     PARAM = ("param", Kind.LEAF, 0)
     CONST = ("const", Kind.LEAF, 0)
+    # the call's random key (uint64): drawn by the executable for every call
+    RNG_KEY = ("rng_key", Kind.LEAF, 0)
     LITERAL = ("literal", Kind.LEAF, 0)
     # elementwise, unary
     CAST = ("cast", Kind.ELEMENTWISE, 1)
@@ -114,6 +142,11 @@ class Op(enum.Enum):
     WHERE = ("where", Kind.ELEMENTWISE, 3)
     # index values of the node's own shape along `axis` (arange, eye and friends)
     IOTA = ("iota", Kind.ELEMENTWISE, 0)
+    # random(key): counter-based random numbers (Philox4x32-10) of the node's own shape:
+    # element i of draw `stream` is a function of (key, stream, i) alone, so any kernel that
+    # recomputes it gets the same value.  `dist`: "u64" (raw bits), "uniform" (float in
+    # [0, 1)), "normal" (standard normal, Box-Muller).  The key changes on every call.
+    RANDOM = ("random", Kind.ELEMENTWISE, 1)
     # views
     BROADCAST = ("broadcast", Kind.VIEW, 1)
     TRANSPOSE = ("transpose", Kind.VIEW, 1)
@@ -176,7 +209,7 @@ class Node:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     def attr(self, name, default=None):
         return self.attrs.get(name, default)
@@ -204,13 +237,14 @@ class Graph:
         # (argument position, final value): inputs updated in place by the traced function
         self.writebacks: list[tuple[int, Node]] = []
         self._interned: dict = {}
+        self.random_streams = 0     # draws of random numbers so far (each its own stream)
 
     def add(self, op: Op, dtype, shape, inputs=(), **attrs) -> Node:
         """Make a node, or return the structurally equal node that already exists."""
         if op.arity >= 0 and len(inputs) != op.arity:
             raise ValueError(f"{op.value} takes {op.arity} operands, got {len(inputs)}")
         dtype = np.dtype(dtype)
-        shape = tuple(int(s) for s in shape)
+        shape = check_shape(shape, dtype)
         key = (op, dtype.str, shape, tuple(n.index for n in inputs),
                tuple(sorted((k, _attr_key(v)) for k, v in attrs.items())))
         node = self._interned.get(key)

@@ -7,7 +7,6 @@ recording and verifying a program, and installing it as a cache entry.
 from __future__ import annotations
 
 import inspect
-import os
 import sys
 import threading
 import time
@@ -16,7 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _core, bytecode, fuse, numpy_api, ops, record  # noqa: F401  (numpy_api: the tracer's NumPy API)
+from . import (_core, bytecode, creation, env, fuse, numpy_api, ops, record,  # noqa: F401
+               rng)  # numpy_api, creation, rng: the tracer's NumPy API
 from .backends import get_backend
 from ._launch import ResultKind
 from .backends.base import CallLayout
@@ -24,7 +24,7 @@ from .errors import TracingError
 from .leaves import LeafSpec
 from .link import link_entry
 from .pytree import NestingError, flatten
-from .trace import trace_function
+from .trace import SpecializeRequest, trace_function
 
 RETRACE_WARNING_AFTER = 8
 
@@ -48,8 +48,9 @@ class Lowered:
     graph: str
     kernels: list            # (label, loop description, source)
     bytecode: str
-    plan: object = None
+    plan: object = None      # the backend's scheduled plan
     program: object = None
+    fused: object = None     # the fused, unscheduled plan (what every backend consumes)
 
     def __str__(self):
         parts = ["== graph ==", self.graph]
@@ -71,12 +72,14 @@ class _EntryInfo:
     out_tree: object = None                         # the result's pytree structure
     int_bounds: dict = field(default_factory=dict)
     leaf_names: list = field(default_factory=list)  # the argument each leaf belongs to
+    specialized: dict = field(default_factory=dict)  # leaf -> value the trace was keyed by
 
 
 class Compiled(_core.Dispatcher):
     """The callable returned by fastlaunch.compile."""
 
-    def __init__(self, fn, *, static_argnums=(), static_argnames=(), backend=None, replay=True):
+    def __init__(self, fn, *, static_argnums=(), static_argnames=(), backend=None, replay=True,
+                 seed=None):
         try:
             self._signature = inspect.signature(fn)
         except (TypeError, ValueError):
@@ -107,6 +110,9 @@ class Compiled(_core.Dispatcher):
         self.__doc__ = getattr(fn, "__doc__", None)
         self.backend = get_backend(backend)
         self.replay = replay
+        if seed is not None and (type(seed) is not int or not 0 <= seed < 2**64):
+            raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
+        self.seed = seed
         self.traces: list[TraceRecord] = []
         self.retraces = 0                  # replay=False: calls traced without caching
         self._lock = threading.RLock()
@@ -124,8 +130,8 @@ class Compiled(_core.Dispatcher):
         if enc is None or (self.backend.memory.crosses and self._reversed_leaf(call)):
             # a device backend copies each argument's memory span to the device from its
             # pointer on: an array with a negative stride goes through a contiguous copy
-            call, copies = self._normalize(call, contiguous=self.backend.memory.crosses)
-            enc = _core.encode(call, self._static)
+            call, copies, gens = self._normalize(call, contiguous=self.backend.memory.crosses)
+            enc = _with_generators(_core.encode(call, self._static), gens)
             if enc is None:
                 raise TypeError(f"{self.__name__}: these arguments cannot be passed to a "
                                 f"compiled function")
@@ -134,12 +140,16 @@ class Compiled(_core.Dispatcher):
             self.retraces += 1
         else:
             with self._lock:
-                entry = self._find(enc)
+                entry = self._find(enc, call)
                 if entry is None:
                     entry = self._trace(call, enc, bool(kwargs), install=True)
         if not copies:
-            return _core.run_entry(entry, call, self._static)
-        return self._run_on_copies(entry, call, copies)
+            result = _core.run_entry(entry, call, self._static)
+        else:
+            result = self._run_on_copies(entry, call, copies)
+        if entry.post is not None:
+            return entry.post(call, result)
+        return result
 
     def _run_on_copies(self, entry, call, copies: dict):
         """Run on the aligned native copies `_normalize` made, then write the in-place updates
@@ -184,10 +194,16 @@ class Compiled(_core.Dispatcher):
             return tuple(args), {}
         return tuple(bound.args), dict(bound.kwargs)
 
-    def _find(self, enc):
+    def _find(self, enc, call=None):
         sig, _, keys, statics = enc
+        words = None
         for entry in self._entries_list():
             if entry.signature == sig and entry.info.keys == keys and entry.info.statics == statics:
+                if entry.specialized:
+                    if words is None:
+                        words = _core.leaf_words(call, self._static) if call is not None else []
+                    if not all(k < len(words) and words[k] == w for k, w in entry.specialized):
+                        continue
                 return entry
         return None
 
@@ -200,10 +216,11 @@ class Compiled(_core.Dispatcher):
         return False
 
     def _normalize(self, call, contiguous: bool = False):
-        """(call, {leaf index: caller's array}): aligned native copies of arrays the fast path
-        cannot bind (byte-swapped, misaligned, odd strides), plain ndarray views of harmless
-        subclasses; errors that name the argument for everything else."""
-        out, copies, at = [], {}, 0
+        """(call, {leaf index: caller's array}, {leaf index of a Generator}): aligned native
+        copies of arrays the fast path cannot bind (byte-swapped, misaligned, odd strides),
+        plain ndarray views of harmless subclasses, a fresh uint64 key drawn from each
+        numpy.random.Generator; errors that name the argument for everything else."""
+        out, copies, gens, at = [], {}, set(), 0
         for i, arg in enumerate(call):
             if i in self._static:
                 out.append(arg)
@@ -211,6 +228,13 @@ class Compiled(_core.Dispatcher):
             leaves, tree = flatten(arg)
             fixed = []
             for leaf in leaves:
+                if isinstance(leaf, np.random.Generator):
+                    # this call's random key, drawn from the caller's Generator (advancing it,
+                    # as drawing from it in NumPy would)
+                    fixed.append(np.uint64(leaf.bit_generator.random_raw()))
+                    gens.add(at)
+                    at += 1
+                    continue
                 new = _normalize_leaf(self._arg_name(i, call), leaf)
                 if contiguous and isinstance(new, np.ndarray) and any(st < 0 for st in new.strides):
                     new = np.ascontiguousarray(new)
@@ -220,7 +244,7 @@ class Compiled(_core.Dispatcher):
                 fixed.append(new)
                 at += 1
             out.append(tree.unflatten(fixed))
-        return tuple(out), copies
+        return tuple(out), copies, gens
 
     def _arg_name(self, i, call) -> str:
         if i < len(self._param_names):
@@ -242,8 +266,14 @@ class Compiled(_core.Dispatcher):
                 leaves.append(_describe_leaf(self._arg_name(i, call), leaf))
                 names.append(self._arg_name(i, call))
 
+        special: set = set()           # scalar leaves the trace needs the values of
+
+        generators = _generator_leaves(keys)
+
         def build_args(tracers):
-            it = iter(tracers)
+            it = iter([leaf_objs[k] if k in special else
+                       rng.TracedGenerator(t.node) if k in generators else t
+                       for k, t in enumerate(tracers)])
             rebuilt = []
             for i, arg in enumerate(call):
                 if i in self._static:
@@ -263,7 +293,31 @@ class Compiled(_core.Dispatcher):
                     raise TypeError(f"static {self._arg_name(i, call)} must be hashable: its "
                                     f"value is part of the signature (got "
                                     f"{type(call[i]).__name__})") from None
-        traced, result = trace_function(self.__wrapped__, build_args, leaves)
+        captured = _captured_generators(self.__wrapped__)
+        while True:
+            try:
+                with creation.intercepting(), rng.intercepting():
+                    traced, result = trace_function(self.__wrapped__, build_args, leaves)
+                break
+            except SpecializeRequest as req:
+                new = req.positions - special
+                if not new:
+                    raise TracingError(f"{req.what} needs a value the trace cannot provide") \
+                        from None
+                special |= new
+                needs = req.what
+        for name, gen, before in captured:
+            if not _same_state(_rng_state(gen), before):
+                raise TracingError(
+                    f"{self.__name__} draws random numbers from {name}, a "
+                    f"{type(gen).__name__} it captures: they would be drawn once, while "
+                    f"tracing, and every call would return the same numbers. Pass the "
+                    f"Generator as an argument (its numbers are then drawn afresh on every "
+                    f"call), or use np.random.default_rng() / np.random.* inside the function")
+        specialized = []
+        if special:
+            words = _core.leaf_words(call, self._static)
+            specialized = [(k, words[k]) for k in sorted(special)]
         for kind, value, *_ in traced.outputs:
             if kind == "value" and not _immutable(value):
                 raise TracingError(
@@ -280,29 +334,38 @@ class Compiled(_core.Dispatcher):
                     f"pass a copy, np.ascontiguousarray(x)")
         backend = self.backend
         layouts = {pos: leaf.strides for pos, leaf in enumerate(leaves) if leaf.is_array}
-        plan = backend.schedule(fuse.plan(traced.graph, layouts))
+        fused = fuse.plan(traced.graph, layouts)
+        plan = backend.schedule(fused)
         kernels = [backend.compile(k) for k in plan.kernels]
         program = record.record(plan, [k.name for k in kernels], leaves, traced.graph.consts,
                                 traced.mutated_leaves, backend.memory)
         bytecode.verify(program, backend.memory.kernel_space)
         _, out_tree = flatten(result)
         results = result_specs(traced.outputs)
-        call_layout = CallLayout(results, out_tree, dict(traced.int_bounds))
-        entry = link_entry(backend, program, kernels, call_layout, sig_bytes, keys, statics)
+        call_layout = CallLayout(results, out_tree, dict(traced.int_bounds), rng_seed=self.seed)
+        entry = link_entry(backend, program, kernels, call_layout, sig_bytes, keys, statics,
+                           specialized)
+        if traced.effects:
+            entry.post = ContainerEffects(traced.effects)
         lowered = Lowered(str(traced.graph),
                           [(k.label, k.describe(), ck.source) for k, ck in zip(plan.kernels, kernels)],
-                          program.disassemble(), plan, program)
+                          program.disassemble(), plan, program, fused)
         static_values = [call[i] for i in self._static if i < len(call)]
         entry.info = _EntryInfo(leaves, lowered, kernels, keys, statics, static_values, results,
                                 out_tree, traced.int_bounds, names)
+        entry.info.specialized = {k: leaf_objs[k] for k in sorted(special)}
         seconds = time.perf_counter() - t0
         if install:
             reason = self._reason(leaves)
+            if special:
+                values = ", ".join(f"{names[k]} = {leaf_objs[k]!r}" for k in sorted(special))
+                reason += (f"; specialised on the value of {values} (the trace uses it as a "
+                           f"Python value: {needs.split(' (')[0]})")
             self._install(entry)
             self.traces.append(TraceRecord(reason, _signature_text(leaves), seconds, len(kernels),
                                            sum(1 for k in kernels if k.origin == "compiled")))
             self._maybe_warn()
-            if os.environ.get("FASTLAUNCH_LOG"):
+            if env.log_enabled():
                 _log_trace(self.__name__, reason, lowered, kernels, seconds)
         return entry
 
@@ -321,7 +384,9 @@ class Compiled(_core.Dispatcher):
                 best = diffs
         if best is None:
             return "new argument structure"
-        return "new signature: " + ("; ".join(best) if best else "static argument or layout changed")
+        if not best:
+            return "new value of a static or value-specialised argument, or a new layout"
+        return "new signature: " + "; ".join(best)
 
     def _maybe_warn(self):
         n = len(self.traces)
@@ -370,9 +435,9 @@ class Compiled(_core.Dispatcher):
         call = args + ((kwargs,) if kwargs else ())
         enc = _core.encode(call, self._static)
         if enc is None or (self.backend.memory.crosses and self._reversed_leaf(call)):
-            call, _ = self._normalize(call, contiguous=self.backend.memory.crosses)
-            enc = _core.encode(call, self._static)
-        entry = self._find(enc) if self.replay else None
+            call, _, gens = self._normalize(call, contiguous=self.backend.memory.crosses)
+            enc = _with_generators(_core.encode(call, self._static), gens)
+        entry = self._find(enc, call) if self.replay else None
         if entry is None:
             entry = self._trace(call, enc, bool(kwargs), install=False)
         return entry
@@ -397,7 +462,8 @@ class Compiled(_core.Dispatcher):
         return functools.partial(self, obj)
 
 
-def compile(fn=None, *, static_argnums=(), static_argnames=(), backend=None, replay=True):
+def compile(fn=None, *, static_argnums=(), static_argnames=(), backend=None, replay=True,
+            seed=None):
     """Compile a NumPy function: traced once per signature, then replayed from bytecode.
 
     static_argnums / static_argnames: arguments whose *value* is part of the signature.
@@ -405,10 +471,12 @@ def compile(fn=None, *, static_argnums=(), static_argnames=(), backend=None, rep
         kernels behind a simulated device-memory boundary: for tests of the device paths);
         None: the FASTLAUNCH_BACKEND environment variable, else "cpu".
     replay=False re-traces on every call (hitting the kernel cache): the "before" baseline.
+    seed: random numbers drawn inside fn (np.random.*, default_rng()) come from this seed
+        (each traced signature counts its calls from it); None: a fresh seed per signature.
     """
     def wrap(f):
         return Compiled(f, static_argnums=static_argnums, static_argnames=static_argnames,
-                        backend=backend, replay=replay)
+                        backend=backend, replay=replay, seed=seed)
     return wrap if fn is None else wrap(fn)
 
 
@@ -522,6 +590,92 @@ def result_specs(outputs) -> list:
     kinds = {"new": ResultKind.RESULT_NEW, "input": ResultKind.RESULT_INPUT,
              "value": ResultKind.RESULT_VALUE}
     return [(kinds[o[0]], o[1], bool(o[2]) if o[0] == "new" else False) for o in outputs]
+
+
+_RNG_TYPES = (np.random.Generator, np.random.RandomState)
+
+
+def _captured_generators(fn) -> list:
+    """(name, generator, state) of each Generator/RandomState fn reads from its globals or its
+    closure: drawing from one while tracing would freeze its numbers into the trace."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    found = []
+    globs = getattr(fn, "__globals__", {})
+    for name in code.co_names:
+        value = globs.get(name)
+        if isinstance(value, _RNG_TYPES):
+            found.append((f"the global {name!r}", value, _rng_state(value)))
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if isinstance(value, _RNG_TYPES):
+            found.append((f"{name!r} (from the enclosing function)", value, _rng_state(value)))
+    return found
+
+
+def _rng_state(gen):
+    return gen.bit_generator.state if isinstance(gen, np.random.Generator) else gen.get_state()
+
+
+def _same_state(a, b) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same_state(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(a, b)
+    return a == b
+
+
+def _with_generators(enc, gens):
+    """The encoding of a call whose Generator leaves became uint64 keys: the keys list says
+    which, so that such an entry never matches a call passing plain integers there."""
+    if enc is None or not gens:
+        return enc
+    sig, leaves, keys, statics = enc
+    return sig, leaves, keys + [("numpy.random.Generator", tuple(sorted(gens)))], statics
+
+
+def _generator_leaves(keys) -> set:
+    for k in keys:
+        if type(k) is tuple and k and k[0] == "numpy.random.Generator":
+            return set(k[1])
+    return set()
+
+
+class ContainerEffects:
+    """Replays a trace's side effects on argument containers: the program returns (result,
+    [final contents per mutated list/dict]); each final content is written into the caller's
+    container at its path (so `config['m'] = ...` inside fn reaches the caller's dict on
+    every call, as it would in NumPy), and the result alone is returned."""
+
+    def __init__(self, paths):
+        self.paths = [tuple(p) for p in paths]
+
+    def __call__(self, call, out):
+        result, finals = out
+        for path, final in zip(self.paths, finals):
+            target = call[path[1]] if path[0] == 0 else call[-1][path[1]]
+            for key in path[2:]:
+                target = target[key]
+            if type(target) is dict:
+                target.clear()
+                target.update(final)
+            else:
+                target[:] = final
+        return result
+
+    def describe(self) -> str:
+        return ", ".join(_path_text(p) for p in self.paths)
+
+
+def _path_text(path) -> str:
+    head = f"argument {path[1]}" if path[0] == 0 else f"keyword argument {path[1]!r}"
+    return head + "".join(f"[{k!r}]" for k in path[2:])
 
 
 def _log_trace(name, reason, lowered, kernels, seconds):

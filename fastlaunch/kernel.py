@@ -15,7 +15,7 @@ import numpy as np
 from .ir import Op, dtype_short
 
 __all__ = ["KernelError", "accumulator_dtype", "Loop", "DivMod", "Pick", "Index", "Load", "Scalar", "Const",
-           "IndexValue", "Compute", "Store", "Reduction", "KernelArg", "Kernel", "walk",
+           "IndexValue", "Random", "Compute", "Store", "Reduction", "KernelArg", "Kernel", "walk",
            "index_picks"]
 
 
@@ -197,6 +197,21 @@ class IndexValue:
 
 
 @dataclass(frozen=True, eq=False, repr=False)
+class Random:
+    """Counter-based random numbers (ir.Op.RANDOM): Philox4x32-10 keyed by `key` (a uint64
+    expression, the call's key) with counter (position, stream); `position` is the element's
+    flat index in the draw's own shape, so recomputing it anywhere gives the same value."""
+    dist: str
+    stream: int
+    key: object
+    position: Index
+    dtype: np.dtype
+
+    def __repr__(self):
+        return f"<Random {self.dist} #{self.stream} {dtype_short(self.dtype)}>"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
 class Compute:
     """op (an elementwise ir.Op) on operands of its loop dtypes.  Compared by identity: the
     builder makes one object per value, and deep chains must not hash recursively.
@@ -290,6 +305,8 @@ class Kernel:
         for e in walk(self._roots()):
             if isinstance(e, Compute):
                 cost += TRANSCENDENTAL_COST if e.op in TRANSCENDENTAL else 1
+            elif isinstance(e, Random):
+                cost += RANDOM_COST
             elif isinstance(e, Load):
                 cost += 1
         return max(1, cost)
@@ -352,6 +369,7 @@ class Kernel:
 
 
 TRANSCENDENTAL_COST = 8
+RANDOM_COST = 24          # ten Philox rounds (two 32x32->64 multiplies each), plus conversion
 TRANSCENDENTAL = {Op.CBRT, Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P,
                   Op.SIN, Op.COS, Op.TAN, Op.ARCSIN, Op.ARCCOS, Op.ARCTAN, Op.SINH, Op.COSH,
                   Op.TANH, Op.ARCSINH, Op.ARCCOSH, Op.ARCTANH, Op.POW, Op.ARCTAN2, Op.HYPOT,
@@ -382,9 +400,12 @@ def _expr_text(e, names) -> str:
     if isinstance(e, Scalar):
         return f"scalar {dtype_short(e.dtype)} arg{e.arg}"
     if isinstance(e, Const):
-        return f"const {dtype_short(e.dtype)} {e.value}"
+        return f"const {dtype_short(e.dtype)} {e.value!s}"     # f32 0.9, not 0.899999976...
     if isinstance(e, IndexValue):
         return f"index {dtype_short(e.dtype)} {e.index}"
+    if isinstance(e, Random):
+        return (f"random.{e.dist} {dtype_short(e.dtype)} key={names[id(e.key)]} "
+                f"stream={e.stream} at [{_index_text(e.position, names)}]")
     op = e.op.value + (".checked" if e.checked else "")
     return f"{op} {dtype_short(e.dtype)} " + ", ".join(names[id(o)] for o in e.operands)
 
@@ -392,6 +413,8 @@ def _expr_text(e, names) -> str:
 def _children(e) -> list:
     if isinstance(e, Compute):
         return list(e.operands)
+    if isinstance(e, Random):
+        return [e.key] + [p.expr for p in index_picks(e.position)]
     if isinstance(e, (Load, IndexValue)):
         return [p.expr for p in index_picks(e.index)]
     return []
@@ -514,6 +537,8 @@ def _all_indices(k: Kernel) -> list:
     for e in walk(k._roots()):
         if isinstance(e, (Load, IndexValue)):
             add(e.index)
+        elif isinstance(e, Random):
+            add(e.position)
     for s in k.stores:
         add(s.index)
     for ix in k.checks:
@@ -540,6 +565,8 @@ def substitute(k: Kernel, space, rspace, mapping) -> Kernel:
                 r = Load(x.arg, x.dtype, sub(x.index))
             elif isinstance(x, IndexValue):
                 r = IndexValue(sub(x.index), x.dtype)
+            elif isinstance(x, Random):
+                r = Random(x.dist, x.stream, memo[id(x.key)], sub(x.position), x.dtype)
             elif isinstance(x, Compute):
                 r = Compute(x.op, x.dtype, tuple(memo[id(o)] for o in x.operands), x.checked)
             else:

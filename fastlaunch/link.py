@@ -7,6 +7,7 @@ defined here, once.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,22 +49,35 @@ class ExecutableLayout:
     kernel_errors: list
     polls: bool
     keepalive: object
+    rng_seed: int = 0        # the seed of the program's random numbers (if it draws any)
+
+
+# Result arrays one call may return (_core.pyx's MAX_OUTPUTS: a stack array of references).
+MAX_OUTPUTS = 64
 
 
 def executable_layout(program: Program, call: CallLayout, keepalive=None,
                       const_ptrs=None) -> ExecutableLayout:
     """Check the call layout against the verified program.  const_ptrs: the address of each
-    constant as the kernels see it (host backends: the arrays' own data)."""
+    constant as the kernels see it (host backends: the arrays' own data).
+
+    Every index the executable uses besides the bytecode's is checked here: result indices
+    (outputs, argument leaves), integer-check leaves, constant pointers; the verifier has
+    checked the program's own tables (slots, outputs, mutated leaves, the status slot)."""
     nleaves, nouts = program.nleaves, len(program.outputs)
+    if nouts > MAX_OUTPUTS:
+        raise LinkError(f"fastlaunch: more than {MAX_OUTPUTS} result arrays are not supported")
     results = []
     for kind, index, as_scalar in call.results:
+        if type(as_scalar) is not bool:
+            raise LinkError(f"result flag {as_scalar!r} is not a bool")
         if kind == ResultKind.RESULT_NEW:
             if type(index) is not int or not 0 <= index < nouts:
                 raise LinkError(f"result refers to output {index} of {nouts}")
         elif kind == ResultKind.RESULT_INPUT:
-            if type(index) is not int or not 0 <= index < nleaves or \
-                    program.slots[index].role != SlotRole.INPUT:
-                raise LinkError(f"result refers to argument leaf {index}, not an array")
+            # an argument handed back as is: an array updated in place, or a scalar
+            if type(index) is not int or not 0 <= index < nleaves:
+                raise LinkError(f"result refers to argument leaf {index} of {nleaves}")
         elif kind != ResultKind.RESULT_VALUE:
             raise LinkError(f"unknown result kind {kind}")
         results.append((int(kind), index, bool(as_scalar)))
@@ -79,7 +93,8 @@ def executable_layout(program: Program, call: CallLayout, keepalive=None,
         structure, unflatten = ResultStructure.STRUCT_TREE, out_tree.unflatten
     int_checks = []
     for leaf, (lo, hi) in sorted(call.int_bounds.items()):
-        if not 0 <= leaf < nleaves or program.slots[leaf].role != SlotRole.PARAM:
+        if type(leaf) is not int or not 0 <= leaf < nleaves or \
+                program.slots[leaf].role != SlotRole.PARAM:
             raise LinkError(f"integer bound for leaf {leaf}, which is not a scalar argument")
         int_checks.append((int(leaf), int(lo), int(hi)))
     leaf_bytes = []
@@ -91,6 +106,9 @@ def executable_layout(program: Program, call: CallLayout, keepalive=None,
             leaf_bytes.append((0, 0))
     if const_ptrs is None:
         const_ptrs = [arr.ctypes.data for _, arr in program.consts]
+    if len(const_ptrs) != len(program.consts):
+        raise LinkError(f"{len(const_ptrs)} constant addresses for {len(program.consts)} "
+                        f"constants")
     return ExecutableLayout(
         program=program,
         const_slots=[slot for slot, _ in program.consts], const_ptrs=list(const_ptrs),
@@ -98,12 +116,15 @@ def executable_layout(program: Program, call: CallLayout, keepalive=None,
         int_checks=int_checks, leaf_bytes=leaf_bytes, results=results,
         structure=int(structure), unflatten=unflatten, kernel_errors=KERNEL_ERRORS,
         polls=any(op is Opcode.POLL for _, op, _ in program.instructions()),
-        keepalive=(program.consts, keepalive))
+        keepalive=(program.consts, keepalive),
+        rng_seed=call.rng_seed if call.rng_seed is not None else
+        int.from_bytes(os.urandom(8), "little"))
 
 
 def link_entry(backend, program: Program, kernels: list, call: CallLayout, sig_bytes: bytes,
                keys: list, statics: list, specialized=()) -> _core.Entry:
     """A dispatcher entry: the verified program linked by its backend."""
+    _check_kernel_count(program, kernels)
     executable = backend.link(program, kernels, call)
     return _core.Entry(sig_bytes, keys, statics, executable, None, list(specialized))
 
@@ -111,6 +132,16 @@ def link_entry(backend, program: Program, kernels: list, call: CallLayout, sig_b
 def host_executable(program: Program, kernels: list, call: CallLayout) -> _core.Executable:
     """The executable of a host backend: kernels are function addresses with the CPU kernel
     ABI; params[0] of each kernel is its work per launch index."""
+    _check_kernel_count(program, kernels)
     layout = executable_layout(program, call, keepalive=kernels)
     work = [k.params[0] if k.params else 1 for k in program.kernels]
+    if any(type(w) is not int or not -1 <= w < (1 << 62) for w in work):
+        raise LinkError(f"kernel work estimates {work} out of range")
     return _core.HostExecutable(layout, [k.address for k in kernels], np.asarray(work, np.int64))
+
+
+def _check_kernel_count(program: Program, kernels: list):
+    """LAUNCH k indexes the executable's kernel table: one entry per program kernel."""
+    if len(kernels) != len(program.kernels):
+        raise LinkError(f"the program has {len(program.kernels)} kernels, {len(kernels)} are "
+                        f"compiled")

@@ -12,8 +12,9 @@ import numpy as np
 
 from . import ops
 from .errors import TracingError
-from .ir import Node, Op
-from .trace import Storage, Tracer, ViewMap, current_graph, new_tracer, tracing, view_of
+from .ir import Node, Op, check_shape
+from .trace import (Storage, Tracer, Unreturnable, ViewMap, current_graph, new_tracer, tracing,
+                    view_of)
 
 FUNCTIONS: dict = {}
 
@@ -36,6 +37,12 @@ def operand(x) -> tuple[Node, type | None]:
     g = current_graph()
     if isinstance(x, Tracer):
         return x.node, x.weak
+    hook = getattr(type(x), "__fl_tracer__", None)
+    if hook is not None:         # an array made inside fn (creation.TraceBuffer)
+        t = hook(x)
+        if t is not None:
+            return t.node, t.weak
+        x = x.view(np.ndarray)
     if type(x) in (bool, int, float):
         return ops.weak_literal(g, x)
     if isinstance(x, np.generic):
@@ -696,6 +703,7 @@ def array(obj, dtype=None, copy=None, order=None, **kwargs):
 def _filled(shape, dtype, value) -> Tracer:
     g = current_graph()
     dt = ops.check_dtype(dtype, "array construction")
+    shape = check_shape(shape, dt)      # a new array: NumPy's array checks, not its iterator's
     return wrap(ops.broadcast_to(g, ops.literal(g, value, dt), shape), scalar=False)
 
 
@@ -720,7 +728,8 @@ def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, **kw
         n = node_of(a)
         dt = np.dtype(dtype) if dtype is not None else n.dtype
         g = current_graph()
-        shp = n.shape if shape is None else ops.normalize_shape(shape, int(np.prod(shape)))
+        shp = n.shape if shape is None else check_shape(
+            (shape,) if isinstance(shape, (int, np.integer)) else shape, dt)
         return wrap(ops.broadcast_to(g, ops.cast(g, fill_value.node, dt), shp), scalar=False)
     return _like(a, dtype, shape, fill_value)
 
@@ -826,6 +835,8 @@ def squeeze(a, axis=None):
 @implements(np.broadcast_to)
 def broadcast_to(a, shape, subok=False):
     shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if any(s < 0 for s in shape):
+        raise ValueError("all elements of broadcast shape must be non-negative")
     n = ops.broadcast_to(current_graph(), node_of(a), shape)
     return Tracer(Storage(n, frozen_reason="the result of np.broadcast_to is read-only"))
 
@@ -1004,6 +1015,9 @@ def _advanced(t: Tracer, key: tuple):
 
 
 def getitem(t: Tracer, key):
+    mask = _traced_mask(t, key)
+    if mask is not None:
+        return MaskedSelection(t, mask, wrap(node_of(t), scalar=False))
     ellipsis = key is Ellipsis or (isinstance(key, tuple) and any(k is Ellipsis for k in key))
     key = _normalize_key(key, t.ndim)
     if not any(_is_advanced(k) for k in key):
@@ -1019,6 +1033,10 @@ def getitem(t: Tracer, key):
 
 
 def setitem(t: Tracer, key, value):
+    mask = _traced_mask(t, key)
+    if mask is not None:
+        _masked_assign(t, mask, value)
+        return
     key = _normalize_key(key, t.ndim)
     if any(_is_advanced(k) for k in key):
         _scatter_into(t, key, node_of(value), "set", "item assignment (x[idx] = value)")
@@ -1029,6 +1047,201 @@ def setitem(t: Tracer, key, value):
     v = node_of(value)
     target._assign(ops.broadcast_to(g, ops.cast(g, v, t.dtype), target.shape),
                    "item assignment (x[...] = value)")
+
+
+# ---- boolean masks: x[mask] = v, x[mask] += v, x[mask].sum() ---------------------------------
+# x[mask] has a data-dependent size, but these uses of it do not: an assignment through the
+# mask keeps x's shape (a where), and a reduction of the selection is a reduction of
+# where(mask, x, identity).  x[mask] therefore returns a MaskedSelection that supports just
+# those uses and names the alternative for everything else.
+_MASK_HINT = ("x[mask] has a size that depends on the data, which cannot be traced; what "
+              "works: x[mask] = v and x[mask] += v with a scalar (or a value broadcast over the "
+              "unmasked trailing axes), x[mask].sum()/.mean()/.prod()/.any()/.all(), or "
+              "np.where(mask, x, fill) to keep the shape")
+
+
+def _traced_mask(t: Tracer, key):
+    """The traced boolean array of a key that is exactly one (x[mask]), else None."""
+    if isinstance(key, tuple):
+        if len(key) != 1:
+            return None
+        key = key[0]
+    if not (is_tracer(key) and key.dtype == np.bool_) or isinstance(key, MaskedSelection):
+        return None
+    if key.ndim == 0 or key.ndim > t.ndim:
+        raise IndexError(f"too many indices for array: array is {t.ndim}-dimensional, but "
+                         f"{key.ndim} were indexed" if key.ndim else _MASK_HINT)
+    for axis, (a, b) in enumerate(zip(t.shape, key.shape)):
+        if a != b:
+            raise IndexError(f"boolean index did not match indexed array along axis {axis}; "
+                             f"size of axis is {a} but size of corresponding boolean axis is {b}")
+    return key
+
+
+def _mask_value(t: Tracer, mask: Tracer, value, what: str):
+    """`value` as it broadcasts over the trailing (unmasked) axes of t: NumPy broadcasts it
+    against the selection's shape (count,) + trailing, so only a leading length-1 axis (or
+    none) keeps that independent of the count."""
+    if type(value) in (bool, int, float) or isinstance(value, np.generic):
+        return value                   # keeps NEP 50's weak Python scalars weak
+    g = current_graph()
+    v = node_of(value)
+    trailing = t.shape[mask.ndim:]
+    if v.ndim == len(trailing) + 1:
+        if v.shape[0] != 1:
+            raise TracingError(f"{what}: a value of shape {v.shape} must match the number of "
+                               f"True elements of the mask, which is data-dependent; "
+                               f"{_MASK_HINT}")
+        v = ops.reshape(g, v, v.shape[1:])
+    if v.ndim > len(trailing):
+        raise TracingError(f"{what}: a value of shape {v.shape} for a selection of trailing "
+                           f"shape {trailing}; {_MASK_HINT}")
+    try:
+        np.broadcast_shapes(v.shape, trailing)
+    except ValueError:
+        raise ValueError(f"shape mismatch: value array of shape {tuple(value_shape(value))} "
+                         f"could not be broadcast to indexing result with trailing shape "
+                         f"{trailing}") from None
+    return wrap(v, scalar=False)
+
+
+def value_shape(value):
+    return np.shape(value) if not is_tracer(value) else value.shape
+
+
+def _expanded_mask(t: Tracer, mask: Tracer) -> Tracer:
+    g = current_graph()
+    n = node_of(mask)
+    return wrap(ops.reshape(g, n, n.shape + (1,) * (t.ndim - mask.ndim)), scalar=False)
+
+
+def _masked_assign(t: Tracer, mask: Tracer, value):
+    what = "boolean-mask assignment (x[mask] = v)"
+    if isinstance(value, MaskedSelection):
+        if value.base is not t or value.mask is not mask:
+            raise TracingError(f"{what}: assigning one masked selection to another; "
+                               f"{_MASK_HINT}")
+        new = value.values
+    else:
+        new = _mask_value(t, mask, value, what)
+    g = current_graph()
+    merged = where(_expanded_mask(t, mask),
+                   wrap(ops.cast(g, node_of(new), t.dtype), scalar=False), t)
+    setitem(t, Ellipsis, merged)
+
+
+def _selection_inplace(ufunc, reflected=False):
+    def op(self, other):
+        if reflected:
+            raise TracingError(_MASK_HINT)
+        v = _mask_value(self.base, self.mask, other, f"x[mask] {ufunc.__name__}= v")
+        vals = wrap(node_of(self.values), scalar=False)
+        # NumPy's in-place casting rules (same_kind), as for the selection's own copy
+        call_ufunc(ufunc, (vals, v), out=vals)
+        return MaskedSelection(self.base, self.mask, vals)
+    return op
+
+
+class MaskedSelection(Unreturnable):
+    """x[mask] while tracing: see _MASK_HINT for what it supports."""
+    why = _MASK_HINT
+
+    def __init__(self, base: Tracer, mask: Tracer, values: Tracer):
+        self.base, self.mask, self.values = base, mask, values
+        self.dtype = values.dtype
+        self.ndim = 1 + base.ndim - mask.ndim
+
+    def _filled(self, fill) -> Tracer:
+        return where(_expanded_mask(self.base, self.mask), self.values,
+                     wrap(ops.literal(current_graph(), self.dtype.type(fill), self.dtype)))
+
+    def _axis(self, axis):
+        if axis is None:
+            return None
+        axes = axis if isinstance(axis, tuple) else (axis,)
+        if tuple(a % self.ndim for a in axes) != (0,):
+            raise TracingError(f"reductions of x[mask] over axis={axis}: only axis=None or 0; "
+                               f"{_MASK_HINT}")
+        return tuple(range(self.mask.ndim))
+
+    def sum(self, axis=None, dtype=None, out=None, keepdims=False):
+        self._plain(out, keepdims)
+        return sum_(self._filled(0), self._axis(axis), dtype)
+
+    def prod(self, axis=None, dtype=None, out=None, keepdims=False):
+        self._plain(out, keepdims)
+        return _reduce(Op.PROD, self._filled(1), self._axis(axis), False, dtype)
+
+    def any(self, axis=None, out=None, keepdims=False):
+        self._plain(out, keepdims)
+        return any_(self._filled(False), self._axis(axis))
+
+    def all(self, axis=None, out=None, keepdims=False):
+        self._plain(out, keepdims)
+        return all_(self._filled(True), self._axis(axis))
+
+    def mean(self, axis=None, dtype=None, out=None, keepdims=False):
+        self._plain(out, keepdims)
+        axes = self._axis(axis)
+        count = count_nonzero(self.mask)
+        if axes is None:
+            count = count * int(np.prod(self.base.shape[self.mask.ndim:], dtype=np.int64))
+        acc, res = _mean_dtype(self.dtype, dtype)
+        count = astype(count, acc)
+        total = sum_(self._filled(0), axes, acc)
+        return astype(call_ufunc(np.true_divide, (total, count)), res)
+
+    def _plain(self, out, keepdims):
+        if out is not None or keepdims:
+            raise TracingError(f"reductions of x[mask] with out= or keepdims=; {_MASK_HINT}")
+
+    def max(self, *args, **kwargs):
+        raise TracingError("x[mask].max()/.min() of a possibly empty selection cannot be "
+                           "traced (NumPy raises on an empty one); use "
+                           "np.where(mask, x, -np.inf).max() (or +np.inf with .min())")
+
+    min = max
+
+    def __array_function__(self, func, types, args, kwargs):
+        method = _MASKED_FUNCTIONS.get(func)
+        if method is None or args[0] is not self:
+            raise TracingError(f"np.{getattr(func, '__name__', func)} of x[mask]: {_MASK_HINT}")
+        if method == "count_nonzero":
+            return count_nonzero(self._filled(False))
+        return getattr(self, method)(*args[1:], **kwargs)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        raise TracingError(f"np.{ufunc.__name__} of x[mask]: {_MASK_HINT}")
+
+    def _refuse(self, *args, **kwargs):
+        raise TracingError(_MASK_HINT)
+
+    __len__ = __iter__ = __array__ = __getitem__ = __setitem__ = __bool__ = _refuse
+    __float__ = __int__ = __index__ = _refuse
+
+    @property
+    def shape(self):
+        raise TracingError(_MASK_HINT)
+
+    size = shape
+
+    def __getattr__(self, name):
+        if name.startswith("__"):      # protocol probes (NumPy, copy, pickle) just miss
+            raise AttributeError(name)
+        raise TracingError(f"x[mask].{name}: {_MASK_HINT}")
+
+
+_MASKED_FUNCTIONS = {np.sum: "sum", np.prod: "prod", np.any: "any", np.all: "all",
+                     np.mean: "mean", np.max: "max", np.min: "min", np.amax: "max",
+                     np.amin: "min", np.count_nonzero: "count_nonzero"}
+for _name, _uf in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
+                   ("truediv", np.true_divide), ("floordiv", np.floor_divide),
+                   ("mod", np.remainder), ("pow", np.power), ("and", np.bitwise_and),
+                   ("or", np.bitwise_or), ("xor", np.bitwise_xor), ("lshift", np.left_shift),
+                   ("rshift", np.right_shift)]:
+    setattr(MaskedSelection, f"__i{_name}__", _selection_inplace(_uf))
+    setattr(MaskedSelection, f"__{_name}__", _selection_inplace(_uf, reflected=True))
+    setattr(MaskedSelection, f"__r{_name}__", _selection_inplace(_uf, reflected=True))
 
 
 def _scatter_into(t: Tracer, key, values: Node, mode: str, what: str):

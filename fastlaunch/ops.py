@@ -6,13 +6,14 @@ literals only are folded by running NumPy on them.
 """
 from __future__ import annotations
 
+import math
 import operator
 from functools import reduce as _fold
 
 import numpy as np
 
 from .errors import TracingError
-from .ir import SUPPORTED_DTYPES, Graph, Node, Op
+from .ir import MAX_INTP, SUPPORTED_DTYPES, Graph, Node, Op
 
 # The NumPy ufunc each elementwise op means.  Ops absent here are built from these.
 UFUNC_OF_OP = {
@@ -106,11 +107,23 @@ def cast(g: Graph, n: Node, dtype, weak: type | None = None, wraps: bool = False
 
 
 def broadcast_shapes(*shapes) -> tuple:
-    try:
-        return tuple(np.broadcast_shapes(*shapes))
-    except ValueError:
-        raise ValueError("operands could not be broadcast together with shapes "
-                         + " ".join(str(tuple(s)) for s in shapes)) from None
+    """NumPy's broadcasting of shapes, in exact integers; a result of more elements than NumPy
+    can iterate is NumPy's "iterator is too large" (what a ufunc or np.broadcast_to raises)."""
+    shapes = [tuple(int(d) for d in s) for s in shapes]
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for s in shapes:
+        for i, d in enumerate(s, ndim - len(s)):
+            if d != 1 and out[i] not in (1, d):
+                raise ValueError("operands could not be broadcast together with shapes "
+                                 + " ".join(str(t) for t in shapes))
+            if d != 1:
+                out[i] = d
+    if any(d > MAX_INTP for d in out):
+        raise ValueError("Maximum allowed dimension exceeded")
+    if math.prod(out) > MAX_INTP:
+        raise ValueError("iterator is too large")
+    return tuple(out)
 
 
 def broadcast_to(g: Graph, n: Node, shape) -> Node:
@@ -279,6 +292,24 @@ def where(g: Graph, cond: tuple, a: tuple, b: tuple) -> Node:
     return elementwise(g, Op.WHERE, dt, [c, an, bn])
 
 
+RANDOM_DISTS = {"u64": np.uint64, "uniform": None, "normal": None}
+
+
+def random(g: Graph, key: Node, dist: str, shape, dtype) -> Node:
+    """A fresh draw of `dist` numbers of `shape` from the random `key` (0-d uint64): every
+    call of this function is a new stream (a distinct node, never merged by CSE)."""
+    if dist not in RANDOM_DISTS:
+        raise ValueError(f"unknown random distribution {dist!r}")
+    g.random_streams += 1
+    return g.add(Op.RANDOM, dtype, tuple(int(d) for d in shape), [key], dist=dist,
+                 stream=g.random_streams)
+
+
+def rng_key(g: Graph) -> Node:
+    """The call's random key: one per trace, set by the executable on every call."""
+    return g.add(Op.RNG_KEY, np.uint64, ())
+
+
 def iota(g: Graph, shape, axis: int, dtype) -> Node:
     """index along `axis` at every position of `shape`: the building block of arange and eye."""
     return g.add(Op.IOTA, dtype, shape, axis=axis)
@@ -331,14 +362,21 @@ def normalize_shape(shape, size: int) -> tuple:
     unknown = [i for i, s in enumerate(shape) if s == -1]
     if len(unknown) > 1:
         raise ValueError("can only specify one unknown dimension")
-    known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+    # exact integers: an int64 product could wrap around and match a wrong shape
+    known = math.prod(s for s in shape if s != -1)
     if unknown:
         if known == 0 or size % known:
-            raise ValueError(f"cannot reshape array of size {size} into shape {tuple(shape)}")
+            raise ValueError(f"cannot reshape array of size {size} into shape "
+                             f"{_shape_text(shape)}")
         shape[unknown[0]] = size // known
-    if any(s < 0 for s in shape) or int(np.prod(shape, dtype=np.int64)) != size:
-        raise ValueError(f"cannot reshape array of size {size} into shape {tuple(shape)}")
+    if any(s < 0 for s in shape) or math.prod(shape) != size:
+        raise ValueError(f"cannot reshape array of size {size} into shape {_shape_text(shape)}")
     return tuple(shape)
+
+
+def _shape_text(shape) -> str:
+    """A shape as NumPy's messages print it: (2,3), (5,)."""
+    return "(" + ",".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
 def slice_view(g: Graph, n: Node, starts, steps, shape) -> Node:

@@ -25,7 +25,22 @@ from .leaves import LeafSpec, element_range
 # launches: a Ctrl-C then stops it within a launch instead of when it returns.
 POLL_WORK = 50_000_000
 
-__all__ = ["record", "element_range", "POLL_WORK"]
+__all__ = ["record", "kernel_info", "element_range", "POLL_WORK"]
+
+
+def kernel_info(k, name: str) -> KernelInfo:
+    """What the verifier and the executable know of a scheduled kernel (with its extents
+    set): argument kinds, dtypes, element ranges and writes, launch size and params.  A
+    loaded program derives these from its kernel descriptions the same way."""
+    return KernelInfo(
+        name=name, label=k.label,
+        arg_kinds=tuple(ArgKind(a.kind).value for a in k.args),
+        arg_ranges=tuple(tuple(a.extent) if a.kind == "buffer" and a.extent else (0, -1)
+                         for a in k.args),
+        arg_writes=tuple(a.writes for a in k.args),
+        arg_dtypes=tuple(a.dtype.str for a in k.args),
+        params=tuple(k.schedule.params), bytes_moved=k.bytes_moved(),
+        launch_size=k.launch_size)
 
 
 def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: list,
@@ -67,6 +82,10 @@ def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: 
             slots.append(SlotInfo(SlotRole.CONST, b.dtype.str, 0, b.size - 1,
                                   label=f"const{b.ref}", space=kspace))
             const_slots.append((slot_of[b.id], consts[b.ref]))
+        elif b.role == "rng":
+            # the call's random key: a scalar word the executable sets on every call
+            slot_of[b.id] = len(slots)
+            slots.append(SlotInfo(SlotRole.RNG, np.dtype(np.uint64).str, label="rng"))
         elif b.role == "status":
             slot_of[b.id] = len(slots)
             slots.append(SlotInfo(SlotRole.STATUS, np.dtype(np.int64).str, label="status",
@@ -127,15 +146,7 @@ def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: 
             if s in temps and last_use[s] == k_index and s not in shadow_out and \
                     not (s in shadow_in and shadow_in[s] in mutated_leaves):
                 asm.free(s)
-        infos.append(KernelInfo(
-            name=name, label=k.label,
-            arg_kinds=tuple(ArgKind(a.kind).value for a in k.args),
-            arg_ranges=tuple(tuple(a.extent) if a.kind == "buffer" and a.extent else (0, -1)
-                             for a in k.args),
-            arg_writes=tuple(a.writes for a in k.args),
-            arg_dtypes=tuple(a.dtype.str for a in k.args),
-            params=tuple(k.schedule.params), bytes_moved=k.bytes_moved(),
-            launch_size=k.launch_size))
+        infos.append(kernel_info(k, name))
     if unchecked:
         asm.check(status)
     # results and in-place updates leave the kernels' space last, after every check

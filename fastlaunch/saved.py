@@ -2,10 +2,23 @@
 without the Python function that produced it.
 
 The file holds the bytecode and its tables (constants included), the argument signature, the
-result layout, and each kernel's source and machine code.  A process whose target (CPU name
-and features, LLVM version, optimisation level) matches loads the machine code as is; any
-other target compiles the kernels again from their source.  The header carries a magic
-number and a format version; the payload carries a SHA-256.
+result layout, and per kernel its description (kernel.py, as JSON: kernel_json.py), its
+source and its machine code.  The header carries a magic number and a format version; the
+payload carries a SHA-256, which detects accidents, not tampering: anyone can recompute it.
+
+Loading trusts the file's machine code unless told otherwise (docs/security.md):
+
+* `load(path)` runs the stored machine code when it was compiled for this very target (CPU
+  name and features, LLVM version, optimisation level), so a file can run any code, as a
+  pickle can.  Only load files you trust;
+* `load(path, machine_code=False)` runs nothing from the file: every kernel is generated
+  again by our own code generator from its description, which is decoded strictly; the
+  kernels' element ranges, launch sizes and launch parameters are derived from those
+  descriptions (never read from the file), and the verifier checks the bytecode against them
+  and against the argument signature.  What it then runs touches only the call's arguments,
+  its results and its own temporaries.
+
+A process with another target compiles the kernels from their descriptions in both modes.
 """
 from __future__ import annotations
 
@@ -23,17 +36,24 @@ from ._version import __version__
 from .backends import get_backend
 from .backends.base import CallLayout
 from .bytecode import Program, verify
+from .kernel import set_extents
+from .kernel_json import kernel_from_json, kernel_to_json
 from .leaves import LeafSpec
 from .link import link_entry
 from .pytree import TreeDef
+from .record import kernel_info
 
 MAGIC = b"FLPROG\x00\x01"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _HEADER = struct.Struct("<8sIIQ32s")     # magic, format version, reserved, length, sha256
+
+MAX_TREE_DEPTH = 100
+_INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
 class SavedProgramError(ValueError):
-    """A saved program file that cannot be used: wrong format version, corrupted, truncated."""
+    """A saved program file that cannot be used: wrong format version, corrupted, truncated,
+    or tables, kernels or bytecode that do not pass the checks."""
 
 
 def _json_scalar(v, what: str):
@@ -46,7 +66,13 @@ def _json_scalar(v, what: str):
 
 def save_entry(path, entry, backend, static_positions) -> None:
     info = entry.info
+    if entry.post is not None:
+        raise TypeError(f"a saved program cannot replay side effects on argument containers "
+                        f"({entry.post.describe()}); return the new values instead")
     program: Program = info.lowered.program
+    descriptions = info.lowered.plan.kernels
+    if len(descriptions) != len(info.kernels):
+        raise RuntimeError("fastlaunch: the traced plan and its compiled kernels disagree")
     for k in info.keys:
         if not isinstance(k, tuple):
             raise TypeError("a saved program cannot take namedtuple arguments")
@@ -55,17 +81,19 @@ def save_entry(path, entry, backend, static_positions) -> None:
         "backend": backend.name,
         "target": backend.target_key,
         "signature": entry.signature.hex(),
+        "specialized": [[leaf, word] for leaf, word in entry.specialized],
         "static_positions": list(static_positions),
         "statics": [_static_json(v) for v in info.static_values],
         "keys": [[_json_scalar(x, "a dict key") for x in k] for k in info.keys],
         "leaves": [_leaf_json(d) for d in info.leaves],
         "leaf_names": list(info.leaf_names),
-        "results": [[kind, _json_scalar(index, "a constant result") if kind == 2 else index,
-                     scalar] for kind, index, scalar in info.results],
+        "results": [[int(kind), _json_scalar(index, "a constant result") if kind == 2 else index,
+                     bool(scalar)] for kind, index, scalar in info.results],
         "out_tree": info.out_tree.to_json(),
         "int_bounds": [[leaf, lo, hi] for leaf, (lo, hi) in sorted(info.int_bounds.items())],
-        "kernels": [{"label": label, "text": backend.kernel_text(k)}
-                    for (label, _, _), k in zip(info.lowered.kernels, info.kernels)],
+        "kernels": [{"label": label, "text": backend.kernel_text(k), "desc": kernel_to_json(d)}
+                    for (label, _, _), k, d in zip(info.lowered.kernels, info.kernels,
+                                                   descriptions)],
         "graph": info.lowered.graph,
     }
     blobs = [json.dumps(meta, sort_keys=True).encode(), program.to_bytes()]
@@ -92,11 +120,22 @@ def _static_json(v):
     return [type(v).__name__, _json_scalar(v, "a static argument")]
 
 
+_PLAIN_STATICS = {"bool": bool, "int": int, "float": float, "str": str,
+                  "NoneType": type(None)}
+
+
 def _static_value(j):
+    if type(j) is not list or len(j) != 2 or not isinstance(j[0], str):
+        raise SavedProgramError("statics: malformed value")
     kind, value = j
-    if kind in ("bool", "int", "float", "str", "NoneType"):
+    if kind in _PLAIN_STATICS:
+        if type(value) is not _PLAIN_STATICS[kind]:
+            raise SavedProgramError(f"statics: {kind} holding {type(value).__name__}")
         return value
-    return np.dtype(kind).type(value)
+    dt = np.dtype(kind)
+    if dt.kind not in "biuf" or dt.fields is not None or type(value) not in (bool, int, float):
+        raise SavedProgramError(f"statics: {kind!r} is not a number type")
+    return dt.type(value)
 
 
 def _leaf_json(d: LeafSpec):
@@ -137,20 +176,96 @@ def _read(path) -> tuple[dict, Program, list]:
                                 f"(checksum mismatch)")
     blobs, at = [], 0
     while at < len(payload):
+        if at + 8 > len(payload):
+            raise SavedProgramError(f"{path}: truncated blob header")
         (n,) = struct.unpack_from("<Q", payload, at)
+        if at + 8 + n > len(payload):
+            raise SavedProgramError(f"{path}: a blob runs past the end of the file")
         blobs.append(payload[at + 8:at + 8 + n])
         at += 8 + n
+    if len(blobs) < 2:
+        raise SavedProgramError(f"{path}: no program in the file")
     meta = json.loads(blobs[0])
+    if type(meta) is not dict:
+        raise SavedProgramError(f"{path}: the metadata is not an object")
     return meta, Program.from_bytes(blobs[1]), blobs[2:]
+
+
+# ---- strict readers of the metadata -------------------------------------------------------
+def _int(x, what: str, lo: int = _INT64[0], hi: int = _INT64[1]) -> int:
+    if type(x) is not int or not lo <= x <= hi:
+        raise SavedProgramError(f"{what}: expected an integer in [{lo}, {hi}], got "
+                                f"{str(x)[:40]}")
+    return x
+
+
+def _list(x, what: str) -> list:
+    if type(x) is not list:
+        raise SavedProgramError(f"{what}: expected a list")
+    return x
+
+
+def _str(x, what: str) -> str:
+    if type(x) is not str:
+        raise SavedProgramError(f"{what}: expected a string")
+    return x
+
+
+def _scalar(x, what: str):
+    if x is not None and type(x) not in (bool, int, float, str):
+        raise SavedProgramError(f"{what}: expected a number, string or null")
+    return x
+
+
+def _tree(j, depth: int = 0) -> TreeDef:
+    """A result tree: leaves, None, tuples, lists and dicts with str/int/float keys."""
+    if depth > MAX_TREE_DEPTH or type(j) is not dict:
+        raise SavedProgramError("out_tree: malformed or nested too deeply")
+    kind = j.get("kind")
+    children = [_tree(c, depth + 1) for c in _list(j.get("children", []), "out_tree")]
+    if kind in ("leaf", "none"):
+        if children:
+            raise SavedProgramError(f"out_tree: a {kind} with children")
+        return TreeDef(kind)
+    if kind in ("tuple", "list"):
+        return TreeDef(kind, children)
+    if kind == "dict":
+        keys = _list(j.get("keys"), "out_tree keys")
+        if len(keys) != len(children) or any(type(k) not in (str, int, float) for k in keys) \
+                or len(set(keys)) != len(keys):
+            raise SavedProgramError("out_tree: malformed dict keys")
+        return TreeDef(kind, children, tuple(keys))
+    raise SavedProgramError(f"out_tree: unknown kind {str(kind)[:20]!r}")
+
+
+def _results(j) -> list:
+    out = []
+    for r in _list(j, "results"):
+        if type(r) is not list or len(r) != 3 or type(r[2]) is not bool:
+            raise SavedProgramError("results: malformed entry")
+        kind = ResultKind(_int(r[0], "result kind", 0, 2))
+        index = _scalar(r[1], "constant result") if kind == ResultKind.RESULT_VALUE else \
+            _int(r[1], "result index", 0, 1 << 40)
+        out.append((kind, index, r[2]))
+    return out
+
+
+def _keys(j) -> list:
+    keys = []
+    for k in _list(j, "keys"):
+        keys.append(tuple(_scalar(x, "dict key") for x in _list(k, "keys")))
+    return keys
 
 
 class LoadedProgram(_core.Dispatcher):
     """A saved program, callable with arguments of the saved signature only."""
 
-    def __init__(self, path, meta, entry):
+    def __init__(self, path, meta, entry, leaves, names):
         super().__init__(tuple(meta["static_positions"]), True)
         self.path = path
         self.meta = meta
+        self._leaves = leaves
+        self._names = names
         self._install(entry)
 
     @property
@@ -160,66 +275,135 @@ class LoadedProgram(_core.Dispatcher):
     def _miss(self, args, kwargs):
         if kwargs:
             raise TypeError(f"{self.path}: a loaded program takes its arguments positionally")
-        raise TypeError(_mismatch(self.meta, args))
+        raise TypeError(_mismatch(self.meta["static_positions"], self._leaves, self._names,
+                                  args))
 
     def __repr__(self):
         return f"<fastlaunch.LoadedProgram {self.path}>"
 
 
-def load(path, backend: str | None = None) -> LoadedProgram:
+def load(path, backend: str | None = None, *, machine_code: bool = True) -> LoadedProgram:
     """Load a program written by `Compiled.save`; no tracing, no source function needed.
 
-    Only load files you trust: a saved program holds native machine code, which runs in this
-    process (like pickle, a file can run code).  The bytecode and its tables are verified
-    against the stored signature before anything runs."""
+    **Only load files you trust.**  A saved program holds native machine code, and by default
+    that code runs in this process when it was compiled for this CPU and LLVM: like a pickle,
+    a file can make the loading process run any code.  The SHA-256 in the file detects
+    corruption, not tampering.
+
+    machine_code=False refuses the stored machine code: every kernel is generated again by
+    fastlaunch's own code generator from the kernel descriptions in the file (strictly
+    decoded), the kernels' element ranges and launch sizes are derived from those
+    descriptions, and the bytecode and its tables are verified against them and against the
+    stored argument signature.  Nothing executable comes from the file; loading costs a
+    compile (kernels found in the kernel cache excepted).  See docs/security.md for exactly
+    what that guarantees.
+
+    In both modes the bytecode is verified before anything runs, and a file that fails any
+    check raises SavedProgramError (a ValueError)."""
     path = os.fspath(path)
-    meta, program, objects = _read(path)
     try:
-        sig = bytes.fromhex(meta["signature"])
-        leaves = _signature_specs(sig)
-        verify(program, leaves=leaves, strict=True)
-        be = get_backend(backend or meta["backend"])
-        if len(objects) != len(program.kernels) or len(meta["kernels"]) != len(objects):
-            raise SavedProgramError(f"{path}: {len(program.kernels)} kernels, "
-                                    f"{len(objects)} objects")
-        kernels = [be.load_object(k["text"], obj, meta["target"])
-                   for k, obj in zip(meta["kernels"], objects)]
-        results = [(ResultKind(kind), index, bool(scalar)) for kind, index, scalar in meta["results"]]
-        out_tree = TreeDef.from_json(meta["out_tree"])
-        keys = [tuple(k) for k in meta["keys"]]
-        int_bounds = {leaf: (lo, hi) for leaf, lo, hi in meta["int_bounds"]}
-        statics = [_core.static_key(_static_value(v)) for v in meta["statics"]]
-        call = CallLayout(results, out_tree, int_bounds)
-        entry = link_entry(be, program, kernels, call, sig, keys, statics)
-    except SavedProgramError:
-        raise
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+        meta, program, objects = _read(path)
+        return _load(path, meta, program, objects, backend, machine_code)
+    except SavedProgramError as err:
+        if str(err).startswith(path):
+            raise
+        raise SavedProgramError(f"{path}: invalid saved program: {err}") from None
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError,
+            RecursionError, UnicodeError) as err:
         raise SavedProgramError(f"{path}: invalid saved program: {type(err).__name__}: "
                                 f"{err}") from None
-    return LoadedProgram(path, meta, entry)
 
 
-def _mismatch(meta, args) -> str:
+def _load(path, meta, program: Program, objects, backend, machine_code) -> LoadedProgram:
+    sig = bytes.fromhex(_str(meta["signature"], "signature"))
+    leaves = _signature_specs(sig)
+    be = get_backend(backend or _str(meta["backend"], "backend"))
+    target = _str(meta["target"], "target")
+    kmeta = _list(meta["kernels"], "kernels")
+    if not len(kmeta) == len(objects) == len(program.kernels):
+        raise SavedProgramError(f"{path}: {len(program.kernels)} kernels in the program, "
+                                f"{len(kmeta)} described, {len(objects)} objects")
+    # the kernels' tables come from their descriptions, scheduled by this backend: never from
+    # the file's own claims (a tampered file could claim small ranges for a big kernel)
+    kernels = []
+    for i, km in enumerate(kmeta):
+        if type(km) is not dict:
+            raise SavedProgramError(f"kernels: entry {i} is malformed")
+        k = be.schedule_kernel(kernel_from_json(km.get("desc")))
+        set_extents(k)
+        program.kernels[i] = kernel_info(k, program.kernels[i].name)
+        kernels.append((k, km))
+    verify(program, be.memory.kernel_space, leaves=leaves, strict=True)
+    static_positions = [_int(p, "static position", 0, 1 << 16)
+                        for p in _list(meta["static_positions"], "static_positions")]
+    if static_positions != sorted(set(static_positions)):
+        raise SavedProgramError("static_positions: not increasing")
+    meta["static_positions"] = static_positions
+    statics = [_core.static_key(_static_value(v)) for v in _list(meta["statics"], "statics")]
+    results = _results(meta["results"])
+    out_tree = _tree(meta["out_tree"])
+    keys = _keys(meta["keys"])
+    int_bounds = {}
+    for b in _list(meta["int_bounds"], "int_bounds"):
+        if type(b) is not list or len(b) != 3:
+            raise SavedProgramError("int_bounds: malformed entry")
+        leaf = _int(b[0], "int_bounds leaf", 0, len(leaves) - 1)
+        lo, hi = _int(b[1], "int_bounds low"), _int(b[2], "int_bounds high")
+        if leaf in int_bounds or lo > hi:
+            raise SavedProgramError("int_bounds: repeated leaf or empty range")
+        int_bounds[leaf] = (lo, hi)
+    names = meta.get("leaf_names")
+    if type(names) is not list or len(names) != len(leaves) or \
+            any(type(n) is not str for n in names):
+        names = [f"leaf {i}" for i in range(len(leaves))]
+    _str(meta.get("graph", ""), "graph")
+    if machine_code and target == be.target_key:
+        compiled = [be.load_object(_str(km.get("text"), "kernel source"), obj, target)
+                    for (_, km), obj in zip(kernels, objects)]
+    else:
+        compiled = []
+        for i, (k, _) in enumerate(kernels):
+            try:
+                compiled.append(be.compile(k))
+            except MemoryError:
+                raise
+            except Exception as err:      # code generation or LLVM refused the kernel
+                raise SavedProgramError(f"{path}: kernel {i} ({k.label}) does not compile: "
+                                        f"{type(err).__name__}: {str(err)[:300]}") from None
+    for info, ck in zip(program.kernels, compiled):
+        info.name = ck.name
+    specialized = []
+    for sp in _list(meta.get("specialized", []), "specialized"):
+        if type(sp) is not list or len(sp) != 2:
+            raise SavedProgramError("specialized: malformed entry")
+        leaf = _int(sp[0], "specialised leaf", 0, len(leaves) - 1)
+        if leaves[leaf].is_array:
+            raise SavedProgramError("specialized: a value for a leaf that is not a scalar")
+        specialized.append((leaf, _int(sp[1], "specialised value")))
+    call = CallLayout(results, out_tree, int_bounds)
+    entry = link_entry(be, program, compiled, call, sig, keys, statics, specialized)
+    return LoadedProgram(path, meta, entry, leaves, names)
+
+
+def _mismatch(static_positions, want: list, names: list, args) -> str:
     """Name the first argument leaf that does not match the saved signature."""
     from .pytree import flatten
-    static = set(meta["static_positions"])
+    static = set(static_positions)
     leaves = []
     for i, a in enumerate(args):
         if i not in static:
             leaves += flatten(a)[0]
-    want = meta["leaves"]
-    names = meta.get("leaf_names") or [f"leaf {i}" for i in range(len(want))]
     if len(leaves) != len(want):
         return (f"this saved program takes {len(want)} array/scalar arguments, "
                 f"got {len(leaves)}")
     for name, w, got in zip(names, want, leaves):
-        if w[0] == "array":
+        if w.is_array:
             if not isinstance(got, np.ndarray):
-                return f"{name}: expected an array {np.dtype(w[1])}{w[2]}, got {type(got).__name__}"
-            if got.dtype != np.dtype(w[1]) or list(got.shape) != w[2]:
-                return (f"{name}: expected {np.dtype(w[1])}{w[2]}, got "
+                return f"{name}: expected an array {w.dtype}{list(w.shape)}, got {type(got).__name__}"
+            if got.dtype != w.dtype or got.shape != w.shape:
+                return (f"{name}: expected {w.dtype}{list(w.shape)}, got "
                         f"{got.dtype}{list(got.shape)}")
-        elif w[2] is not None and type(got).__name__ != w[2]:
-            return f"{name}: expected a Python {w[2]}, got {type(got).__name__}"
+        elif w.weak is not None and type(got) is not w.weak:
+            return f"{name}: expected a Python {w.weak.__name__}, got {type(got).__name__}"
     return ("the arguments do not match the saved signature (memory layout or static "
             "argument values differ); a loaded program cannot re-trace")

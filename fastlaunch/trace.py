@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import ops
-from .errors import TracingError
+from .errors import TracingError, caught_where, noting_errors
 from .ir import Graph, Node, Op
 
 _state = threading.local()
@@ -198,6 +198,10 @@ class Tracer:
 
     # ---- data-dependent Python control flow cannot be traced ----
     def _concrete(self, what: str):
+        positions = _scalar_argument_positions(self.node)
+        if positions:
+            # computed from Python scalar arguments only: the trace can use their values
+            raise SpecializeRequest(positions, what)
         raise TracingError(
             f"{what} needs the value of a traced array ({self.dtype}{list(self.shape)}), which is "
             f"not known while tracing. Express data-dependent choices with np.where(cond, a, b), "
@@ -279,6 +283,9 @@ class Traced:
     outputs: list            # per result leaf: ("new", output index, as_scalar) | ("input", leaf) | ("value", obj)
     mutated_leaves: list
     int_bounds: dict         # leaf -> (lo, hi): weak Python int parameters cast to narrower ints
+    # paths (argument position, then keys/indices) of argument lists and dicts the function
+    # mutated; when non-empty, the outputs are those of (result, [final contents per path])
+    effects: list = None
 
 
 def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
@@ -302,10 +309,73 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
                 weak = leaf.weak if leaf.weak is not bool else None   # see ops.weak_literal
                 tracers.append(Tracer(Storage(node, position=pos), weak=weak, scalar=True))
         args, kwargs = build_args(tracers)
-        result = fn(*args, **kwargs)
-        return _finish(g, result, tracers, storages), result
+        containers = _containers((args, kwargs))
+        with noting_errors() as noted:
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as err:
+                # NumPy may turn our request into its own TypeError (np.zeros(n)): specialise
+                request = next((e for e in noted if isinstance(e, SpecializeRequest)), None)
+                if request is not None and request is not err:
+                    raise request from err
+                raise
+        request = next((e for e in noted if isinstance(e, SpecializeRequest)), None)
+        if request is not None:
+            raise request            # caught by the traced code: still specialise
+        if noted:
+            err = noted[0]
+            raise TracingError(
+                f"the traced function caught a fastlaunch.TracingError at {caught_where(err)} and "
+                f"went on; the trace would record its fallback, not the computation asked for, "
+                f"so it is discarded. The error was: {err}")
+        effects = _container_effects(containers)
+        if effects:
+            # the final contents of mutated argument containers become extra results, which
+            # the caller's containers receive on every call (Traced.effects says where)
+            result_and_effects = (result, [final for _, final in effects])
+        else:
+            result_and_effects = result
+        traced = _finish(g, result_and_effects, tracers, storages)
+        traced.effects = [path for path, _ in effects]
+        return traced, result_and_effects
     finally:
         _state.graph = previous
+
+
+class SpecializeRequest(TracingError):
+    """The trace needs the value of something computed from scalar arguments alone (a loop
+    count, a shape, an `if` on a flag): the caller traces again with those arguments passed
+    as their values, and keys the result by them (jit.py)."""
+
+    def __init__(self, positions, what: str):
+        super().__init__(f"{what} needs the value of scalar argument leaves {sorted(positions)}")
+        self.positions = frozenset(positions)
+        self.what = what
+
+
+def _scalar_argument_positions(node: Node) -> set:
+    """Leaf positions of the scalar arguments (PARAM nodes) a 0-d node is computed from, when
+    it depends on nothing else but literals; else an empty set."""
+    if node.ndim:
+        return set()
+    found, seen, stack = set(), set(), [node]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.op is Op.PARAM:
+            found.add(n.attrs["position"])
+        elif n.op is not Op.LITERAL and (not n.inputs or n.ndim):
+            return set()            # an array, a constant, an index space: data, not a value
+        stack.extend(n.inputs)
+    return found
+
+
+class Unreturnable:
+    """A traced object that may be used inside the function but cannot be its result (a
+    boolean-mask selection, whose size depends on the data); `why` says what to do instead."""
+    why = "this value cannot be returned from a traced function"
 
 
 def _finish(g: Graph, result, tracers, storages) -> Traced:
@@ -314,6 +384,12 @@ def _finish(g: Graph, result, tracers, storages) -> Traced:
     outputs = []
     returned: dict = {}            # id(tracer) -> output index: `return y, y` gives y twice
     for leaf in leaves:
+        if isinstance(leaf, Unreturnable):
+            raise TracingError(leaf.why)
+        hook = getattr(type(leaf), "__fl_tracer__", None)
+        if hook is not None:     # an array made inside fn: its tracer, or its constant value
+            t = hook(leaf)
+            leaf = t if t is not None else leaf.view(np.ndarray)
         if isinstance(leaf, Tracer):
             st = leaf._storage
             if st.position is not None and leaf._view is None and leaf._reshape is None \
@@ -348,3 +424,40 @@ def _param_int_bounds(g: Graph) -> dict:
             lo, hi = bounds.get(pos, (-2**63, 2**63 - 1))
             bounds[pos] = (max(lo, int(info.min)), min(hi, int(info.max)))
     return bounds
+
+
+# ---- side effects on argument containers ---------------------------------------------------
+def _containers(tree, path=()) -> list:
+    """(path, container, snapshot of its items) for every list and dict in the call's argument
+    tree, outermost first.  path: (0, position) into args, or (1, name) into kwargs, then keys
+    and indices."""
+    out = []
+    stack = [(tree, path)]
+    while stack:
+        x, p = stack.pop()
+        t = type(x)
+        if t is dict:
+            out.append((p, x, list(x.items())))
+            stack.extend((v, p + (k,)) for k, v in reversed(list(x.items())))
+        elif t is list:
+            out.append((p, x, list(x)))
+            stack.extend((v, p + (i,)) for i, v in reversed(list(enumerate(x))))
+        elif t is tuple or (isinstance(x, tuple) and hasattr(t, "_fields")):
+            stack.extend((v, p + (i,)) for i, v in reversed(list(enumerate(x))))
+    return out
+
+
+def _container_effects(containers) -> list:
+    """(path, final contents) of each container whose items changed during the trace
+    (keys added, removed or reordered, items replaced, appended or popped).  A container
+    inside another changed one is covered by the outer one's final contents."""
+    changed = []
+    for path, obj, before in containers:
+        now = list(obj.items()) if type(obj) is dict else list(obj)
+        if len(now) != len(before) or any(
+                (a[0] != b[0] or a[1] is not b[1]) if type(obj) is dict else a is not b
+                for a, b in zip(now, before)):
+            if any(path[:len(p)] == p for p, _ in changed):
+                continue
+            changed.append((path, dict(obj) if type(obj) is dict else list(obj)))
+    return changed

@@ -1,9 +1,9 @@
 """Backends, found by name.  The interface every backend implements is in base.py."""
 from __future__ import annotations
 
-import os
 import threading
 
+from .. import env
 from .base import CallLayout, CompiledKernel, MemoryModel  # noqa: F401  (re-exported)
 
 _FACTORIES: dict = {}
@@ -17,8 +17,9 @@ def register_backend(name: str, factory):
 
 def get_backend(name: str | None = None):
     """The backend called `name`; None: FASTLAUNCH_BACKEND, else "cpu"."""
+    from_env = name is None and env.backend_name() is not None
     if name is None:
-        name = os.environ.get("FASTLAUNCH_BACKEND") or "cpu"
+        name = env.backend_name() or "cpu"
     if not isinstance(name, str):
         raise TypeError(f"backend must be a backend name (str), got {type(name).__name__}")
     with _LOCK:
@@ -26,8 +27,12 @@ def get_backend(name: str | None = None):
         if backend is None:
             factory = _FACTORIES.get(name)
             if factory is None:
-                raise ValueError(f"unknown fastlaunch backend {name!r}; "
-                                 f"known: {', '.join(sorted(_FACTORIES))}")
+                known = ", ".join(sorted(_FACTORIES))
+                if from_env:
+                    raise env.EnvironmentVariableError(
+                        f"environment variable FASTLAUNCH_BACKEND={name!r}: expected the name "
+                        f"of a fastlaunch backend, one of: {known}")
+                raise ValueError(f"unknown fastlaunch backend {name!r}; known: {known}")
             backend = _INSTANCES[name] = factory()
         return backend
 

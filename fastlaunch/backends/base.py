@@ -7,6 +7,8 @@ everything after that:
     memory                its MemoryModel: where its kernels read and write
     schedule(plan)        the plan with its own launch decisions: splits, tiles, serial kernels,
                           launch sizes (kernel.launch); may add kernels and temporaries
+    schedule_kernel(k)    one kernel's launch decisions, without splitting it (what schedule()
+                          gave it: a saved program's kernels are scheduled again on load)
     compile(kernel)       a scheduled kernel -> CompiledKernel (object code, an entry point)
     load_object(text, obj, target_key)
                           a CompiledKernel from saved object code (or compiled again from its
@@ -19,11 +21,15 @@ everything after that:
     release()             optional: free the code of kernels no executable uses any more
                           (Compiled.clear() calls it)
 
-`null.py` implements all of it in a few lines; `cpu.py` is the LLVM host backend.
+`null.py` implements all of it in a few lines; `cpu.py` is the LLVM host backend; `devsim.py`
+is the CPU's kernels behind a simulated device boundary.  `Backend` below spells the interface
+out as a Protocol; tests/unit/test_backend_boundary.py checks every registered backend against
+it (and docs/architecture.md, "How to add a backend", walks through one).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from .._launch import Space
 
@@ -68,3 +74,33 @@ class CallLayout:
     out_tree: object = None                          # pytree.TreeDef of the result
     int_bounds: dict = field(default_factory=dict)   # leaf -> (lo, hi) for weak Python ints
     leaf_bytes: list = field(default_factory=list)   # per leaf (lo, hi) bytes it addresses
+    rng_seed: int | None = None                      # random numbers' seed (None: fresh)
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What every backend provides (see the module docstring for what each member does)."""
+    name: str
+    target_key: str
+    memory: MemoryModel
+
+    def schedule(self, plan):
+        """fuse.Plan (unscheduled) -> a new Plan whose kernels have a `schedule`: an object
+        with `launch_size`, `params` (the executable's per-kernel words) and `describe()`.
+        The plan it is given stays unscheduled."""
+
+    def compile(self, kernel) -> CompiledKernel:
+        """A scheduled kernel.Kernel -> CompiledKernel."""
+
+    def load_object(self, text: str, obj: bytes, target_key: str) -> CompiledKernel:
+        """Saved kernel_text and object code, compiled for `target_key` -> CompiledKernel."""
+
+    def source(self, kernel) -> str:
+        """The source text of a scheduled kernel (introspection: Compiled.lower/dis)."""
+
+    def kernel_text(self, compiled: CompiledKernel) -> str:
+        """What load_object takes back as `text` (saved programs store it)."""
+
+    def link(self, program, kernels: list, call: CallLayout):
+        """A verified bytecode.Program, its CompiledKernels (one per program kernel, in
+        order) and the CallLayout -> a _core.Executable (usually via link.executable_layout)."""

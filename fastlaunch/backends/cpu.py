@@ -158,6 +158,9 @@ class CPUBackend:
     def schedule(self, plan):
         return cpu_schedule.schedule(plan)
 
+    def schedule_kernel(self, kernel: Kernel) -> Kernel:
+        return cpu_schedule.schedule_kernel(kernel)
+
     def link(self, program, kernels, call):
         from ..link import host_executable
         return host_executable(program, kernels, call)

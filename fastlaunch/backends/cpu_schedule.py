@@ -14,7 +14,7 @@ Decides, per kernel of a fuse.Plan:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -53,23 +53,24 @@ class CPUSchedule:
 
 
 def schedule(plan, reduce_chunk: int = REDUCE_CHUNK):
-    """The plan with every kernel scheduled for the CPU (partial/combine pairs replacing large
-    full reductions, their partials added to the plan's buffers)."""
-    out = []
+    """A new plan with every kernel scheduled for the CPU (partial/combine pairs replacing
+    large full reductions, their partials added to the new plan's buffers).  The fused plan
+    is left unscheduled: it is the contract every backend starts from."""
+    out = plan.with_kernels([])
     for k in plan.kernels:
-        for part in _split(plan, k, reduce_chunk):
-            out.append(schedule_kernel(part))
-    return plan.with_kernels(out)
+        for part in _split(out, k, reduce_chunk):
+            out.kernels.append(schedule_kernel(part))
+    return out
 
 
 def schedule_kernel(k: Kernel) -> Kernel:
-    """One kernel's tile, launch size and work (the kernel is not split)."""
+    """A copy of an unscheduled kernel with its tile, launch size and work (not split)."""
     if k.schedule is not None:
-        return k
+        raise ValueError(f"kernel {k.label!r} is already scheduled ({k.schedule.describe()})")
     tile = _tiling(k)
     size = _tiled_launch_size(k.space, tile) if tile else k.size
-    k.schedule = CPUSchedule(size, _work_per_item(k, tile), tile)
-    return k
+    return replace(k, args=list(k.args), stores=list(k.stores), checks=list(k.checks),
+                   schedule=CPUSchedule(size, _work_per_item(k, tile), tile))
 
 
 # ---- reduction splitting -------------------------------------------------------------------

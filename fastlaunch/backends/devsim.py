@@ -29,6 +29,9 @@ class DevSimBackend:
     def schedule(self, plan):
         return cpu_schedule.schedule(plan)
 
+    def schedule_kernel(self, kernel: Kernel) -> Kernel:
+        return cpu_schedule.schedule_kernel(kernel)
+
     def source(self, kernel: Kernel) -> str:
         return self.host.source(kernel)
 

@@ -6,7 +6,7 @@ linking without compiling anything; the outputs it returns are allocated but nev
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import _core
 from ..kernel import Kernel
@@ -36,10 +36,14 @@ class NullBackend:
         self._address = _core.null_kernel_address()
 
     def schedule(self, plan):
-        for k in plan.kernels:
-            if k.schedule is None:
-                k.schedule = NullSchedule(k.size)
-        return plan
+        return plan.with_kernels([self.schedule_kernel(k) for k in plan.kernels])
+
+    def schedule_kernel(self, kernel: Kernel) -> Kernel:
+        """A scheduled copy of one fused kernel (the fused plan is never changed)."""
+        if kernel.schedule is not None:
+            raise ValueError(f"kernel {kernel.label!r} is already scheduled")
+        return replace(kernel, args=list(kernel.args), stores=list(kernel.stores),
+                       checks=list(kernel.checks), schedule=NullSchedule(kernel.size))
 
     def source(self, kernel: Kernel) -> str:
         return kernel.describe()

@@ -42,8 +42,10 @@ class FunctionWriter:
         self.lines[at] = "  " + text
 
     # ---- loops -------------------------------------------------------------------------
-    def counted_loop(self, lo: str, hi: str, carried, body):
-        """for i in [lo, hi): vals = body(i, vals).  carried: [(llvm type, initial value)].
+    def counted_loop(self, lo: str, hi: str, carried, body, step: str = "1"):
+        """for i in [lo, hi) by step: vals = body(i, vals).  carried: [(llvm type, initial
+        value)].  step: a positive i64 (a constant, or a value such as a grid-stride loop's
+        thread count).
 
         Returns the final carried values (the initial ones when the range is empty).
         """
@@ -56,7 +58,7 @@ class FunctionWriter:
         phis = [(self.fresh("c"), self.placeholder()) for _ in carried]
         new_vals = body(i, [p for p, _ in phis])
         latch = self.block
-        nxt = self.op(f"add nuw nsw i64 {i}, 1")
+        nxt = self.op(f"add nuw nsw i64 {i}, {step}")
         self.cond_br(self.op(f"icmp slt i64 {nxt}, {hi}"), head, done)
         self.fill(slot_i, f"{i} = phi i64 [ {lo}, %{pre} ], [ {nxt}, %{latch} ]")
         for (ty, init), (name, at), new in zip(carried, phis, new_vals):

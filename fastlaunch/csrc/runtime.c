@@ -1,6 +1,7 @@
 /* fastlaunch host runtime: worker pool and caching memory pool.  See runtime.h. */
 #define _GNU_SOURCE
 #include "runtime.h"
+#include "interrupt.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -58,6 +59,7 @@ static pthread_cond_t sleep_cv = PTHREAD_COND_INITIALIZER;
 /* measured here: a 4-operation map breaks even at 32-64K elements, exp() at 8-16K */
 static int64_t parallel_threshold = 131072;
 static int64_t spin_ns = 200000;
+static int default_threads;         /* fl_configure; 0: every available CPU */
 
 static int64_t now_ns(void) {
     struct timespec ts;
@@ -114,31 +116,10 @@ static int available_cpus(void) {
     return 1;
 }
 
-static void reset_after_fork(void) {
-    /* the child has only the forking thread: start a fresh pool on demand */
-    started = 0;
-    nworkers = 0;
-    atomic_store(&active, 0);
-    atomic_store(&sleeping, 0);
-    atomic_store(&stopping, 0);
-    pthread_mutex_init(&launch_lock, NULL);
-    pthread_mutex_init(&start_lock, NULL);
-    pthread_mutex_init(&sleep_mu, NULL);
-    pthread_cond_init(&sleep_cv, NULL);
-}
-
 int fl_pool_start(int nthreads) {
-    static int atfork_done = 0;
     pthread_mutex_lock(&start_lock);
-    if (!atfork_done) {
-        pthread_atfork(NULL, NULL, reset_after_fork);
-        atfork_done = 1;
-    }
     if (!started) {
-        if (nthreads <= 0) {
-            const char *env = getenv("FASTLAUNCH_NUM_THREADS");
-            nthreads = env ? atoi(env) : available_cpus();
-        }
+        if (nthreads <= 0) nthreads = default_threads > 0 ? default_threads : available_cpus();
         if (nthreads < 1) nthreads = 1;
         if (nthreads > MAX_WORKERS) nthreads = MAX_WORKERS;
         atomic_store(&stopping, 0);
@@ -182,7 +163,9 @@ void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args)
         fn(0, n, args);
         return;
     }
-    int64_t work = n * (work_per_item > 0 ? work_per_item : 1);
+    int64_t work;
+    if (__builtin_mul_overflow(n, work_per_item > 0 ? work_per_item : 1, &work))
+        work = INT64_MAX;
     if (work < parallel_threshold || n < 2) {
         fn(0, n, args);
         return;
@@ -238,7 +221,7 @@ static block_t *free_lists[NCLASSES];
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static int64_t cached_bytes;
 static _Atomic int64_t live_bytes;
-static int64_t cache_limit = -1;
+static int64_t cache_limit = (int64_t)4096 << 20;    /* fl_configure */
 
 static int64_t class_of(int64_t nbytes, int64_t *size) {
     if (nbytes <= 64) { *size = 64; return 0; }
@@ -261,14 +244,11 @@ static int64_t class_size(int64_t cls) {
 
 void *fl_mem_alloc(int64_t nbytes) {
     int64_t size;
+    if (nbytes > ((int64_t)1 << 62)) return NULL;   /* no such memory; the classes overflow */
     int64_t cls = class_of(nbytes > 0 ? nbytes : 1, &size);
     if (cls < 0 || cls >= NCLASSES) return NULL;
     block_t *b = NULL;
     pthread_mutex_lock(&mem_lock);
-    if (cache_limit < 0) {
-        const char *env = getenv("FASTLAUNCH_POOL_LIMIT_MB");
-        cache_limit = (env ? atoll(env) : 4096) << 20;
-    }
     if (free_lists[cls]) {
         b = free_lists[cls];
         free_lists[cls] = b->next;
@@ -323,3 +303,74 @@ int64_t fl_mem_cached_bytes(void) {
 }
 
 int64_t fl_mem_live_bytes(void) { return atomic_load(&live_bytes); }
+
+/* ======================================================================================
+ * Configuration and fork.
+ *
+ * fork() copies only the calling thread.  A lock another thread held at that moment stays
+ * held in the child forever, and the workers the pool counts do not exist there.  So the
+ * prepare handler (registered when _core is imported, whether or not a pool ever starts)
+ * takes every runtime lock in one fixed order, the order the runtime itself nests them
+ * (start, launch, sleep, memory, then interrupt.c's); that also waits out a launch or a pool
+ * start in progress, none of which needs the GIL the forking thread holds.  The parent
+ * releases them; the child re-initialises them (it holds them, and the condition variable
+ * may count waiters that are gone) and forgets the pool, which it starts afresh on its first
+ * large launch.  Blocks other threads held at the fork stay counted in the child's live
+ * bytes: their owners do not exist there to free them.
+ * ====================================================================================== */
+static void fork_prepare(void) {
+    pthread_mutex_lock(&start_lock);
+    pthread_mutex_lock(&launch_lock);
+    pthread_mutex_lock(&sleep_mu);
+    pthread_mutex_lock(&mem_lock);
+    fl_interrupt_fork_prepare();
+}
+
+static void fork_parent(void) {
+    fl_interrupt_fork_parent();
+    pthread_mutex_unlock(&mem_lock);
+    pthread_mutex_unlock(&sleep_mu);
+    pthread_mutex_unlock(&launch_lock);
+    pthread_mutex_unlock(&start_lock);
+}
+
+static void fork_child(void) {
+    fl_interrupt_fork_child();
+    started = 0;
+    nworkers = 0;
+    atomic_store(&active, 0);
+    atomic_store(&sleeping, 0);
+    atomic_store(&stopping, 0);
+    /* launch_lock was held: no job is half-published, but keep the seqlock even regardless */
+    atomic_store(&generation, atomic_load(&generation) & ~(uint64_t)1);
+    pthread_mutex_init(&mem_lock, NULL);
+    pthread_cond_init(&sleep_cv, NULL);
+    pthread_mutex_init(&sleep_mu, NULL);
+    pthread_mutex_init(&launch_lock, NULL);
+    pthread_mutex_init(&start_lock, NULL);
+}
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static int init_status;
+
+static void init_runtime(void) {
+    init_status = pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+int fl_runtime_init(void) {
+    pthread_once(&init_once, init_runtime);
+    return init_status;
+}
+
+int fl_configure(int nthreads, int64_t pool_limit_bytes) {
+    if (nthreads < 0 || nthreads > MAX_WORKERS || pool_limit_bytes < 0) return -1;
+    pthread_mutex_lock(&start_lock);
+    default_threads = nthreads;
+    pthread_mutex_unlock(&start_lock);
+    pthread_mutex_lock(&mem_lock);
+    cache_limit = pool_limit_bytes;
+    pthread_mutex_unlock(&mem_lock);
+    return 0;
+}
+
+int fl_max_threads(void) { return MAX_WORKERS; }

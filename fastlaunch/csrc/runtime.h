@@ -11,8 +11,18 @@ typedef void (*fl_kernel_fn)(int64_t start, int64_t end, int64_t *args);
 /* A kernel that does nothing: the null backend's every kernel. */
 void fl_null_kernel(int64_t start, int64_t end, int64_t *args);
 
+/* ---- process-wide set-up (called when _core is imported) ---- */
+/* Registers the fork handlers that keep every runtime lock and the pool usable in a forked
+ * child.  Idempotent; returns 0 or pthread_atfork's error. */
+int fl_runtime_init(void);
+/* nthreads: the pool's size when started with 0 (0: every available CPU), at most
+ * fl_max_threads(); pool_limit_bytes: freed blocks kept for reuse.  -1 if out of range. */
+int fl_configure(int nthreads, int64_t pool_limit_bytes);
+int fl_max_threads(void);
+
 /* ---- worker pool ---- */
-int fl_pool_start(int nthreads);          /* idempotent; nthreads counts the caller */
+int fl_pool_start(int nthreads);          /* idempotent; nthreads counts the caller,
+                                           * 0: the configured default */
 void fl_pool_stop(void);
 int fl_pool_threads(void);
 void fl_set_parallel_threshold(int64_t work);

@@ -19,8 +19,6 @@ import pytest
 
 NOT_IMPLEMENTED: dict = {
     "np.round(decimals!=0)": "np.round(x, decimals) with decimals != 0",
-    "x[mask] = v (boolean-mask assignment)": "x[x > 0] = 0 (same shape: could lower to "
-                                             "np.where)",
 }
 
 _INTCMP = ("a Python int outside the 64-bit range (below -2**63 or from 2**64 up, as a literal "

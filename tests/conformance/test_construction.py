@@ -59,19 +59,18 @@ for _n in ("zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_li
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int64])
-def test_full_with_traced_fill_value_raises(dtype):
-    """np.full(shape, traced_value) calls np.array() on the fill value, which NumPy does not
-    dispatch: TracingError.  Documented; np.full_like(x, value, shape=...) works."""
-    import fastlaunch as fl
-    f = fl.compile(lambda x, s: np.full((2, 3), s) + x[0, 0])
-    with pytest.raises(fl.TracingError):
-        f(make((5, 7), dtype), make((1,), dtype)[0])
+def test_full_with_traced_fill_value(dtype):
+    """np.full(shape, traced_value) inside fn (creation.py intercepts it while tracing), and
+    np.full_like(x, value, shape=...)."""
+    check(lambda x, s: np.full((2, 3), s) + x[0, 0], make((5, 7), dtype), make((1,), dtype)[0])
+    check(lambda x, s: np.full((2, 3), s, dtype=np.float64) * x[0, 0], make((5, 7), dtype),
+          make((1,), dtype)[0])
     check(lambda x, s: np.full_like(x, s, shape=(2, 3)) + x[0, 0], make((5, 7), dtype),
           make((1,), dtype)[0])
 
 
-cover("np.full", CON, note="np.full(shape, traced value) raises TracingError (NumPy calls "
-      "np.array on the fill value, which is not dispatched): use np.full_like(x, value, shape=...)")
+cover("np.full", CON, test="test_construction.py::test_full_with_traced_fill_value",
+      note="also with a traced fill value")
 
 
 def test_zeros_returned_is_fresh():

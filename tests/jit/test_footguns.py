@@ -174,17 +174,19 @@ def test_python_side_effects_happen_only_while_tracing():
     assert log == ["ran"]
 
 
-def test_random_numbers_drawn_while_tracing_are_constants():
-    """np.random called inside fn runs once, at trace time: the draw becomes a constant and
-    every replay returns the same 'random' numbers.  Pass random arrays as arguments."""
+def test_random_numbers_from_a_captured_generator_are_refused():
+    """np.random.* and default_rng() inside fn draw fresh numbers on every call, and so does
+    a Generator passed as an argument (tests/jit/test_random.py); a Generator captured from
+    a global or the enclosing function would be drawn from once, at trace time, so that is
+    refused with a message saying what to do."""
     rng = np.random.default_rng(0)
 
     @fl.compile
     def f(x):
         return x + rng.standard_normal(x.shape)
 
-    x = np.zeros(4)
-    np.testing.assert_array_equal(f(x), f(x))
+    with pytest.raises(fl.TracingError, match="Pass the Generator as an argument"):
+        f(np.zeros(4))
 
 
 def test_indexing_a_numpy_constant_by_a_traced_index_needs_fl_asarray():
@@ -204,21 +206,25 @@ def test_indexing_a_numpy_constant_by_a_traced_index_needs_fl_asarray():
     np.testing.assert_array_equal(fl.compile(wrapped)(np.array([1, 9, -1])), table[[1, 9, -1]])
 
 
-def test_writing_traced_values_into_a_numpy_array_is_refused():
-    """np.zeros(...) inside fn is a real NumPy array (a constant); NumPy cannot store a traced
-    value into it.  Build the array from a traced value instead (np.zeros_like).  NumPy catches
-    our TracingError and raises its own "setting an array element with a sequence"."""
-    def bad(x):
-        out = np.zeros(3)
+def test_writing_traced_values_into_a_numpy_array_made_outside_is_refused():
+    """An array made inside fn with np.zeros(...) takes traced values (it becomes a traced
+    buffer, see fastlaunch/creation.py); one made outside fn, or through a function imported
+    directly (`from numpy import zeros`), is a NumPy constant that NumPy cannot store a traced
+    value into.  NumPy catches our TracingError and raises its own "setting an array element
+    with a sequence"."""
+    from numpy import zeros
+
+    def direct_import(x):
+        out = zeros(3)
         out[0] = x[0]
         return out
 
     with pytest.raises((fl.TracingError, ValueError)):
-        fl.compile(bad)(np.ones(3))
+        fl.compile(direct_import)(np.ones(3))
 
-    def good(x):
-        out = np.zeros_like(x)
+    def inside(x):
+        out = np.zeros(3)
         out[0] = x[0]
         return out
 
-    np.testing.assert_array_equal(fl.compile(good)(np.arange(3.0) + 1), [1.0, 0, 0])
+    np.testing.assert_array_equal(fl.compile(inside)(np.arange(3.0) + 1), [1.0, 0, 0])

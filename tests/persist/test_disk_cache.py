@@ -84,8 +84,10 @@ def _recompiles_after(tmp_path, damage):
 
 def test_truncated_file_is_a_miss(tmp_path):
     def truncate(path):
-        data = open(path, "rb").read()
-        open(path, "wb").write(data[: len(data) // 2])
+        with open(path, "rb") as f:
+            data = f.read()
+        with open(path, "wb") as f:
+            f.write(data[: len(data) // 2])
     _recompiles_after(tmp_path, truncate)
 
 
@@ -157,9 +159,11 @@ def test_concurrent_writers_leave_a_consistent_cache(tmp_path):
     files = cache.DiskCache(str(tmp_path)).entries()
     assert files, "nothing was cached"
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp")]
+    mac_key = (tmp_path / cache.KEY_FILE).read_bytes()
     for path in files:
         key = os.path.basename(path)[: -len(cache.SUFFIX)]
-        assert cache.decode(open(path, "rb").read(), key) is not None, path
+        with open(path, "rb") as f:
+            assert cache.decode(f.read(), key, mac_key) is not None, path
     # and a later process only reads
     done = subprocess.run([sys.executable, "-c", WRITER + textwrap.dedent("""
         from fastlaunch.backends import get_backend

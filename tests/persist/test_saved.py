@@ -73,7 +73,7 @@ def test_save_then_load_in_a_fresh_process(tmp_path):
     assert "TYPEERROR" in out and "'p'" in out and "float64" in out
 
 
-def test_other_target_recompiles_from_ir(tmp_path, monkeypatch):
+def test_other_target_recompiles_from_descriptions(tmp_path, monkeypatch):
     f = fl.compile(lambda x, y: (np.exp(x) * y).sum(axis=0))
     x, y = np.random.rand(30, 40), np.random.rand(30, 40)
     path = tmp_path / "p.flp"

@@ -1,0 +1,101 @@
+"""The FASTLAUNCH_* environment variables, read and checked in one place.
+
+A bad value raises EnvironmentVariableError (a ValueError) naming the variable, its value and
+what is expected; unset or empty means the default.  When each is read, and why then:
+
+FASTLAUNCH_NUM_THREADS, FASTLAUNCH_POOL_LIMIT_MB
+    when fastlaunch._core is imported (so `import fastlaunch` raises).  They configure the C
+    runtime, which reads them without the GIL, at the first large launch or the first freed
+    block, deep inside some later call: nothing can be raised there, and a typo would
+    otherwise pass silently or fail far from its cause.  Changing them after the import has
+    no effect.
+FASTLAUNCH_BACKEND
+    when a compiled function without an explicit backend is first traced (backends.
+    get_backend), not at import: backends may be registered after fastlaunch is imported.
+FASTLAUNCH_LOG
+    at each trace (it may be switched on and off while a program runs).  An unrecognised
+    value warns and logs, rather than raising: a logging switch must not stop a computation.
+FASTLAUNCH_CACHE_DIR
+    by cache.py: any folder; "" disables the disk cache.
+
+Nothing here imports the rest of fastlaunch (_core imports this module while it loads).
+"""
+from __future__ import annotations
+
+import os
+import re
+import warnings
+
+__all__ = ["EnvironmentVariableError", "num_threads", "pool_limit_bytes", "log_enabled",
+           "backend_name", "DEFAULT_POOL_LIMIT_MB", "MAX_POOL_LIMIT_MB"]
+
+DEFAULT_POOL_LIMIT_MB = 4096
+MAX_POOL_LIMIT_MB = (2**63 - 1) >> 20          # the limit in bytes must fit an int64
+
+_WHOLE = re.compile(r"\+?[0-9]+")
+_OFF = ("0", "false", "no", "off")
+_ON = ("1", "true", "yes", "on")
+
+
+class EnvironmentVariableError(ValueError):
+    """A FASTLAUNCH_* environment variable has a value fastlaunch cannot use."""
+
+
+def _raw(name: str) -> str | None:
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        return None
+    return value
+
+
+def _whole(name: str, lo: int, hi: int, expected: str) -> int | None:
+    value = _raw(name)
+    if value is None:
+        return None
+    if not _WHOLE.fullmatch(value.strip()) or not lo <= int(value) <= hi:
+        raise EnvironmentVariableError(f"environment variable {name}={value!r}: expected "
+                                       f"{expected}")
+    return int(value)
+
+
+def num_threads(max_threads: int) -> int:
+    """FASTLAUNCH_NUM_THREADS: the worker pool's size, counting the calling thread; 0 when
+    unset (every available CPU)."""
+    n = _whole("FASTLAUNCH_NUM_THREADS", 1, max_threads,
+               f"a whole number of threads from 1 to {max_threads} (unset: every available "
+               f"CPU)")
+    return 0 if n is None else n
+
+
+def pool_limit_bytes() -> int:
+    """FASTLAUNCH_POOL_LIMIT_MB: how many bytes of freed temporaries and results the memory
+    pool keeps for reuse (0: none)."""
+    mb = _whole("FASTLAUNCH_POOL_LIMIT_MB", 0, MAX_POOL_LIMIT_MB,
+                f"a whole number of megabytes from 0 (keep nothing) to {MAX_POOL_LIMIT_MB} "
+                f"(unset: {DEFAULT_POOL_LIMIT_MB})")
+    return (DEFAULT_POOL_LIMIT_MB if mb is None else mb) << 20
+
+
+_warned_log: set = set()
+
+
+def log_enabled() -> bool:
+    """FASTLAUNCH_LOG: whether each trace's kernels and compile times go to stderr."""
+    value = _raw("FASTLAUNCH_LOG")
+    if value is None:
+        return False
+    word = value.strip().lower()
+    if word in _OFF:
+        return False
+    if word not in _ON and value not in _warned_log:
+        _warned_log.add(value)
+        warnings.warn(f"environment variable FASTLAUNCH_LOG={value!r}: expected one of "
+                      f"{', '.join(_ON)} (on) or {', '.join(_OFF)} (off); logging is on",
+                      RuntimeWarning, stacklevel=2)
+    return True
+
+
+def backend_name() -> str | None:
+    """FASTLAUNCH_BACKEND, or None when unset (backends.get_backend checks the name)."""
+    value = _raw("FASTLAUNCH_BACKEND")
+    return None if value is None else value.strip()

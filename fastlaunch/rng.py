@@ -1,0 +1,213 @@
+"""Random numbers drawn inside a traced function: fresh on every call, from the kernels.
+
+NumPy code draws with `np.random.<fn>(...)` (the legacy global generator), a Generator made
+inside the function (`np.random.default_rng()`), or a Generator passed as an argument.
+Evaluated at trace time, each would hand every later call the same "random" numbers.  While a
+thread traces, these become RANDOM nodes of the graph (ir.Op.RANDOM): counter-based Philox
+numbers computed by the kernels from a 64-bit key that changes on every call (the executable
+draws it, or, for a Generator argument, it is drawn from that Generator at each call).
+
+The streams are not NumPy's: the same seed gives other numbers than NumPy would, with the
+same distributions (tests/jit/test_random.py checks moments and Kolmogorov-Smirnov).
+`np.random.default_rng(seed)` with a fixed seed inside the function gives the same numbers on
+every call, as in NumPy, so it is left to NumPy (a constant).
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import numpy as np
+
+from . import numpy_api, ops
+from .errors import TracingError
+from .trace import Tracer, current_graph, tracing
+
+_FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
+
+
+def _shape(size) -> tuple | None:
+    if size is None:
+        return None
+    if isinstance(size, Tracer):
+        raise TracingError("a random draw's size must be a Python int or tuple, not a traced "
+                           "value")
+    return (int(size),) if np.ndim(size) == 0 else tuple(int(s) for s in size)
+
+
+def _result_shape(size, *params) -> tuple:
+    """NumPy's: `size`, or the broadcast shape of the distribution's parameters."""
+    shape = _shape(size)
+    if shape is not None:
+        return shape
+    return np.broadcast_shapes(*(np.shape(p) if not isinstance(p, Tracer) else p.shape
+                                 for p in params)) if params else ()
+
+
+class TracedGenerator:
+    """A numpy.random.Generator inside a traced function.  `key`: the 0-d uint64 node of the
+    call's random key."""
+
+    def __init__(self, key_node):
+        self._key = key_node
+
+    def _draw(self, dist: str, shape: tuple, dtype) -> Tracer:
+        g = current_graph()
+        node = ops.random(g, self._key, dist, shape, np.dtype(dtype))
+        return numpy_api.wrap(node, scalar=len(shape) == 0)
+
+    # ---- Generator methods ---------------------------------------------------------------
+    def random(self, size=None, dtype=np.float64, out=None):
+        dt = np.dtype(dtype)
+        if dt not in _FLOATS:
+            raise TypeError(f"Unsupported dtype {dt} for random")
+        return _into(out, self._draw("uniform", _shape(size) or (), dt), "random")
+
+    def uniform(self, low=0.0, high=1.0, size=None):
+        u = self._draw("uniform", _result_shape(size, low, high), np.float64)
+        return low + (np.subtract(high, low)) * u
+
+    def standard_normal(self, size=None, dtype=np.float64, out=None):
+        dt = np.dtype(dtype)
+        if dt not in _FLOATS:
+            raise TypeError(f"Unsupported dtype {dt} for standard_normal")
+        return _into(out, self._draw("normal", _shape(size) or (), dt), "standard_normal")
+
+    def normal(self, loc=0.0, scale=1.0, size=None):
+        z = self._draw("normal", _result_shape(size, loc, scale), np.float64)
+        return loc + np.multiply(scale, z)
+
+    def exponential(self, scale=1.0, size=None):
+        u = self._draw("uniform", _result_shape(size, scale), np.float64)
+        return np.multiply(scale, -np.log1p(-u))
+
+    def integers(self, low, high=None, size=None, dtype=np.int64, endpoint=False):
+        if high is None:
+            low, high = 0, low
+        dt = np.dtype(dtype)
+        if dt.kind not in "iu":
+            raise TypeError(f"Unsupported dtype {dt} for integers")
+        shape = _result_shape(size, low, high)
+        if not isinstance(low, Tracer) and not isinstance(high, Tracer):
+            lo, hi = np.asarray(low), np.asarray(high) + (1 if endpoint else 0)
+            if np.any(hi <= lo):
+                raise ValueError("low >= high" if not endpoint else "low > high")
+        bits = self._draw("u64", shape, np.uint64)
+        span = np.subtract(high, low, dtype=np.int64) + (1 if endpoint else 0)
+        # bits mod span: a bias of at most span / 2**64 (documented in the README)
+        offset = np.remainder(bits, np.asarray(span).astype(np.uint64) if not isinstance(
+            span, Tracer) else span.astype(np.uint64))
+        return (np.add(offset.astype(np.int64), low, dtype=np.int64)).astype(dt)
+
+    def _unsupported(self, name):
+        def method(*args, **kwargs):
+            raise TracingError(f"Generator.{name} inside a traced function is not supported by "
+                               f"fastlaunch; random, uniform, standard_normal, normal, "
+                               f"exponential and integers are")
+        return method
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self._unsupported(name)
+
+
+def _into(out, value, what):
+    if out is None:
+        return value
+    out[...] = value
+    return out
+
+
+def call_generator() -> TracedGenerator:
+    """The generator of the call's own key (np.random.* and default_rng() in the function)."""
+    g = current_graph()
+    return TracedGenerator(ops.rng_key(g))
+
+
+# ---- np.random.* while tracing ----------------------------------------------------------------
+def _legacy():
+    gen = call_generator
+    return {
+        "random": lambda size=None: gen().random(size),
+        "random_sample": lambda size=None: gen().random(size),
+        "ranf": lambda size=None: gen().random(size),
+        "sample": lambda size=None: gen().random(size),
+        "rand": lambda *dims: gen().random(dims or None),
+        "randn": lambda *dims: gen().standard_normal(dims or None),
+        "uniform": lambda low=0.0, high=1.0, size=None: gen().uniform(low, high, size),
+        "normal": lambda loc=0.0, scale=1.0, size=None: gen().normal(loc, scale, size),
+        "standard_normal": lambda size=None: gen().standard_normal(size),
+        "exponential": lambda scale=1.0, size=None: gen().exponential(scale, size),
+        "randint": lambda low, high=None, size=None, dtype=int:
+            gen().integers(low, high, size, dtype=np.dtype(dtype)),
+    }
+
+
+_REFUSED = ("shuffle", "permutation", "choice", "seed", "set_state", "get_state", "binomial",
+            "poisson", "gamma", "beta")
+_lock = threading.Lock()
+_users = 0
+_ORIGINAL: dict = {}
+
+
+def _default_rng(original):
+    def default_rng(seed=None):
+        if tracing() and seed is None:
+            return call_generator()      # fresh numbers on every call
+        return original(seed)            # a fixed seed: the same numbers every call, as NumPy
+    return default_rng
+
+
+def _intercepted(name, original, impl):
+    def draw(*args, **kwargs):
+        if not tracing():
+            return original(*args, **kwargs)
+        return impl(*args, **kwargs)
+    draw.__name__ = getattr(original, "__name__", name)
+    draw.__doc__ = getattr(original, "__doc__", None)
+    draw.__wrapped__ = original
+    return draw
+
+
+def _refused(name, original):
+    def refuse(*args, **kwargs):
+        if not tracing():
+            return original(*args, **kwargs)
+        raise TracingError(f"np.random.{name} inside a traced function is not supported by "
+                           f"fastlaunch (its value would be frozen at trace time); draw with "
+                           f"np.random.random/uniform/normal/standard_normal/randint, or a "
+                           f"Generator's random/uniform/normal/standard_normal/integers")
+    refuse.__wrapped__ = original
+    return refuse
+
+
+@contextlib.contextmanager
+def intercepting():
+    """np.random's functions draw traced random numbers in tracing threads in this block."""
+    global _users
+    with _lock:
+        if _users == 0:
+            impls = _legacy()
+            for name in list(impls) + list(_REFUSED) + ["default_rng"]:
+                original = getattr(np.random, name, None)
+                if original is None:
+                    continue
+                _ORIGINAL[name] = original
+                if name == "default_rng":
+                    wrapper = _default_rng(original)
+                elif name in impls:
+                    wrapper = _intercepted(name, original, impls[name])
+                else:
+                    wrapper = _refused(name, original)
+                setattr(np.random, name, wrapper)
+        _users += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _users -= 1
+            if _users == 0:
+                for name, original in _ORIGINAL.items():
+                    setattr(np.random, name, original)
+                _ORIGINAL.clear()

@@ -1,0 +1,139 @@
+"""Random numbers drawn inside a traced function (issue 11): fresh on every call, with the
+right distributions (fastlaunch/rng.py; Philox4x32-10 in the kernels)."""
+import numpy as np
+import pytest
+from scipy import stats
+
+import fastlaunch as fl
+
+N = 200_000
+
+
+def draws(x):
+    g = np.random.default_rng()
+    return (np.random.random(x.shape), np.random.standard_normal(x.shape),
+            np.random.uniform(-2.0, 3.0, size=x.shape), np.random.normal(1.5, 0.5, x.shape),
+            np.random.randint(0, 7, size=x.shape), g.random(x.shape, dtype=np.float32),
+            g.standard_normal(x.shape, dtype=np.float32), g.integers(-3, 3, size=x.shape,
+                                                                     endpoint=True),
+            g.exponential(2.0, size=x.shape))
+
+
+@pytest.fixture(scope="module")
+def two_calls():
+    f = fl.compile(draws)
+    x = np.zeros(N)
+    return f(x), f(x), f
+
+
+def test_numbers_differ_between_calls(two_calls):
+    a, b, f = two_calls
+    for p, q in zip(a, b):
+        assert not np.array_equal(p, q)
+    assert f.stats["traces"] == 1
+
+
+def test_dtypes_match_numpy(two_calls):
+    a, _, _ = two_calls
+    np.random.seed(0)
+    want = draws(np.zeros(3))
+    assert [p.dtype for p in a] == [q.dtype for q in want]
+
+
+@pytest.mark.parametrize("i,cdf", [(0, "uniform"), (1, "norm"), (5, "uniform"), (6, "norm")])
+def test_kolmogorov_smirnov(two_calls, i, cdf):
+    sample = two_calls[0][i].astype(np.float64)
+    assert stats.kstest(sample, cdf).pvalue > 1e-4
+
+
+def test_moments(two_calls):
+    a = two_calls[0]
+    tol = 5 / np.sqrt(N)                       # about five standard errors
+    u, z, uni, nor, ri, _, _, ints, ex = a
+    assert abs(u.mean() - 0.5) < tol and abs(u.var() - 1 / 12) < tol
+    assert abs(z.mean()) < 5 * tol and abs(z.var() - 1) < 5 * tol
+    assert abs(uni.mean() - 0.5) < 5 * tol and uni.min() >= -2 and uni.max() < 3
+    assert abs(nor.mean() - 1.5) < tol and abs(nor.std() - 0.5) < tol
+    assert set(np.unique(ri)) == set(range(7))
+    assert set(np.unique(ints)) == set(range(-3, 4))
+    counts = np.bincount(ri, minlength=7)
+    assert stats.chisquare(counts).pvalue > 1e-4
+    assert abs(ex.mean() - 2.0) < 10 * tol and ex.min() >= 0
+    assert 0.0 <= u.min() and u.max() < 1.0
+
+
+def test_independent_streams_are_uncorrelated(two_calls):
+    a, b, _ = two_calls
+    assert abs(np.corrcoef(a[0], a[2])[0, 1]) < 0.02      # two draws of one call
+    assert abs(np.corrcoef(a[0], b[0])[0, 1]) < 0.02      # one draw of two calls
+    assert abs(np.corrcoef(a[0][:-1], a[0][1:])[0, 1]) < 0.02   # neighbouring elements
+
+
+def test_generator_argument_draws_from_it_each_call():
+    def noisy(x, rng):
+        return x + rng.normal(0.0, 1.0, size=x.shape)
+
+    f = fl.compile(noisy)
+    x = np.zeros(1000)
+    g1, g2 = np.random.default_rng(7), np.random.default_rng(7)
+    a1, b1 = f(x, g1), f(x, g1)
+    a2 = f(x, g2)
+    assert not np.array_equal(a1, b1)         # the Generator advanced between calls
+    np.testing.assert_array_equal(a1, a2)     # the same Generator state: the same numbers
+    assert f.stats["traces"] == 1
+
+
+def test_captured_generator_is_refused():
+    rng = np.random.default_rng(0)
+
+    def frozen(x):
+        return x + rng.normal(size=x.shape)
+
+    with pytest.raises(fl.TracingError, match="captures: they would be drawn once"):
+        fl.compile(frozen)(np.zeros(3))
+
+
+def test_fixed_seed_inside_is_deterministic_like_numpy():
+    def seeded(x):
+        return x + np.random.default_rng(42).random(x.shape)
+
+    f = fl.compile(seeded)
+    np.testing.assert_array_equal(f(np.zeros(4)), seeded(np.zeros(4)))
+
+
+def test_seed_option_makes_streams_reproducible():
+    f1 = fl.compile(draws, seed=123)
+    f2 = fl.compile(draws, seed=123)
+    x = np.zeros(10)
+    for p, q in zip(f1(x), f2(x)):
+        np.testing.assert_array_equal(p, q)
+
+
+def test_unsupported_draws_say_so():
+    with pytest.raises(fl.TracingError, match="np.random.shuffle"):
+        fl.compile(lambda x: np.random.shuffle(x))(np.arange(3.0))
+    assert np.random.shuffle.__module__ is not None and not hasattr(np.random.shuffle,
+                                                                     "__wrapped__")
+
+
+def test_random_fused_with_reduction_is_consistent():
+    def mc_pi(x):
+        u = np.random.random((2,) + x.shape)
+        inside = (u[0] ** 2 + u[1] ** 2) < 1.0
+        return 4 * inside.mean(), u
+
+    f = fl.compile(mc_pi)
+    est, u = f(np.zeros(N))
+    assert est == 4 * ((u[0] ** 2 + u[1] ** 2) < 1.0).mean()   # the same numbers in both
+    assert abs(est - np.pi) < 0.05
+
+
+@pytest.mark.parametrize("machine_code", [True, False])
+def test_saved_program_draws_fresh_numbers(tmp_path, machine_code):
+    f = fl.compile(lambda x: x + np.random.standard_normal(x.shape))
+    x = np.zeros(1000)
+    f.save(tmp_path / "r.flp", x)
+    g = fl.load(tmp_path / "r.flp", machine_code=machine_code)
+    a, b = g(x), g(x)
+    assert not np.array_equal(a, b)
+    assert abs(a.mean()) < 0.2 and abs(a.std() - 1) < 0.2

@@ -1,0 +1,372 @@
+"""What a tampered saved program can and cannot do (docs/security.md): one regression test per
+rule of the verifier, the linker and the loader, each on a file edited with its checksum
+recomputed (savedfuzz.pack), as an attacker would."""
+import json
+
+import numpy as np
+import pytest
+
+import fastlaunch as fl
+from fastlaunch import bytecode as bc
+from fastlaunch._launch import Opcode
+from fastlaunch.backends import get_backend
+from fastlaunch.kernel_json import KernelFormatError, kernel_from_json, kernel_to_json
+from fastlaunch.link import LinkError, link_entry
+
+import savedfuzz
+
+
+def _save(tmp_path, fn, *args, name="p.flp", **kw):
+    path = tmp_path / name
+    fl.compile(fn, **kw).save(path, *args)
+    return path
+
+
+def _edit(path, change, name="edited.flp"):
+    f = savedfuzz.unpack(path.read_bytes())
+    change(f)
+    out = path.parent / name
+    out.write_bytes(savedfuzz.pack(f))
+    return out
+
+
+def _refused(path, match=None, **kw):
+    with pytest.raises(fl.SavedProgramError, match=match):
+        fl.load(path, **kw)
+
+
+def _instructions(f):
+    """(pc, opcode, operands) of the unpacked file's code."""
+    out, pc, code = [], 0, f["code"]
+    while pc < len(code):
+        op = Opcode(int(code[pc]))
+        out.append((pc, op, [int(x) for x in code[pc + 1:pc + (op & 0xFF)]]))
+        pc += op & 0xFF
+    return out
+
+
+@pytest.fixture
+def add_one(tmp_path):
+    return _save(tmp_path, lambda x: x + 1.0, np.zeros(10))
+
+
+# ---- the file's checksum is not a signature --------------------------------------------------
+def test_a_recomputed_checksum_is_accepted_so_it_proves_nothing(add_one):
+    """The premise of everything below: anyone can rewrite a file and fix its SHA-256."""
+    edited = _edit(add_one, lambda f: f["meta"].update(graph="edited"))
+    assert fl.load(edited).graph == "edited"
+
+
+# ---- the kernels' tables come from their descriptions, not from the file ---------------------
+def _grow_kernel(f, n):
+    """The attack: a kernel description over n elements, the bytecode launching it n times,
+    while the stored tables still claim the original small element ranges."""
+    desc = f["meta"]["kernels"][0]["desc"]
+    desc["space"] = [n]
+    for pc, op, ops in _instructions(f):
+        if op is Opcode.LAUNCH:
+            f["code"][pc + 2] = n
+    f["pmeta"]["kernels"][0]["launch_size"] = n
+
+
+@pytest.mark.parametrize("machine_code", [True, False])
+def test_small_claimed_ranges_do_not_hide_a_big_kernel(add_one, machine_code):
+    edited = _edit(add_one, lambda f: _grow_kernel(f, 1000))
+    # the old loader trusted the stored arg_ranges ([0, 9]) and would have run this
+    stored = savedfuzz.unpack(edited.read_bytes())["pmeta"]["kernels"][0]
+    assert stored["arg_ranges"] == [[0, 9], [0, 9]] and stored["launch_size"] == 1000
+    _refused(edited, "touches elements \\[0, 999\\]", machine_code=machine_code)
+
+
+def test_stored_kernel_tables_are_ignored(add_one):
+    """Tables edited to anything: the loader derives them again and the program runs right."""
+    def lie(f):
+        k = f["pmeta"]["kernels"][0]
+        k.update(arg_ranges=[[0, 0], [0, 0]], launch_size=3, params=[-5], arg_writes=[True, True])
+    g = fl.load(_edit(add_one, lie), machine_code=False)
+    np.testing.assert_array_equal(g(np.arange(10.0)), np.arange(10.0) + 1)
+    info = g._entries_list()[0].executable.program.kernels[0]
+    assert info.arg_ranges == ((0, 9), (0, 9)) and info.launch_size == 10
+
+
+def test_launch_size_beyond_the_kernel_is_refused(add_one):
+    def bigger(f):
+        for pc, op, ops in _instructions(f):
+            if op is Opcode.LAUNCH:
+                f["code"][pc + 2] = ops[1] + 1
+    _refused(_edit(add_one, bigger), "launch size 11")
+
+
+# ---- machine_code=False runs nothing from the file -----------------------------------------
+def test_source_mode_never_loads_stored_machine_code(add_one, monkeypatch):
+    def garbage(f):
+        f["objects"] = [bytearray(b"\xcc" * len(o)) for o in f["objects"]]   # int3 traps
+        for k in f["meta"]["kernels"]:
+            k["text"] = "this is not LLVM IR"
+    edited = _edit(add_one, garbage)
+    be = get_backend("cpu")
+    monkeypatch.setattr(be, "load_object",
+                        lambda *a: pytest.fail("stored machine code was loaded"))
+    monkeypatch.setattr(be, "compile_source", _wrap_no_text(be.compile_source))
+    g = fl.load(edited, machine_code=False)
+    np.testing.assert_array_equal(g(np.arange(10.0)), np.arange(10.0) + 1)
+
+
+def _wrap_no_text(compile_source):
+    def checked(text, *a, **kw):
+        assert "this is not LLVM IR" not in text, "stored kernel source was compiled"
+        return compile_source(text, *a, **kw)
+    return checked
+
+
+def test_other_target_compiles_descriptions_not_stored_source(add_one, monkeypatch):
+    def other_target(f):
+        f["meta"]["target"] += "|another-cpu"
+        for k in f["meta"]["kernels"]:
+            k["text"] = "this is not LLVM IR"
+    edited = _edit(add_one, other_target)
+    be = get_backend("cpu")
+    monkeypatch.setattr(be, "compile_source", _wrap_no_text(be.compile_source))
+    g = fl.load(edited)
+    np.testing.assert_array_equal(g(np.arange(10.0)), np.arange(10.0) + 1)
+
+
+def test_both_modes_compute_the_same(tmp_path):
+    def fn(x, i, s):
+        return np.cumsum(x[i] * s), x.T.reshape(-1)[:5].sum()
+    x = np.random.default_rng(1).random((4, 6))
+    i = np.array([0, 3, -1, 2])
+    path = _save(tmp_path, fn, x, i, 2.0)
+    want = fn(x, i, 2.0)
+    for mode in (True, False):
+        got = fl.load(path, machine_code=mode)(x, i, 2.0)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b)
+
+
+# ---- kernel descriptions are decoded strictly ------------------------------------------------
+def _desc(fn, *args):
+    f = fl.compile(fn, backend="null")
+    return kernel_to_json(f.lower(*args).plan.kernels[0])
+
+
+@pytest.fixture(scope="module")
+def gather_desc():
+    return _desc(lambda x, i: x[i] * 2.0, np.zeros(8), np.array([1, 2]))
+
+
+def _bad(desc, change, match):
+    d = json.loads(json.dumps(desc))
+    change(d)
+    with pytest.raises(KernelFormatError, match=match):
+        kernel_from_json(d)
+
+
+def _node(d, kind):
+    return next(n for n in d["nodes"] if n[0] == kind)
+
+
+def test_description_round_trips(gather_desc):
+    k = kernel_from_json(json.loads(json.dumps(gather_desc)))
+    assert kernel_to_json(k) == gather_desc
+
+
+def test_description_rules(gather_desc):
+    d = gather_desc
+    _bad(d, lambda d: _node(d, "load").__setitem__(1, 99), "argument must be")
+    _bad(d, lambda d: _node(d, "load").__setitem__(2, "<f4"), "loads float32 from a int64")
+    _bad(d, lambda d: d["args"][0].__setitem__(0, "scalar"), "as a buffer")
+    _bad(d, lambda d: d.__setitem__("status", None), "status")
+    _bad(d, lambda d: d["args"][d["status"]].__setitem__(0, "buffer"), "status")
+    _bad(d, lambda d: d.__setitem__("rspace", [0]), "reduction loops without a reduction")
+    _bad(d, lambda d: d.__setitem__("space", [1 << 40, 1 << 40]), "loop space too large")
+    _bad(d, lambda d: d["args"][1].__setitem__(1, "|O"), "not a number dtype")
+    _bad(d, lambda d: d["stores"][0].__setitem__(3, "xor"), "malformed store")
+    _bad(d, lambda d: [a.__setitem__(2, False) for a in d["args"]], "not marked as written")
+    _bad(d, lambda d: d.__setitem__("nodes", d["nodes"][::-1]), "must be an integer in")
+    _bad(d, lambda d: d.__setitem__("format", 99), "format")
+
+
+def _set_first_index(d, index):
+    _node(d, "load")[3] = index
+
+
+def test_description_index_rules(gather_desc):
+    d = gather_desc
+    _bad(d, lambda d: _set_first_index(d, [0, [[["loop", 5], 1]]]), "loop dimension")
+    _bad(d, lambda d: _set_first_index(d, [0, [[["loop", 0], 1 << 62], [["loop", 0], 1 << 62]]]),
+         "62-bit")
+    _bad(d, lambda d: _set_first_index(d, [0, [[["divmod", [-1, [[["loop", 0], 1]]], 1, 4, 8],
+                                                1]]]), "negative")
+    _bad(d, lambda d: _set_first_index(d, [0, [[["divmod", [0, [[["loop", 0], 1]]], 0, 4, 8],
+                                                1]]]), "divisor")
+    _bad(d, lambda d: _set_first_index(d, [0, [[["pick", 10 ** 6, 4], 1]]]), "pick expression")
+    _bad(d, lambda d: _set_first_index(d, [0, [[["bogus", 1], 1]]]), "unknown index atom")
+
+
+def test_divmod_bound_is_raised_to_what_the_loops_allow(gather_desc):
+    """The code skips the modulo below a DivMod's claimed bound: a bound that lies about the
+    operand is replaced, so (f // div) % mod stays below mod."""
+    d = json.loads(json.dumps(gather_desc))
+    d["space"] = [2]
+    _set_first_index(d, [0, [[["divmod", [0, [[["loop", 0], 100]]], 1, 8, 1], 1]]])
+    k = kernel_from_json(d)
+    load = next(e for e in __import__("fastlaunch").kernel.walk(k._roots())
+                if type(e).__name__ == "Load")
+    atom = load.index.terms[0][0]
+    assert atom.bound == 101 and atom.div * atom.mod < atom.bound
+
+
+# ---- the bytecode and its tables -------------------------------------------------------------
+def _step_like(tmp_path):
+    def fn(x, y):
+        t = np.exp(x) * y
+        return t.sum(), t - 1
+    return _save(tmp_path, fn, np.ones(40000), np.ones(40000))   # a split sum: temporaries
+
+
+def test_shrunken_signature_is_refused(add_one):
+    def shrink(f):
+        words = np.frombuffer(bytes.fromhex(f["meta"]["signature"]), np.int64).copy()
+        words[1] = 4                     # the array's length: 10 -> 4
+        f["meta"]["signature"] = words.tobytes().hex()
+    _refused(_edit(add_one, shrink), "addressing \\[0, 3\\]")
+
+
+def test_leaf_count_must_match_the_signature(add_one):
+    _refused(_edit(add_one, lambda f: f["pmeta"].__setitem__("nleaves", 2)))
+
+
+@pytest.mark.parametrize("result", [[0, 5, False], [1, 3, False], [1, -1, False],
+                                    [0, 0, 1], [7, 0, False]])
+def test_result_indices_are_checked(add_one, result):
+    _refused(_edit(add_one, lambda f: f["meta"].__setitem__("results", [result])))
+
+
+@pytest.mark.parametrize("bound", [[0, 0, 5], [3, 0, 5], [-1, 0, 5]])
+def test_int_bound_leaves_are_checked(tmp_path, bound):
+    path = _save(tmp_path, lambda x, k: x * k, np.ones(3), 2)
+    _refused(_edit(path, lambda f: f["meta"].__setitem__("int_bounds", [bound])))
+
+
+def test_constant_and_output_slots_are_checked(tmp_path):
+    table = np.arange(4.0)
+    path = _save(tmp_path, lambda i: fl.asarray(table)[i], np.array([0, 3]))
+    _refused(_edit(path, lambda f: f["pmeta"].__setitem__("consts", [0])))
+    out = savedfuzz.unpack(path.read_bytes())["pmeta"]["outputs"][0]
+    _refused(_edit(path, lambda f: f["pmeta"]["outputs"][0].__setitem__(2, [1])),
+             "not the \\(1,\\) result")
+    _refused(_edit(path, lambda f: f["pmeta"]["outputs"][0].__setitem__(0, out[0] - 1)))
+    _refused(_edit(path, lambda f: f["consts"][0].__setitem__(1, b"\0" * 8)))
+
+
+def test_status_and_mutated_leaves_are_checked(tmp_path):
+    def fn(x, i):
+        x += 0.5                                    # leaf 0 is updated in place
+        return fl.asarray(np.arange(4.0))[i]        # a checked gather: a status slot
+    path = _save(tmp_path, fn, np.ones(2), np.array([0, 3]))
+    slots = savedfuzz.unpack(path.read_bytes())["pmeta"]["slots"]
+    status = next(i for i, s in enumerate(slots) if s["role"] == "status")
+
+    def two_statuses(f):
+        f["pmeta"]["slots"].append(dict(f["pmeta"]["slots"][status]))
+    _refused(_edit(path, two_statuses), "several status slots")
+    _refused(_edit(path, lambda f: f["pmeta"].__setitem__("mutated_leaves", [5])),
+             "mutated leaf 5")
+    _refused(_edit(path, lambda f: f["pmeta"].__setitem__("mutated_leaves", [1])))
+
+    def check_other(f):
+        for pc, op, ops in _instructions(f):
+            if op is Opcode.CHECK:
+                f["code"][pc + 1] = 0
+    _refused(_edit(path, check_other), "not a status slot")
+
+
+@pytest.mark.parametrize("slot", [-1, -(1 << 62), 1 << 40])
+def test_negative_and_huge_slots_are_refused(tmp_path, slot):
+    path = _step_like(tmp_path)
+
+    def bad_alloc(f):
+        for pc, op, ops in _instructions(f):
+            if op is Opcode.ALLOC:
+                f["code"][pc + 1] = slot
+                return
+    _refused(_edit(path, bad_alloc), "not a temporary")
+    _refused(_edit(path, lambda f: f["lists"].__setitem__(0, slot)), "out of range")
+
+
+def test_word_bound_from_a_freed_temporary_is_refused():
+    """BIND a temporary, free it and allocate it again, then LAUNCH: the argument word would
+    hold the old, dangling pointer."""
+    def program(between):
+        code = [Opcode.ALLOC, 2, 32,
+                Opcode.BIND, 0, 0, 2, Opcode.LAUNCH, 0, 8, 0,      # in0 -> tmp
+                Opcode.BIND, 2, 2, 2] + between + [                 # tmp -> out0 ...
+                Opcode.LAUNCH, 1, 8, 2, Opcode.FREE, 2]              # ... launched later
+        slots = [bc.SlotInfo("input", "<f4", 0, 7), bc.SlotInfo("output", "<f4", 0, 7),
+                 bc.SlotInfo("temp", "<f4", 0, 7, 32)]
+        info = dict(arg_kinds=("buffer", "buffer"), arg_ranges=((0, 7), (0, 7)),
+                    arg_writes=(False, True), arg_dtypes=("<f4", "<f4"), launch_size=8)
+        return bc.Program(np.array(code, np.int64), np.array([0, 2, 2, 1], np.int64), slots,
+                          [bc.KernelInfo("k0", "m", **info), bc.KernelInfo("k1", "m", **info)],
+                          4, 1, outputs=[(1, "<f4", (8,))])
+    bc.verify(program([]), strict=True)
+    with pytest.raises(bc.VerifyError, match="freed after it was bound"):
+        bc.verify(program([Opcode.FREE, 2, Opcode.ALLOC, 2, 32]), strict=True)
+
+
+def test_poll_after_an_in_place_write_is_refused():
+    asm = bc.Assembler()
+    asm.launch(0, 8, [0])
+    asm.poll()
+    code, lists = asm.arrays()
+    p = bc.Program(code, lists, [bc.SlotInfo("input", "<f4", 0, 7)],
+                   [bc.KernelInfo("k", "m", ("buffer",), ((0, 7),), (True,), ("<f4",),
+                                  launch_size=8)], 1, 1, mutated_leaves=[0])
+    with pytest.raises(bc.VerifyError, match="after an argument was written"):
+        bc.verify(p)
+
+
+def test_overlapping_bind_invalidates_the_earlier_one(add_one):
+    def overlap(f):
+        launch = next(x for x in _instructions(f) if x[1] is Opcode.LAUNCH)
+        # a second BIND over the first one's last word, then the LAUNCH of the first
+        f["code"] = np.concatenate([f["code"][:launch[0]],
+                                    [int(Opcode.BIND), 1, 0, 1],
+                                    f["code"][launch[0]:]]).astype(np.int64)
+        f["pmeta"]["nargwords"] = max(f["pmeta"]["nargwords"], 2)
+    _refused(_edit(add_one, overlap), "no arguments bound")
+
+
+def test_kernel_count_must_match_the_compiled_kernels(add_one):
+    g = fl.load(add_one)
+    executable = g._entries_list()[0].executable
+    program = executable.program
+    from fastlaunch.backends.base import CallLayout
+    from fastlaunch.pytree import TreeDef
+    from fastlaunch._launch import ResultKind
+    call = CallLayout([(ResultKind.RESULT_NEW, 0, False)], TreeDef("leaf"), {})
+    with pytest.raises(LinkError, match="1 kernels, 0 are compiled"):
+        link_entry(get_backend("cpu"), program, [], call, b"", [], [])
+
+
+def test_loading_on_a_backend_of_another_memory_space_is_refused(tmp_path):
+    """A host program on the device backend would hand host pointers to device code."""
+    path = _save(tmp_path, lambda x: x + 1.0, np.zeros(10), backend="cpu")
+    _refused(path, "space", backend="devsim")
+    path = _save(tmp_path, lambda x: x + 1.0, np.zeros(10), backend="devsim", name="d.flp")
+    _refused(path, "space", backend="cpu")
+
+
+def test_metadata_is_read_strictly(add_one):
+    for key, value in [("static_positions", [-1]), ("static_positions", [2, 1]),
+                       ("statics", [["object", 1]]), ("statics", [["|O", 1]]),
+                       ("keys", [[[1]]]), ("out_tree", {"kind": "namedtuple"}),
+                       ("out_tree", {"kind": "dict", "keys": ["a", "a"],
+                                     "children": [{"kind": "leaf"}, {"kind": "leaf"}]}),
+                       ("signature", "zz"), ("backend", 3)]:
+        _refused(_edit(add_one, lambda f: f["meta"].__setitem__(key, value)))
+    deep = {"kind": "leaf"}
+    for _ in range(150):
+        deep = {"kind": "tuple", "children": [deep]}
+    _refused(_edit(add_one, lambda f: f["meta"].__setitem__("out_tree", deep)), "deeply")

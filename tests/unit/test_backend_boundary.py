@@ -1,0 +1,221 @@
+"""The backend boundary: the interface every backend implements (backends/base.py), the
+pipeline run through it one stage at a time, and the typed records that cross it.
+
+The stage-by-stage runs call what jit.Compiled._trace calls, in order, and assert what each
+stage hands the next: trace -> fuse -> backend.schedule -> backend.compile -> record ->
+verify -> backend.link -> a dispatcher entry that is called.
+"""
+import inspect
+
+import numpy as np
+import pytest
+
+import fastlaunch as fl
+from fastlaunch import _core, _launch, bytecode, fuse, record
+from fastlaunch.__main__ import step
+from fastlaunch.backends import available_backends, base, get_backend
+from fastlaunch.backends.base import Backend, CallLayout, CompiledKernel, MemoryModel
+from fastlaunch.backends.null import NullSchedule
+from fastlaunch.jit import result_specs
+from fastlaunch.link import link_entry
+from fastlaunch.pytree import flatten
+
+from _stages import fused, layouts, plan_text, trace
+
+INTERFACE_ATTRIBUTES = [n for n in Backend.__annotations__]
+INTERFACE_METHODS = [n for n, v in vars(Backend).items()
+                     if inspect.isfunction(v) and not n.startswith("_")]
+
+
+def test_interface_members():
+    """The interface the issue names, no more and no less (a new member must be added to every
+    backend and to docs/architecture.md, and then here)."""
+    assert sorted(INTERFACE_ATTRIBUTES + INTERFACE_METHODS) == sorted(
+        ["name", "target_key", "memory", "schedule", "compile", "load_object", "source",
+         "kernel_text", "link"])
+
+
+def test_interface_is_documented_in_base():
+    for member in INTERFACE_ATTRIBUTES + INTERFACE_METHODS:
+        assert member in base.__doc__, member
+
+
+@pytest.mark.parametrize("name", available_backends())
+def test_backend_conforms_to_the_interface(name):
+    backend = get_backend(name)
+    assert isinstance(backend, Backend)
+    assert backend.name == name
+    assert isinstance(backend.target_key, str) and backend.target_key
+    assert isinstance(backend.memory, MemoryModel)
+    assert backend.memory.kernel_space in set(_launch.Space)
+    for method in INTERFACE_METHODS:
+        impl = getattr(backend, method)
+        assert callable(impl), method
+        want = list(inspect.signature(getattr(Backend, method)).parameters)[1:]   # less self
+        got = list(inspect.signature(impl).parameters)
+        assert got[:len(want)] == want, f"{name}.{method}{tuple(got)}: the interface takes {want}"
+        extra = inspect.signature(impl).parameters
+        assert all(extra[p].default is not inspect.Parameter.empty for p in got[len(want):]), \
+            f"{name}.{method}: extra parameters need defaults"
+
+
+# ---- the whole pipeline, stage by stage, on every backend ------------------------------------
+def small(x, idx):
+    return x[idx] * 2.0 + x.sum(), np.sqrt(x)
+
+
+@pytest.mark.parametrize("name", available_backends())
+def test_pipeline_stage_by_stage_on_every_backend(name):
+    backend = get_backend(name)
+    x = np.linspace(0.5, 4.0, 12)
+    idx = np.array([3, 0, 11, -1], np.int64)
+    args = (x, idx)
+    traced, leaves, result = trace(small, *args)
+    plan = fuse.plan(traced.graph, layouts(leaves))
+    unscheduled = plan_text(plan)
+
+    scheduled = backend.schedule(plan)
+    assert plan_text(plan) == unscheduled, "schedule changed the plan it was given"
+    assert all(k.schedule is None for k in plan.kernels)
+    for k in scheduled.kernels:
+        assert k.launch_size >= 0 and isinstance(k.schedule.params, tuple)
+        assert k.schedule.describe() in k.describe()
+
+    kernels = [backend.compile(k) for k in scheduled.kernels]
+    for k, ck in zip(scheduled.kernels, kernels):
+        assert isinstance(ck, CompiledKernel) and ck.name
+        assert isinstance(backend.source(k), str) and backend.source(k)
+        # what a saved program stores comes back as a kernel of the same source
+        text = backend.kernel_text(ck)
+        again = backend.load_object(text, ck.obj, backend.target_key)
+        assert backend.kernel_text(again) == text
+
+    program = record.record(scheduled, [k.name for k in kernels], leaves, traced.graph.consts,
+                            traced.mutated_leaves, backend.memory)
+    bytecode.verify(program, backend.memory.kernel_space)
+    assert program.launch_count() == len(scheduled.kernels)
+    spaces = {s.space for s in program.slots}
+    assert (int(_launch.Space.SPACE_DEVICE) in spaces) == backend.memory.crosses
+
+    _, out_tree = flatten(result)
+    call = CallLayout(result_specs(traced.outputs), out_tree, dict(traced.int_bounds))
+    executable = backend.link(program, kernels, call)
+    assert isinstance(executable, _core.Executable)
+    assert executable.program is program
+
+    sig, _, keys, statics = _core.encode(args)
+    entry = link_entry(backend, program, kernels, call, sig, keys, statics)
+    assert entry.executable.program is program
+    got = _core.run_entry(entry, args)
+    want = small(*args)
+    assert type(got) is tuple and len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        if name != "null":                # the null backend's kernels compute nothing
+            np.testing.assert_allclose(g, w, rtol=1e-12)
+
+
+def test_null_backend_runs_the_optimisation_step_stage_by_stage():
+    backend = get_backend("null")
+    rng = np.random.default_rng(0)
+    p, m, target = (rng.standard_normal(64).astype(np.float32) for _ in range(3))
+    v = rng.random(64).astype(np.float32)
+    args = (p, m, v, target, 1e-2)
+
+    # trace: four results, nothing updated in place, lr a runtime parameter
+    traced, leaves, result = trace(step, *args)
+    assert len(traced.graph.outputs) == 4 and traced.mutated_leaves == []
+    assert [leaf.kind for leaf in leaves] == ["array"] * 4 + ["scalar"]
+    assert "param 4" in str(traced.graph)
+
+    # fuse: unscheduled kernels (the update, the loss sum, the mean's division)
+    plan = fuse.plan(traced.graph, layouts(leaves))
+    assert [k.label for k in plan.kernels] == ["map", "sum", "map"]
+    assert all(k.schedule is None for k in plan.kernels)
+
+    # schedule: one launch index per point, on a new plan
+    scheduled = backend.schedule(plan)
+    assert all(isinstance(k.schedule, NullSchedule) for k in scheduled.kernels)
+    assert [k.launch_size for k in scheduled.kernels] == [64, 1, 1]
+    assert all(k.schedule is None for k in plan.kernels)
+
+    # compile: every kernel is the do-nothing function; its source is its description
+    kernels = [backend.compile(k) for k in scheduled.kernels]
+    assert {k.address for k in kernels} == {_core.null_kernel_address()}
+    assert [ck.source for ck in kernels] == [k.describe() for k in scheduled.kernels]
+
+    # record: slots for the 5 argument leaves, 4 outputs, the loss temporary; host memory
+    program = record.record(scheduled, [k.name for k in kernels], leaves, traced.graph.consts,
+                            traced.mutated_leaves, backend.memory)
+    roles = [s.role for s in program.slots]
+    assert roles[:5] == ["input"] * 4 + ["param"]
+    assert roles.count("output") == 4 and roles.count("temp") == 1
+    assert [(dt, shape) for _, dt, shape in program.outputs] == [("<f4", (64,))] * 3 + [("<f4", ())]
+    assert all(s.space == _launch.Space.SPACE_HOST for s in program.slots)
+    ops = [op.name for _, op, _ in program.instructions()]
+    assert ops.count("LAUNCH") == 3 and ops.count("ALLOC") == ops.count("FREE") == 1
+    assert "TO_DEVICE" not in ops and "TO_HOST" not in ops
+
+    # verify: passes as recorded, and against the call signature
+    bytecode.verify(program, backend.memory.kernel_space)
+    bytecode.verify(program, backend.memory.kernel_space, leaves=leaves)
+
+    # link: a _core.Executable (the host one) bound to the verified program
+    _, out_tree = flatten(result)
+    call = CallLayout(result_specs(traced.outputs), out_tree, dict(traced.int_bounds))
+    executable = backend.link(program, kernels, call)
+    assert isinstance(executable, _core.HostExecutable)
+    assert isinstance(executable, _core.Executable)
+
+    # the dispatcher entry: results of NumPy's shapes and dtypes (values are not computed)
+    sig, _, keys, statics = _core.encode(args)
+    entry = link_entry(backend, program, kernels, call, sig, keys, statics)
+    out = _core.run_entry(entry, args)
+    want = step(*args)
+    assert type(out) is tuple and len(out) == 4
+    for o, w in zip(out, want):
+        assert type(o) is type(w) and np.shape(o) == np.shape(w)
+        assert np.asarray(o).dtype == np.asarray(w).dtype
+    assert isinstance(out[3], np.float32)          # the loss: a NumPy scalar, as in NumPy
+
+    # the same pipeline as fl.compile runs it
+    lowered = fl.compile(step, backend="null").lower(*args)
+    assert np.array_equal(lowered.program.code, program.code)
+    assert np.array_equal(lowered.program.arg_lists, program.arg_lists)
+    assert lowered.program.slots == program.slots
+
+
+def test_a_host_program_does_not_verify_for_device_kernels():
+    """The verifier checks a program against the memory model it will run under."""
+    _, leaves, plan = fused(lambda x: x * 2.0, np.ones(8))
+    backend = get_backend("null")
+    scheduled = backend.schedule(plan)
+    program = record.record(scheduled, ["k0"], leaves, [], [], backend.memory)
+    bytecode.verify(program, _launch.Space.SPACE_HOST)
+    with pytest.raises(bytecode.VerifyError, match="reads slot 0 in host space; the kernels "
+                                                   "run in device space"):
+        bytecode.verify(program, _launch.Space.SPACE_DEVICE)
+
+
+# ---- typed records: one definition, two spellings that cannot drift ---------------------------
+@pytest.mark.parametrize("c_enum, py_enum, prefix", [
+    (_launch.SlotRole, bytecode.SlotRole, "ROLE_"),
+    (_launch.ArgKind, bytecode.ArgKind, "ARG_"),
+], ids=["SlotRole", "ArgKind"])
+def test_launch_enums_and_bytecode_names_agree(c_enum, py_enum, prefix):
+    c_names = [m.name for m in c_enum]
+    assert all(n.startswith(prefix) for n in c_names)
+    short = [n[len(prefix):] for n in c_names]
+    assert short == [m.name for m in py_enum], "same members, same order"
+    for n in short:
+        assert py_enum[n].value == n.lower()
+
+
+def test_space_names_cover_the_spaces():
+    assert set(bytecode.SPACE_NAMES) == set(_launch.Space)
+
+
+def test_operand_names_match_opcode_widths():
+    assert set(bytecode.OPERANDS) == set(_launch.Opcode)
+    for op, names in bytecode.OPERANDS.items():
+        assert bytecode.width(op) == 1 + len(names), op.name

@@ -1,0 +1,127 @@
+"""Golden texts of the fused, unscheduled kernel descriptions, and of the CPU's schedule of them.
+
+`fuse.plan(graph, layouts)` is the contract between the front end and every backend
+(docs/architecture.md): these files pin it, buffers, loop nests, argument bindings and element
+ranges included, under tests/unit/golden/fused/.  The CPU schedule of the same plans
+(`cpu_schedule.schedule`: launch sizes, work estimates, tiles, reduction splits) is pinned
+separately under golden/cpu_schedule/, so a fusion change and a schedule change show up as
+different diffs.  A mismatch fails with a unified diff; FASTLAUNCH_UPDATE_GOLDEN=1 rewrites
+the files (review the diff before committing).
+"""
+import numpy as np
+import pytest
+
+from fastlaunch.__main__ import step
+from fastlaunch.backends import cpu_schedule
+
+from _stages import GOLDEN_DIR, check_golden, fused, plan_text, schedule_text
+
+
+def f32(*shape):
+    return np.ones(shape, np.float32)
+
+
+def chain(x, y):
+    return np.sqrt(np.abs(np.sin(x) * y + 2.0)) - x
+
+
+def rowsum(x):
+    return x.sum(axis=1)
+
+
+def colsum(x):
+    return x.sum(axis=0)
+
+
+def gather(x, idx):
+    return x[idx] * 2.0
+
+
+def scatter_add(x, idx, v):
+    np.add.at(x, idx, v)
+
+
+def matmul(x, w):
+    return x @ w
+
+
+def big_sum(x):
+    return np.sum(x * x)
+
+
+CASES = {
+    "elementwise_chain": (chain, (f32(1024), f32(1024))),
+    "row_sum": (rowsum, (f32(4, 8),)),
+    "column_sum": (colsum, (f32(64, 128),)),
+    "gather": (gather, (f32(10), np.array([1, 3, 5], np.int64))),
+    "scatter_add": (scatter_add, (f32(10), np.array([1, 3, 3], np.int64), f32(3))),
+    "matmul": (matmul, (f32(8, 16), f32(16, 32))),
+    "large_sum": (big_sum, (f32(1 << 16),)),          # split into partial + combine on the CPU
+    "optimisation_step": (step, (f32(64), f32(64), f32(64), f32(64), 1e-2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fused_plan_golden(name):
+    fn, args = CASES[name]
+    _, _, plan = fused(fn, *args)
+    assert plan.kernels
+    assert all(k.schedule is None for k in plan.kernels), "fuse.plan must not schedule"
+    check_golden(f"fused/{name}.txt", plan_text(plan))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_cpu_schedule_golden(name):
+    fn, args = CASES[name]
+    _, _, plan = fused(fn, *args)
+    scheduled = cpu_schedule.schedule(plan)
+    assert all(k.schedule is not None for k in scheduled.kernels)
+    check_golden(f"cpu_schedule/{name}.txt", schedule_text(scheduled))
+
+
+def test_goldens_have_cases():
+    """No golden file outlives its case (a renamed case would leave a stale file behind)."""
+    for sub in ("fused", "cpu_schedule"):
+        names = {p.stem for p in (GOLDEN_DIR / sub).glob("*.txt")}
+        assert names == set(CASES), sub
+
+
+# ---- what the goldens show, asserted directly ------------------------------------------------
+def test_unscheduled_kernels_have_no_launch_size():
+    fn, args = CASES["elementwise_chain"]
+    _, _, plan = fused(fn, *args)
+    (k,) = plan.kernels
+    with pytest.raises(ValueError, match="not scheduled"):
+        k.launch_size
+    assert "schedule:" not in plan.describe()
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_scheduling_leaves_the_fused_plan_alone(name):
+    """A schedule is a new plan: the fused one stays unscheduled (with its own buffers), so
+    it can be scheduled again, for another backend, with the same result."""
+    fn, args = CASES[name]
+    _, _, plan = fused(fn, *args)
+    before, nbuffers = plan_text(plan), len(plan.buffers)
+    first = cpu_schedule.schedule(plan)
+    second = cpu_schedule.schedule(plan)
+    assert plan_text(plan) == before and len(plan.buffers) == nbuffers
+    assert schedule_text(first) == schedule_text(second)
+    assert plan_text(first) == plan_text(second)
+    with pytest.raises(ValueError, match="already scheduled"):
+        cpu_schedule.schedule(first)
+
+
+def test_large_sum_split_is_a_schedule_decision():
+    """fuse makes one reduction kernel; only the CPU schedule splits it, adding a temporary of
+    partials to its own plan."""
+    fn, args = CASES["large_sum"]
+    _, _, plan = fused(fn, *args)
+    assert [k.label for k in plan.kernels] == ["sum"]
+    scheduled = cpu_schedule.schedule(plan)
+    assert [k.label for k in scheduled.kernels] == ["sum partial", "sum combine"]
+    nchunks = (1 << 16) // cpu_schedule.REDUCE_CHUNK
+    assert scheduled.kernels[0].launch_size == nchunks
+    (partials,) = scheduled.buffers[len(plan.buffers):]
+    assert partials.role == "temp" and partials.shape == (nchunks,)
+    assert partials.dtype == np.float64          # float32 sums accumulate in float64
