@@ -12,7 +12,7 @@ NUMPY = dict(include_dirs=[np.get_include(), "fastlaunch"],
 extensions = [
     Extension("fastlaunch._core",
               sources=["fastlaunch/_core.pyx", "fastlaunch/csrc/runtime.c",
-                       "fastlaunch/csrc/interrupt.c"],
+                       "fastlaunch/csrc/interrupt.c", "fastlaunch/csrc/half.c"],
               extra_compile_args=COMPILE_ARGS, extra_link_args=["-pthread"], **NUMPY),
     Extension("fastlaunch._launch", sources=["fastlaunch/_launch.pyx"],
               extra_compile_args=["-O2"]),

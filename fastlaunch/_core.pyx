@@ -1109,6 +1109,22 @@ def leaf_words(tuple args, tuple static_positions=()):
 
 
 # ---- runtime controls --------------------------------------------------------------------
+cdef extern from "csrc/half.h":
+    ctypedef struct fl_symbol:
+        const char *name
+        void *address
+    const fl_symbol *fl_half_libcalls
+
+def half_libcalls():
+    """{libcall name: address} of the float16 conversions LLVM's half lowering calls (the
+    JIT-loaded kernels have no compiler-rt; the CPU backend registers these)."""
+    cdef Py_ssize_t i = 0
+    out = {}
+    while fl_half_libcalls[i].name != NULL:
+        out[fl_half_libcalls[i].name.decode()] = <intptr_t>fl_half_libcalls[i].address
+        i += 1
+    return out
+
 def null_kernel_address():
     return <intptr_t>fl_null_kernel
 

@@ -411,12 +411,16 @@ class Compiled(_core.Dispatcher):
                 "uncached_traces": self.retraces, "history": list(self.traces)}
 
     def clear(self):
-        """Forget every traced signature (kernels stay in the kernel cache)."""
+        """Forget every traced signature; kernels no other function uses are unloaded (the
+        disk cache keeps them cheap to load again)."""
         with self._lock:
             self._forget()
             self.traces.clear()
             self.retraces = 0
             self._warned_at = 0
+        release = getattr(self.backend, "release", None)
+        if release is not None:
+            release()
 
     def lower(self, *args, **kwargs) -> Lowered:
         """Trace for these arguments (without running) and return the IR, kernels and bytecode."""

@@ -197,7 +197,13 @@ def _fold_elementwise(op: Op, values, out_dtype):
 
 
 def _scaled(factor):
-    return lambda g, dt, x: elementwise(g, Op.MUL, dt, [x, literal(g, factor, dt)])
+    def scaled(g, dt, x):
+        if dt == np.float16:    # NumPy's half loop scales in float32 and rounds once
+            f32 = np.dtype(np.float32)
+            wide = elementwise(g, Op.MUL, f32, [cast(g, x, f32), literal(g, factor, f32)])
+            return cast(g, wide, dt)
+        return elementwise(g, Op.MUL, dt, [x, literal(g, factor, dt)])
+    return scaled
 
 
 # ufuncs that are another op on their loop dtypes (NumPy computes them the same way)

@@ -46,6 +46,9 @@ class DevSimBackend:
     def kernel_text(self, compiled: CompiledKernel) -> str:
         return self.host.kernel_text(compiled)
 
+    def release(self) -> int:
+        return self.host.release()
+
     def link(self, program, kernels, call):
         from .. import _devsim
         from ..link import executable_layout

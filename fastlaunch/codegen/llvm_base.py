@@ -821,7 +821,7 @@ def _half_nextafter(em, a, b) -> str:
     stepped = fw.op(f"select i1 {grow}, i16 {bigger}, i16 {smaller}")
     r = fw.op(f"select i1 {zero}, i16 {tiny}, i16 {stepped}")
     r = fw.op(f"bitcast i16 {r} to half")
-    r = fw.op(f"select i1 {same}, half {b}, half {r}")
+    r = fw.op(f"select i1 {same}, half {a}, half {r}")     # npy_half_nextafter: x == y -> x
     return fw.op(f"select i1 {nan}, half 0xH7E00, half {r}")
 
 
@@ -836,6 +836,8 @@ def _min_max(em, op, dt, a, b) -> str:
         word = "min" if op in (Op.MINIMUM, Op.FMIN) else "max"
         return em.mod.intrinsic(fw, f"llvm.{sign}{word}.{ty}", ty, [(ty, a), (ty, b)])
     pred = "olt" if op in (Op.MINIMUM, Op.FMIN) else "ogt"
+    if dt == np.float16:    # float16: NumPy's half loops compare with <= / >=, ties return a
+        pred = "ole" if op in (Op.MINIMUM, Op.FMIN) else "oge"
     better = fw.op(f"fcmp {pred} {ty} {a}, {b}")
     if op in (Op.MINIMUM, Op.MAXIMUM):
         special = fw.op(f"fcmp uno {ty} {a}, {a}")      # a is NaN: keep it
@@ -852,6 +854,10 @@ def _float_pow(em, dt, a, b) -> str:
 def _float_divmod(em, op, dt, a, b) -> str:
     """NumPy's npy_divmod / npy_fmod for floats, step for step."""
     fw = em.fw
+    if dt == np.float16:    # float16: NumPy's half loops compute in float32, round once
+        wide = [fw.op(f"fpext half {x} to float") for x in (a, b)]
+        r = _float_divmod(em, op, np.dtype(np.float32), *wide)
+        return fw.op(f"fptrunc float {r} to half")
     ty = llvm_type(dt)
     c = lambda x: const_text(x, dt)  # noqa: E731
     mod = fw.op(f"frem {ty} {a}, {b}")
@@ -967,6 +973,10 @@ out:
 def _logaddexp(em, op, dt, a, b) -> str:
     """NumPy's npy_logaddexp(2): x + log1p(exp(-|x-y|)) around the larger, x when x == y."""
     fw = em.fw
+    if dt == np.float16:    # float16: NumPy's half loop computes in float32, rounds once
+        wide = [fw.op(f"fpext half {x} to float") for x in (a, b)]
+        r = _logaddexp(em, op, np.dtype(np.float32), *wide)
+        return fw.op(f"fptrunc float {r} to half")
     ty = llvm_type(dt)
     c = lambda x: const_text(x, dt)  # noqa: E731
     base2 = op is Op.LOGADDEXP2
