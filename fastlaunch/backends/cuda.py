@@ -58,6 +58,11 @@ PTX_ISA = {"sm_75": 63, "sm_80": 70, "sm_86": 71, "sm_87": 74, "sm_89": 78, "sm_
            "sm_90a": 80, "sm_100": 86, "sm_100a": 86, "sm_101": 86, "sm_103": 88,
            "sm_120": 87, "sm_120a": 87}
 _ENTRY = re.compile(r"\.entry\s+([A-Za-z_$][\w$]*)\s*\(")
+_TARGET = re.compile(r"^\.target\s+(sm_\d+a?)", re.M)
+
+
+def _arch_number(arch: str) -> int:
+    return int(re.sub(r"\D", "", arch))
 
 
 # ---- tools ------------------------------------------------------------------------------------
@@ -235,7 +240,16 @@ class CUDABackend:
         m = _ENTRY.search(text)
         if m is None:
             raise ValueError("saved CUDA kernel: no .entry in its PTX")
-        image = obj if target_key == self.target_key else self.image(text)
+        if target_key != self.target_key:
+            # PTX runs on its .target and newer archs: assembled again for this one
+            t = _TARGET.search(text)
+            if t is None or _arch_number(t.group(1)) > _arch_number(self.arch):
+                raise ValueError(f"saved CUDA kernel for {t.group(1) if t else 'an unknown arch'}"
+                                 f" cannot run on {self.arch}: save the program with "
+                                 f"FASTLAUNCH_CUDA_ARCH={self.arch} (or older)")
+            image = self.image(text)
+        else:
+            image = obj
         return CompiledKernel(m.group(1), 0, text, 0.0, "saved",
                               kernel_key(text, self.target_key), image)
 
