@@ -21,11 +21,15 @@ stream synchronisation (the results are host arrays).  Every driver call's CUres
 checked; a failure stops the run with STATUS_BACKEND_ERROR and the CUresult in
 RunState.backend_code, and `release` frees whatever temporaries the run held.
 """
-from libc.stdint cimport int64_t, uint64_t, intptr_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t, intptr_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
-from fastlaunch._core cimport Executable, interrupt_pending
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+from cpython.pycapsule cimport (PyCapsule_Destructor, PyCapsule_GetPointer, PyCapsule_IsValid,
+                                PyCapsule_New)
+
+from fastlaunch._core cimport DeviceArray, Executable, interrupt_pending
 from fastlaunch._launch cimport *
 
 cimport numpy as cnp
@@ -53,6 +57,7 @@ cdef extern from "csrc/cuda_driver.h" nogil:
     int fl_cu_dtod(uint64_t dst, uint64_t src, size_t nbytes)
     int fl_cu_zero(uint64_t dst, size_t nbytes)
     int fl_cu_sync()
+    int fl_cu_stream_sync(uint64_t stream)
     int fl_cu_host_alloc(void **ptr, size_t nbytes)
     int fl_cu_host_free(void *ptr)
     int fl_cu_mem_info(size_t *free_bytes, size_t *total_bytes)
@@ -71,6 +76,7 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_mutex_destroy(pthread_mutex_t *m)
 
 DEF MAX_PARAMS = 512            # cuda_schedule.MAX_PARAMS
+DEF KDL_CUDA = 2                # DLPack's device type of CUDA memory
 DEF CUDA_ERROR_OUT_OF_MEMORY = 2
 # RunState.backend_code of a program linked without a usable driver (not a CUresult)
 DEF UNAVAILABLE = -1000
@@ -194,6 +200,173 @@ cdef class DeviceBuffer:
         return out
 
 
+def read(int64_t address, Py_ssize_t nbytes):
+    """nbytes of device memory from `address`, as a host uint8 array (synchronous)."""
+    cdef cnp.ndarray out = np.empty(nbytes, np.uint8)
+    cdef int code = 0
+    require_driver()
+    check(fl_cu_current(), "cuCtxSetCurrent")
+    if nbytes:
+        with nogil:
+            code = fl_cu_dtoh(cnp.PyArray_DATA(out), <uint64_t>address, nbytes)
+            if code == 0:
+                code = fl_cu_sync()
+    check(code, "copying to the host")
+    return out
+
+
+cdef class DeviceMemory:
+    """A stream-ordered device allocation behind DeviceArrays (results, to_device): freed on
+    fastlaunch's stream when the last array using it goes."""
+    cdef readonly uint64_t address
+    cdef readonly Py_ssize_t nbytes
+
+    def __cinit__(self, Py_ssize_t nbytes):
+        require_driver()
+        check(fl_cu_current(), "cuCtxSetCurrent")
+        check(fl_cu_alloc_async(&self.address, max(nbytes, 1)), f"cuMemAllocAsync of {nbytes} bytes")
+        self.nbytes = nbytes
+        fl_cu_count(max(nbytes, 1))
+
+    def __dealloc__(self):
+        if self.address and fl_cu_ready():
+            fl_cu_current()
+            fl_cu_free_async(self.address)
+            fl_cu_count(-max(self.nbytes, 1))
+
+    def read(self, int64_t address, Py_ssize_t nbytes):
+        return read(address, nbytes)
+
+    def dlpack(self, DeviceArray arr, stream):
+        return _dlpack_capsule(arr)
+
+    def dlpack_device(self):
+        return (KDL_CUDA, 0)
+
+
+cdef class ForeignMemory:
+    """Another library's CUDA array that a DeviceArray views (kept alive by it)."""
+    cdef readonly object owner
+
+    def __init__(self, owner):
+        self.owner = owner
+
+    def read(self, int64_t address, Py_ssize_t nbytes):
+        return read(address, nbytes)
+
+    def dlpack(self, DeviceArray arr, stream):
+        return _dlpack_capsule(arr)
+
+    def dlpack_device(self):
+        return (KDL_CUDA, 0)
+
+
+def to_device(arr):
+    """A DeviceArray holding a copy of a host array."""
+    cdef cnp.ndarray a = np.ascontiguousarray(arr)
+    cdef DeviceMemory mem = DeviceMemory(a.nbytes)
+    cdef int code = 0
+    cdef size_t n = a.nbytes
+    if n:
+        with nogil:
+            code = fl_cu_htod(mem.address, cnp.PyArray_DATA(a), n)
+            if code == 0:
+                code = fl_cu_sync()
+        check(code, "copying to the device")
+    return DeviceArray(mem.address, (<object>a).shape, a.dtype, "cuda", mem)
+
+
+def from_cuda_array(obj):
+    """A DeviceArray viewing obj's memory through its __cuda_array_interface__ (no copy).
+    Work pending on the stream it names is waited for first."""
+    cai = obj.__cuda_array_interface__
+    ptr, readonly = cai["data"]
+    dtype = np.dtype(cai["typestr"])
+    if cai.get("mask") is not None:
+        raise ValueError("masked CUDA arrays are not supported")
+    stream = cai.get("stream")
+    require_driver()
+    if stream:
+        check(fl_cu_current(), "cuCtxSetCurrent")
+        check(fl_cu_stream_sync(<uint64_t>stream), "synchronising the array's stream")
+    return DeviceArray(ptr or 0, cai["shape"], dtype.newbyteorder("=") if dtype.isnative else dtype,
+                       "cuda", ForeignMemory(obj), cai.get("strides"), not readonly)
+
+
+# ---- DLPack export (the unversioned DLManagedTensor ABI) -------------------------------------
+cdef extern from *:
+    """
+    #include <stdint.h>
+    typedef struct { int32_t device_type; int32_t device_id; } fl_DLDevice;
+    typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } fl_DLDataType;
+    typedef struct {
+        void *data; fl_DLDevice device; int32_t ndim; fl_DLDataType dtype;
+        int64_t *shape; int64_t *strides; uint64_t byte_offset;
+    } fl_DLTensor;
+    typedef struct fl_DLManagedTensor {
+        fl_DLTensor dl_tensor; void *manager_ctx;
+        void (*deleter)(struct fl_DLManagedTensor *self);
+    } fl_DLManagedTensor;
+    """
+    ctypedef struct fl_DLDevice:
+        int32_t device_type
+        int32_t device_id
+    ctypedef struct fl_DLDataType:
+        uint8_t code
+        uint8_t bits
+        uint16_t lanes
+    ctypedef struct fl_DLTensor:
+        void *data
+        fl_DLDevice device
+        int32_t ndim
+        fl_DLDataType dtype
+        int64_t *shape
+        int64_t *strides
+        uint64_t byte_offset
+    ctypedef struct fl_DLManagedTensor:
+        fl_DLTensor dl_tensor
+        void *manager_ctx
+        void (*deleter)(fl_DLManagedTensor *) noexcept
+
+cdef dict _DL_CODES = {"i": 0, "u": 1, "f": 2, "b": 6}
+
+
+cdef void _dl_deleter(fl_DLManagedTensor *t) noexcept with gil:
+    Py_DECREF(<object>t.manager_ctx)     # the DeviceArray that owns the memory
+    free(t)
+
+
+cdef void _dl_capsule_destructor(PyObject *capsule) noexcept with gil:
+    # a capsule never consumed still owns its tensor
+    if PyCapsule_IsValid(<object>capsule, b"dltensor"):
+        _dl_deleter(<fl_DLManagedTensor *>PyCapsule_GetPointer(<object>capsule, b"dltensor"))
+
+
+cdef object _dlpack_capsule(DeviceArray arr):
+    cdef Py_ssize_t nd = len(arr.shape), d
+    cdef fl_DLManagedTensor *t = <fl_DLManagedTensor *>malloc(
+        sizeof(fl_DLManagedTensor) + 2 * max(nd, 1) * sizeof(int64_t))
+    if t == NULL:
+        raise MemoryError()
+    t.dl_tensor.data = <void *><intptr_t>arr.ptr
+    t.dl_tensor.device.device_type = KDL_CUDA
+    t.dl_tensor.device.device_id = 0
+    t.dl_tensor.ndim = <int32_t>nd
+    t.dl_tensor.dtype.code = _DL_CODES[arr.dtype.kind]
+    t.dl_tensor.dtype.bits = 8 * arr.dtype.itemsize
+    t.dl_tensor.dtype.lanes = 1
+    t.dl_tensor.shape = <int64_t *>(<char *>t + sizeof(fl_DLManagedTensor))
+    t.dl_tensor.strides = t.dl_tensor.shape + max(nd, 1)
+    for d in range(nd):
+        t.dl_tensor.shape[d] = arr.shape[d]
+        t.dl_tensor.strides[d] = arr.strides[d] // arr.dtype.itemsize
+    t.dl_tensor.byte_offset = 0
+    Py_INCREF(arr)
+    t.manager_ctx = <void *>arr
+    t.deleter = _dl_deleter
+    return PyCapsule_New(t, b"dltensor", <PyCapsule_Destructor>_dl_capsule_destructor)
+
+
 # Loaded kernels, by entry name (a hash of the kernel's code): a module is loaded once per
 # process and kept while the process runs, whatever entries use it.
 _modules: dict = {}
@@ -238,6 +411,7 @@ cdef class CUDAExecutable(Executable):
     cdef bint ready
     cdef object unavailable
     cdef object device_objects
+    cdef list device_outputs          # (dtype, shape) per result, when results stay on device
 
     def __cinit__(self, *args, **kwargs):
         self.functions = NULL
@@ -282,6 +456,10 @@ cdef class CUDAExecutable(Executable):
                 raise ValueError(f"kernel {i} has no function")
         for i, s in enumerate(layout.program.slots):
             self.slot_bytes[i] = s.nbytes
+        program = layout.program
+        self.device_outputs = None
+        if any(program.slots[slot].space != SPACE_HOST for slot, _, _ in program.outputs):
+            self.device_outputs = [(np.dtype(dt), shape) for _, dt, shape in program.outputs]
         if unavailable is None and self.status_slot >= 0:
             # one status word per executable, zero between calls; calls of one executable
             # take turns (they share one stream anyway)
@@ -408,6 +586,20 @@ cdef class CUDAExecutable(Executable):
             return STATUS_BACKEND_ERROR
         return STATUS_OK
 
+    cdef int bind_outputs(self, PyObject **outs, int64_t *slots) except -1:
+        """Results of a call with device arrays: new DeviceArrays (stream-ordered
+        allocations, so the kernels that write them come after)."""
+        cdef Py_ssize_t i
+        if self.device_outputs is None or not self.ready:
+            return Executable.bind_outputs(self, outs, slots)
+        for i, (dtype, shape) in enumerate(self.device_outputs):
+            mem = DeviceMemory(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+            arr = DeviceArray(mem.address, shape, dtype, "cuda", mem)
+            slots[self.out_slots[i]] = <int64_t>mem.address
+            Py_INCREF(arr)
+            outs[i] = <PyObject *>arr
+        return 0
+
     cdef int release(self, int64_t *slots) except -1:
         """Free the temporaries a failed run still held (stream-ordered, then synchronised,
         so the memory is back in the pool when the error is raised)."""
@@ -457,3 +649,108 @@ cdef class CUDAExecutable(Executable):
                     return exc(f"{message}{where}")
             return RuntimeError(f"fastlaunch: a kernel reported error bits {word:#x}{where}")
         return Executable.error(self, status, state, slots)
+
+
+# ---- benchmark floors (bench/gpu_bench.py) ---------------------------------------------------
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+
+
+cdef double _now() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+def launch_floor(CUDAExecutable exe, int iters, double scalar=0.0):
+    """Seconds per iteration of the program's kernel launches alone, on device-resident data:
+    every slot bound once to device memory (arguments and results too), the argument words
+    packed once, then `iters` times: one cuLaunchKernel per LAUNCH and one stream
+    synchronisation.  The floor a replay of the same kernels cannot beat."""
+    cdef Py_ssize_t pc = 0, k, i, j, nl = 0
+    cdef int64_t op
+    cdef int code = 0
+    cdef double t0, t1
+    cdef int64_t *argwords
+    cdef int64_t *slots
+    cdef int64_t *launches           # (kernel, args_at) pairs
+    cdef void *params[MAX_PARAMS]
+    cdef const int64_t *c = exe.code
+    if not exe.ready:
+        raise BackendUnavailableError(f"fastlaunch: backend 'cuda' cannot run here: "
+                                      f"{exe.unavailable}")
+    check(fl_cu_current(), "cuCtxSetCurrent")
+    program = exe.program
+    buffers = []
+    slots = <int64_t *>malloc(max(1, exe.nslots) * sizeof(int64_t))
+    argwords = <int64_t *>malloc(max(1, exe.nargwords) * sizeof(int64_t))
+    launches = <int64_t *>malloc(max(1, exe.ncode) * sizeof(int64_t))
+    try:
+        memset(slots, 0, max(1, exe.nslots) * sizeof(int64_t))
+        for i, s in enumerate(program.slots):
+            if s.role == "param":
+                memcpy(&slots[i], &scalar, 8)      # the word of a float64 parameter
+            elif s.role == "status":
+                slots[i] = <int64_t>exe.status_dev
+            elif s.role != "const":
+                nbytes = s.nbytes if s.role == "temp" else s.span_bytes
+                buf = DeviceBuffer(max(nbytes, 8))
+                buffers.append(buf)
+                slots[i] = <int64_t>buf.address
+                check(fl_cu_zero(buf.address, buf.nbytes), "cuMemsetD8Async")
+        for i in range(exe.nconsts):
+            slots[exe.const_slots[i]] = exe.const_ptrs[i]
+        while pc < exe.ncode:
+            op = c[pc]
+            if op == BIND:
+                for k in range(c[pc + 3]):
+                    argwords[c[pc + 1] + k] = slots[exe.lists[c[pc + 2] + k]]
+            elif op == LAUNCH and c[pc + 2] > 0:
+                launches[2 * nl] = c[pc + 1]
+                launches[2 * nl + 1] = c[pc + 3]
+                nl += 1
+            pc += op & 0xFF
+        with nogil:
+            code = fl_cu_sync()
+            t0 = _now()
+            for j in range(iters):
+                for i in range(nl):
+                    k = launches[2 * i]
+                    for pc in range(exe.nargs[k]):
+                        params[pc] = &argwords[launches[2 * i + 1] + pc]
+                    code = fl_cu_launch(exe.functions[k], exe.grid[k], exe.block[k], params)
+                    if code != 0:
+                        break
+                if code == 0:
+                    code = fl_cu_sync()
+                if code != 0:
+                    break
+            t1 = _now()
+        check(code, "the launch loop")
+        return (t1 - t0) / max(1, iters)
+    finally:
+        free(slots)
+        free(argwords)
+        free(launches)
+        del buffers
+
+
+def copy_bandwidth(Py_ssize_t nbytes, int iters):
+    """Bytes per second of cuMemcpyDtoDAsync (read + write counted: 2 * nbytes per copy)."""
+    cdef DeviceBuffer a = DeviceBuffer(nbytes)
+    cdef DeviceBuffer b = DeviceBuffer(nbytes)
+    cdef int code = 0, j
+    cdef double t0, t1
+    check(fl_cu_current(), "cuCtxSetCurrent")
+    with nogil:
+        code = fl_cu_dtod(b.address, a.address, nbytes)
+        if code == 0:
+            code = fl_cu_sync()
+        t0 = _now()
+        for j in range(iters):
+            if code == 0:
+                code = fl_cu_dtod(b.address, a.address, nbytes)
+        if code == 0:
+            code = fl_cu_sync()
+        t1 = _now()
+    check(code, "cuMemcpyDtoDAsync")
+    return 2.0 * nbytes * iters / (t1 - t0)

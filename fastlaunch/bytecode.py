@@ -492,8 +492,9 @@ def _verify_tables(p: Program, kernel_space, leaves, strict, errors) -> bool:
         if s.hi >= int(np.prod(shape, dtype=np.int64)):
             errors.append(f"outputs: slot {slot} range [0, {s.hi}] beyond the {tuple(shape)} "
                           f"result")
-        if s.space != Space.SPACE_HOST:
-            errors.append(f"outputs: slot {slot} is not in host space (results are NumPy arrays)")
+        if s.space not in (Space.SPACE_HOST, kernel_space):
+            errors.append(f"outputs: slot {slot} is neither in host space (NumPy results) nor "
+                          f"in the kernels' (device results)")
     for i, s in enumerate(p.slots):
         if s.role == SlotRole.OUTPUT and i not in seen_outputs:
             errors.append(f"slot {i}: output slot that is not a result")

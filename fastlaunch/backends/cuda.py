@@ -253,6 +253,14 @@ class CUDABackend:
         return CompiledKernel(m.group(1), 0, text, 0.0, "saved",
                               kernel_key(text, self.target_key), image)
 
+    def to_device(self, arr):
+        """A DeviceArray with a copy of `arr` in GPU memory."""
+        return cuda_extension().to_device(arr)
+
+    def from_cuda_array(self, obj):
+        """A DeviceArray viewing another library's CUDA array (no copy)."""
+        return cuda_extension().from_cuda_array(obj)
+
     def link(self, program, kernels, call):
         from ..link import executable_layout
         _cuda = cuda_extension()

@@ -206,6 +206,10 @@ int fl_cu_zero(uint64_t dst, size_t nbytes) {
 
 int fl_cu_sync(void) { return api.cuStreamSynchronize_p(stream); }
 
+int fl_cu_stream_sync(uint64_t other) {
+    return api.cuStreamSynchronize_p((CUstream)(uintptr_t)other);
+}
+
 int fl_cu_host_alloc(void **ptr, size_t nbytes) { return api.cuMemHostAlloc_p(ptr, nbytes, 0); }
 
 int fl_cu_host_free(void *ptr) { return api.cuMemFreeHost_p(ptr); }

@@ -41,6 +41,7 @@ int fl_cu_dtoh(void *dst, uint64_t src, size_t nbytes);
 int fl_cu_dtod(uint64_t dst, uint64_t src, size_t nbytes);
 int fl_cu_zero(uint64_t dst, size_t nbytes);
 int fl_cu_sync(void);
+int fl_cu_stream_sync(uint64_t stream);          /* another library's stream (a CUstream) */
 int fl_cu_host_alloc(void **ptr, size_t nbytes);  /* pinned host memory */
 int fl_cu_host_free(void *ptr);
 int fl_cu_mem_info(size_t *free_bytes, size_t *total_bytes);
