@@ -34,6 +34,11 @@ cdef class DeviceArray:
     cdef Py_ssize_t nsig
 
 
+# A DeviceArray shaped like `like` at another address (results: made per call, so without
+# the Python-level constructor's checks).
+cdef DeviceArray device_array_like(DeviceArray like, int64_t ptr, object memory)
+
+
 cdef class Executable:
     """A verified program bound to a backend's kernels and memory: one call's work.
 

@@ -630,6 +630,23 @@ cdef class DeviceArray:
         return f"DeviceArray({self.device}, {self.dtype}{list(self.shape)})"
 
 
+cdef DeviceArray device_array_like(DeviceArray like, int64_t ptr, object memory):
+    cdef DeviceArray arr = DeviceArray.__new__(DeviceArray)
+    arr.sig = <int64_t *>malloc(like.nsig * sizeof(int64_t))
+    if arr.sig == NULL:
+        raise MemoryError()
+    memcpy(arr.sig, like.sig, like.nsig * sizeof(int64_t))
+    arr.nsig = like.nsig
+    arr.ptr = ptr
+    arr.shape = like.shape
+    arr.strides = like.strides
+    arr.dtype = like.dtype
+    arr.device = like.device
+    arr.writeable = like.writeable
+    arr.memory = memory
+    return arr
+
+
 DEF MAX_OUTPUTS = 64
 DEF LOCAL_SLOTS = 64
 DEF LOCAL_ARGWORDS = 128

@@ -29,7 +29,7 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.pycapsule cimport (PyCapsule_Destructor, PyCapsule_GetPointer, PyCapsule_IsValid,
                                 PyCapsule_New)
 
-from fastlaunch._core cimport DeviceArray, Executable, interrupt_pending
+from fastlaunch._core cimport DeviceArray, Executable, device_array_like, interrupt_pending
 from fastlaunch._launch cimport *
 
 cimport numpy as cnp
@@ -221,12 +221,10 @@ cdef class DeviceMemory:
     cdef readonly uint64_t address
     cdef readonly Py_ssize_t nbytes
 
-    def __cinit__(self, Py_ssize_t nbytes):
+    def __init__(self, Py_ssize_t nbytes):
         require_driver()
         check(fl_cu_current(), "cuCtxSetCurrent")
-        check(fl_cu_alloc_async(&self.address, max(nbytes, 1)), f"cuMemAllocAsync of {nbytes} bytes")
-        self.nbytes = nbytes
-        fl_cu_count(max(nbytes, 1))
+        _allocate(self, nbytes)
 
     def __dealloc__(self):
         if self.address and fl_cu_ready():
@@ -242,6 +240,16 @@ cdef class DeviceMemory:
 
     def dlpack_device(self):
         return (KDL_CUDA, 0)
+
+
+cdef int _allocate(DeviceMemory mem, Py_ssize_t nbytes) except -1:
+    cdef int code = fl_cu_alloc_async(&mem.address, max(nbytes, 1))
+    if code != 0:
+        mem.address = 0
+        check(code, f"cuMemAllocAsync of {nbytes} bytes")
+    mem.nbytes = nbytes
+    fl_cu_count(max(nbytes, 1))
+    return 0
 
 
 cdef class ForeignMemory:
@@ -411,7 +419,8 @@ cdef class CUDAExecutable(Executable):
     cdef bint ready
     cdef object unavailable
     cdef object device_objects
-    cdef list device_outputs          # (dtype, shape) per result, when results stay on device
+    cdef list device_outputs          # (template DeviceArray, nbytes) per result, when results
+                                      # stay on the device
 
     def __cinit__(self, *args, **kwargs):
         self.functions = NULL
@@ -459,7 +468,10 @@ cdef class CUDAExecutable(Executable):
         program = layout.program
         self.device_outputs = None
         if any(program.slots[slot].space != SPACE_HOST for slot, _, _ in program.outputs):
-            self.device_outputs = [(np.dtype(dt), shape) for _, dt, shape in program.outputs]
+            self.device_outputs = [
+                (DeviceArray(0, shape, dt, "cuda", None),
+                 int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize)
+                for _, dt, shape in program.outputs]
         if unavailable is None and self.status_slot >= 0:
             # one status word per executable, zero between calls; calls of one executable
             # take turns (they share one stream anyway)
@@ -592,9 +604,12 @@ cdef class CUDAExecutable(Executable):
         cdef Py_ssize_t i
         if self.device_outputs is None or not self.ready:
             return Executable.bind_outputs(self, outs, slots)
-        for i, (dtype, shape) in enumerate(self.device_outputs):
-            mem = DeviceMemory(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
-            arr = DeviceArray(mem.address, shape, dtype, "cuda", mem)
+        cdef DeviceMemory mem
+        fl_cu_current()
+        for i, (like, nbytes) in enumerate(self.device_outputs):
+            mem = DeviceMemory.__new__(DeviceMemory)
+            _allocate(mem, nbytes)
+            arr = device_array_like(like, <int64_t>mem.address, mem)
             slots[self.out_slots[i]] = <int64_t>mem.address
             Py_INCREF(arr)
             outs[i] = <PyObject *>arr

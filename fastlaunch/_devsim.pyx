@@ -14,7 +14,7 @@ from libc.string cimport memcpy, memset
 
 from cpython.ref cimport PyObject, Py_INCREF
 
-from fastlaunch._core cimport DeviceArray, Executable, interrupt_pending
+from fastlaunch._core cimport DeviceArray, Executable, device_array_like, interrupt_pending
 from fastlaunch._launch cimport *
 
 cimport numpy as cnp
@@ -120,7 +120,8 @@ cdef class DevSimExecutable(Executable):
     cdef fl_kernel_fn *kernels
     cdef Py_ssize_t nkernels
     cdef object device_consts
-    cdef list device_outputs          # (dtype, shape) per result, when results stay on device
+    cdef list device_outputs          # (template DeviceArray, nbytes) per result, when results
+                                      # stay on the device
 
     def __init__(self, layout, kernel_addresses, device_consts):
         cdef Py_ssize_t i
@@ -129,7 +130,10 @@ cdef class DevSimExecutable(Executable):
         program = layout.program
         self.device_outputs = None
         if any(program.slots[slot].space != SPACE_HOST for slot, _, _ in program.outputs):
-            self.device_outputs = [(np.dtype(dt), shape) for _, dt, shape in program.outputs]
+            self.device_outputs = [
+                (DeviceArray(0, shape, dt, "devsim", None),
+                 int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize)
+                for _, dt, shape in program.outputs]
         self.nkernels = len(kernel_addresses)
         self.kernels = <fl_kernel_fn *>malloc(max(1, self.nkernels) * sizeof(fl_kernel_fn))
         if self.kernels == NULL:
@@ -202,10 +206,11 @@ cdef class DevSimExecutable(Executable):
         cdef Py_ssize_t i
         if self.device_outputs is None:
             return Executable.bind_outputs(self, outs, slots)
-        for i, (dtype, shape) in enumerate(self.device_outputs):
-            buf = DeviceBuffer(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
-            arr = DeviceArray(buf.address, shape, dtype, "devsim", buf)
-            slots[self.out_slots[i]] = buf.address
+        cdef DeviceBuffer buf
+        for i, (like, nbytes) in enumerate(self.device_outputs):
+            buf = DeviceBuffer(nbytes)
+            arr = device_array_like(like, <int64_t><intptr_t>buf.ptr, buf)
+            slots[self.out_slots[i]] = <int64_t><intptr_t>buf.ptr
             Py_INCREF(arr)
             outs[i] = <PyObject *>arr
         return 0

@@ -534,6 +534,8 @@ def _subclass_overrides(cls) -> list:
 
 
 def _normalize_leaf(name: str, leaf):
+    if type(leaf) is _core.DeviceArray:
+        return leaf
     if isinstance(leaf, np.ndarray) and type(leaf) is not np.ndarray:
         overrides = _subclass_overrides(type(leaf))
         if overrides:

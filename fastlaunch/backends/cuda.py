@@ -181,7 +181,8 @@ class CUDABackend:
         self._tm = target.create_target_machine(cpu=arch, features=f"+ptx{PTX_ISA[arch]}",
                                                 opt=OPT_LEVEL)
         self.libdevice_path = find_libdevice()
-        self._libdevice = None          # the parsed module, cloned into each kernel needing it
+        self._libdevice = None          # the parsed module (see _libdevice_function)
+        self._subsets: dict = {}        # libdevice function -> its bitcode with what it calls
         libdevice_id = "none"
         if self.libdevice_path:
             with open(self.libdevice_path, "rb") as f:
@@ -288,10 +289,12 @@ class CUDABackend:
         mod.verify()
         declared = [f.name for f in mod.functions if f.is_declaration]
         check_lowerable(declared, self.libdevice_path is not None)
-        if any(n.startswith(LIBDEVICE_PREFIX) for n in declared):
-            mod.link_in(self._parsed_libdevice(), preserve=True)
-            # internal linkage: the optimiser drops every libdevice function the kernel does
-            # not call, before spending time on it
+        needed = sorted(n for n in declared if n.startswith(LIBDEVICE_PREFIX))
+        if needed:
+            for name in needed:
+                mod.link_in(llvm.parse_bitcode(self._libdevice_function(name)))
+            # internal linkage: what the kernel does not call goes before the optimiser
+            # spends time on it, and the PTX holds only the kernel
             for f in mod.functions:
                 if not f.is_declaration and f.name != entry:
                     f.linkage = "internal"
@@ -321,6 +324,35 @@ class CUDABackend:
             self.disk.put(key, cubin)
             self.assemble_count += 1
         return cubin
+
+    def _libdevice_function(self, name: str) -> bytes:
+        """Bitcode of libdevice's `name` with what it calls, internalised: linking all of
+        libdevice (a 460 KB module, about 130 ms to copy) into every kernel would cost more
+        than compiling the kernel.  Made once per function and kept in memory and on disk."""
+        hit = self._subsets.get(name)
+        if hit is not None:
+            return hit
+        key = kernel_key(f"libdevice function {name}", self.target_key)
+        bitcode = self.disk.get(key)
+        if bitcode is None:
+            mod = self._parsed_libdevice().clone()
+            fn = next((f for f in mod.functions if f.name == name and not f.is_declaration), None)
+            if fn is None:
+                raise NVPTXLoweringError(f"{name} is not in libdevice ({self.libdevice_path})")
+            for f in mod.functions:
+                if not f.is_declaration and f.name != name:
+                    f.linkage = "internal"
+            for g in mod.global_variables:
+                if not g.is_declaration:
+                    g.linkage = "internal"
+            mpm = llvm.create_new_module_pass_manager()
+            mpm.add_global_dead_code_eliminate_pass()
+            mpm.run(mod, llvm.create_pass_builder(
+                self._tm, llvm.create_pipeline_tuning_options(speed_level=0)))
+            bitcode = mod.as_bitcode()
+            self.disk.put(key, bitcode)
+        self._subsets[name] = bitcode
+        return bitcode
 
     def _parsed_libdevice(self):
         if self._libdevice is None:

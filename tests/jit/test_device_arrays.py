@@ -143,3 +143,26 @@ def test_a_program_with_device_arguments_cannot_be_saved(tmp_path):
     f = fl.compile(lambda a: a + 1, backend="devsim")
     with pytest.raises(TypeError, match="save it with NumPy example arguments"):
         f.save(tmp_path / "p.flp", dev(np.ones(3)))
+
+
+class FakeCudaArray:
+    """Something that says it is CUDA memory (as CuPy and PyTorch arrays do)."""
+    __cuda_array_interface__ = {"shape": (3,), "typestr": "<f8", "data": (1 << 40, False),
+                                "version": 3}
+
+
+def test_a_cuda_array_is_refused_by_other_backends():
+    with pytest.raises(TypeError, match="argument 'a': a CUDA array \\(FakeCudaArray\\) can only "
+                                        "be passed to a function compiled with backend='cuda'"):
+        fl.compile(lambda a: a + 1, backend="devsim")(FakeCudaArray())
+
+
+def test_a_cuda_array_without_a_gpu_says_why():
+    try:
+        from fastlaunch import _cuda
+    except ImportError:
+        pytest.skip("no CUDA extension")
+    if _cuda.driver_error() is None:
+        pytest.skip("a GPU is usable here (tests/cuda binds CuPy arrays)")
+    with pytest.raises(fl.BackendUnavailableError, match="backend 'cuda' cannot run here"):
+        fl.compile(lambda a: a + 1, backend="cuda")(FakeCudaArray())
