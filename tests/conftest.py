@@ -36,7 +36,7 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    cuda = [item for item in items if "cuda" in item.keywords]
+    cuda = [item for item in items if item.get_closest_marker("cuda") is not None]
     if not cuda:
         return
     why = _cuda_unusable()

@@ -207,10 +207,10 @@ class CUDABackend:
 
     def source(self, kernel: Kernel) -> str:
         """The kernel's LLVM IR for nvptx64 (before libdevice and optimisation)."""
-        return generate(kernel)
+        return generate(kernel, llvm_major=llvm.llvm_version_info[0])
 
     def compile(self, kernel: Kernel) -> CompiledKernel:
-        text = generate(kernel)
+        text = generate(kernel, llvm_major=llvm.llvm_version_info[0])
         key = kernel_key(text, self.target_key)
         name = "fl_" + key[:32]
         with self._lock:

@@ -64,9 +64,11 @@ class NVPTXLoweringError(ValueError):
     """A kernel the NVPTX backend cannot lower (raised instead of letting LLVM abort)."""
 
 
-def generate(kernel: Kernel, name: str = PLACEHOLDER_NAME) -> str:
-    """The LLVM IR module text of one scheduled kernel for the GPU, its entry named `name`."""
-    return NVPTXEmitter(kernel, name).module()
+def generate(kernel: Kernel, name: str = PLACEHOLDER_NAME, llvm_major: int = 20) -> str:
+    """The LLVM IR module text of one scheduled kernel for the GPU, its entry named `name`.
+    llvm_major: the LLVM that will read it (before 20, entries were marked by
+    `!nvvm.annotations` instead of the `ptx_kernel` calling convention)."""
+    return NVPTXEmitter(kernel, name, llvm_major).module()
 
 
 def gpu_launch(kernel: Kernel) -> tuple:
@@ -108,8 +110,9 @@ def check_lowerable(declarations, libdevice_available: bool, linked: bool = Fals
 class NVPTXEmitter(LLVMEmitter):
     """One kernel's module for nvptx64 (see the module docstring)."""
 
-    def __init__(self, kernel: Kernel, name: str):
+    def __init__(self, kernel: Kernel, name: str, llvm_major: int = 20):
         super().__init__(kernel, name)
+        self.llvm_major = llvm_major
         self.kind, self.block, self.splits = gpu_launch(kernel)
         self.libdevice: set = set()
         self.globals: list = []
@@ -125,8 +128,9 @@ class NVPTXEmitter(LLVMEmitter):
             else:
                 params.append(f"{wt} {self.scalar_word(i)}")
         code = self.kernel_code()
+        cc = "ptx_kernel " if self.llvm_major >= 20 else ""
         lines = [f"; fastlaunch kernel: {self.k.label}", f'target triple = "{TRIPLE}"', "",
-                 f"define ptx_kernel void @{self.name}({', '.join(params)}) #0 {{", "entry:",
+                 f"define {cc}void @{self.name}({', '.join(params)}) #0 {{", "entry:",
                  code, "}"]
         lines += self.globals
         lines += self.mod.lines() + self.mod.implicit_lines()
@@ -134,8 +138,11 @@ class NVPTXEmitter(LLVMEmitter):
         # __nvvm_reflect("__CUDA_FTZ") branches
         lines.append('attributes #0 = { nounwind "denormal-fp-math"="ieee,ieee" '
                      '"denormal-fp-math-f32"="ieee,ieee" }')
-        lines += ["!llvm.module.flags = !{!0}", '!0 = !{i32 4, !"nvvm-reflect-ftz", i32 0}', ""]
-        return "\n".join(lines)
+        lines += ["!llvm.module.flags = !{!0}", '!0 = !{i32 4, !"nvvm-reflect-ftz", i32 0}']
+        if not cc:
+            lines += ["!nvvm.annotations = !{!1}",
+                      f'!1 = !{{ptr @{self.name}, !"kernel", i32 1}}']
+        return "\n".join(lines + [""])
 
     # ---- thread indices ----------------------------------------------------------------
     def sreg(self, reg: str) -> str:
