@@ -475,7 +475,9 @@ cdef class CUDAExecutable(Executable):
         if unavailable is None and self.status_slot >= 0:
             # one status word per executable, zero between calls; calls of one executable
             # take turns (they share one stream anyway)
-            code = fl_cu_mem_alloc(&self.status_dev, 8)
+            code = fl_cu_current()          # this thread may not have the context yet
+            if code == 0:
+                code = fl_cu_mem_alloc(&self.status_dev, 8)
             if code == 0:
                 fl_cu_count(8)
                 code = fl_cu_zero(self.status_dev, 8)

@@ -28,6 +28,12 @@ and internalises it before optimising.  fmod is `__nv_fmod` (NVPTX lowers `frem`
 a - trunc(a/b)*b, which is not exact).  float16 math goes through float32 (llvm_base).
 Kernel errors OR their word into the status word with one `atomicrmw or` per thread.
 
+`HostSimEmitter` is the same code for the host CPU, for tests: the thread and block indices
+are parameters, a barrier is a call the test harness implements with real threads, shared
+memory an ordinary global, math the C library's.  Running it over every (block, thread) of a
+launch checks the GPU's index logic (grid-stride loops, the block reduction's tree, splits)
+against NumPy without a GPU (tests/unit/test_cuda_hostsim.py).
+
 Nothing here may reach an LLVM fatal error: `check_lowerable` lists what the NVPTX backend
 cannot lower (a libdevice call with no libdevice, an unresolved function), and the backend
 raises `NVPTXLoweringError` instead of emitting.
@@ -145,6 +151,8 @@ class NVPTXEmitter(LLVMEmitter):
         return "\n".join(lines + [""])
 
     # ---- thread indices ----------------------------------------------------------------
+    space = "addrspace(3) "          # shared memory
+
     def sreg(self, reg: str) -> str:
         """A PTX special register (tid.x, ntid.x, ctaid.x, nctaid.x) as an i64."""
         v = self.mod.intrinsic(self.fw, f"llvm.nvvm.read.ptx.sreg.{reg}", "i32", [])
@@ -202,7 +210,8 @@ class NVPTXEmitter(LLVMEmitter):
         align = max(acc_dt.itemsize, 4)
         out_dt = k.args[r.arg].dtype
         smem = f"@{self.name}.partials"
-        self.globals.append(f"{smem} = internal addrspace(3) global [{B} x {aty}] undef, "
+        init = "undef" if self.space else "zeroinitializer"
+        self.globals.append(f"{smem} = internal {self.space}global [{B} x {aty}] {init}, "
                             f"align {align}")
         tid = self.sreg("tid.x")
         ctaid, nctaid = self.sreg("ctaid.x"), self.sreg("nctaid.x")
@@ -211,17 +220,17 @@ class NVPTXEmitter(LLVMEmitter):
         splits = self.splits
 
         def cell(index: str) -> str:
-            return fw.op(f"getelementptr inbounds [{B} x {aty}], ptr addrspace(3) {smem}, "
+            return fw.op(f"getelementptr inbounds [{B} x {aty}], ptr {self.space}{smem}, "
                          f"i64 0, i64 {index}", "sm")
 
         def load(ptr):
-            v = fw.op(f"load {aty}, ptr addrspace(3) {ptr}, align {align}")
+            v = fw.op(f"load {aty}, ptr {self.space}{ptr}, align {align}")
             return fw.op(f"icmp ne i8 {v}, 0") if acc_dt.kind == "b" else v
 
         def store(v, ptr):
             if acc_dt.kind == "b":
                 v = fw.op(f"zext i1 {v} to i8")
-            fw.emit(f"store {aty} {v}, ptr addrspace(3) {ptr}, align {align}")
+            fw.emit(f"store {aty} {v}, ptr {self.space}{ptr}, align {align}")
 
         def per_block(blk, _):
             outer = self.unflatten(blk, space)
@@ -262,3 +271,41 @@ class NVPTXEmitter(LLVMEmitter):
             return []
 
         fw.counted_loop(ctaid, str(k.size), [], per_block, step=nctaid)
+
+
+class HostSimEmitter(NVPTXEmitter):
+    """The NVPTX target's code for the host, for tests (see the module docstring):
+    `void @name(i64 tid, i64 ntid, i64 ctaid, i64 nctaid, ptr args)`, `args` one 8-byte word
+    per kernel argument; barriers call `fastlaunch_sim_barrier`; math calls the
+    `fastlaunch_<fn>` aliases of libm the CPU backend registers."""
+    space = ""
+    SREGS = {"tid.x": "%sim.tid", "ntid.x": "%sim.ntid", "ctaid.x": "%sim.ctaid",
+             "nctaid.x": "%sim.nctaid"}
+
+    def module(self) -> str:
+        loads = []
+        for i, a in enumerate(self.k.args):
+            wt = word_type(a)
+            name = self.buffer(i) if wt == "ptr" else self.scalar_word(i)
+            loads += [f"  %w{i}.p = getelementptr inbounds i64, ptr %sim.args, i64 {i}",
+                      f"  {name} = load {wt}, ptr %w{i}.p, align 8"]
+        code = self.kernel_code()
+        lines = [f"define void @{self.name}(i64 %sim.tid, i64 %sim.ntid, i64 %sim.ctaid, "
+                 f"i64 %sim.nctaid, ptr %sim.args) {{", "entry:"] + loads + [code, "}"]
+        return "\n".join(lines + self.globals + self.mod.lines() + self.mod.implicit_lines()
+                         + [""])
+
+    def sreg(self, reg: str) -> str:
+        return self.SREGS[reg]
+
+    def barrier(self):
+        self.mod.declare("fastlaunch_sim_barrier", "declare void @fastlaunch_sim_barrier()")
+        self.fw.emit("call void @fastlaunch_sim_barrier()")
+
+    def math_call(self, cname: str, dt: np.dtype, args: list) -> str:
+        ty = llvm_type(dt)
+        fn = "fastlaunch_" + cname + ("f" if dt == np.float32 else "")
+        return self.mod.intrinsic(self.fw, fn, ty, [(ty, a) for a in args])
+
+    def float_remainder(self, dt: np.dtype, a: str, b: str) -> str:
+        return LLVMEmitter.float_remainder(self, dt, a, b)       # the host's frem is exact
