@@ -281,6 +281,20 @@ def test_saved_ptx_loads_back():
             old.load_object(newer.source, newer.obj, _arch_backend("sm_90").target_key)
 
 
+@needs_ptxas
+def test_the_ptx_check_names_a_module_ptxas_refuses(monkeypatch):
+    import cuda_ptx
+    monkeypatch.setattr(cuda_ptx, "FAILURES", [])
+    good = _arch_backend("sm_80").compile(
+        fl.compile(lambda a: a + 1, backend="cuda").lower(np.ones(3)).plan.kernels[0])
+    bad = good.source.replace("ret;", "bogus.instruction %r1;")
+    cuda_ptx._pending["sm_80"] = [("goodkey", good.source, "test::good"),
+                                  ("badkey0123456789", bad, "test::bad")]
+    cuda_ptx.flush("sm_80")
+    assert len(cuda_ptx.FAILURES) == 1
+    assert cuda_ptx.FAILURES[0].startswith("test::bad: kernel badkey0123456789 for sm_80: ")
+
+
 def _run(code, env):
     full = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     full.update(env)
