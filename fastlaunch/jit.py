@@ -18,7 +18,7 @@ import numpy as np
 from . import (_core, bytecode, creation, env, fuse, numpy_api, ops, record,  # noqa: F401
                rng)  # numpy_api, creation, rng: the tracer's NumPy API
 from .backends import get_backend
-from ._launch import ResultKind
+from ._launch import ResultKind, Space
 from .backends.base import CallLayout
 from .errors import TracingError
 from .leaves import LeafSpec
@@ -233,6 +233,8 @@ class Compiled(_core.Dispatcher):
             leaves, tree = flatten(arg)
             fixed = []
             for leaf in leaves:
+                if _foreign_device_array(leaf):
+                    leaf = self._device_view(self._arg_name(i, call), leaf)
                 if isinstance(leaf, np.random.Generator):
                     # this call's random key, drawn from the caller's Generator (advancing it,
                     # as drawing from it in NumPy would)
@@ -251,6 +253,19 @@ class Compiled(_core.Dispatcher):
             out.append(tree.unflatten(fixed))
         return tuple(out), copies, gens
 
+    def _device_view(self, name: str, obj):
+        """A DeviceArray over another library's CUDA array (CuPy, PyTorch, ...): no copy, so
+        in-place updates reach it."""
+        view = getattr(self.backend, "from_cuda_array", None)
+        if view is None:
+            raise TypeError(f"{name}: a CUDA array ({type(obj).__name__}) can only be passed to a "
+                            f"function compiled with backend='cuda' (this one: "
+                            f"{self.backend.name!r})")
+        try:
+            return view(obj)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"{name}: {err}") from None
+
     def _arg_name(self, i, call) -> str:
         if i < len(self._param_names):
             return f"argument '{self._param_names[i]}'"
@@ -268,7 +283,7 @@ class Compiled(_core.Dispatcher):
                 continue
             arg_leaves, _ = flatten(arg)
             for leaf in arg_leaves:
-                leaves.append(_describe_leaf(self._arg_name(i, call), leaf))
+                leaves.append(_describe_leaf(self._arg_name(i, call), leaf, self.backend))
                 names.append(self._arg_name(i, call))
 
         special: set = set()           # scalar leaves the trace needs the values of
@@ -342,8 +357,11 @@ class Compiled(_core.Dispatcher):
         fused = fuse.plan(traced.graph, layouts)
         plan = backend.schedule(fused)
         kernels = [backend.compile(k) for k in plan.kernels]
+        # a call with device arrays keeps its results on the device
+        device_results = backend.memory.crosses and any(
+            leaf.is_array and leaf.space == Space.SPACE_DEVICE for leaf in leaves)
         program = record.record(plan, [k.name for k in kernels], leaves, traced.graph.consts,
-                                traced.mutated_leaves, backend.memory)
+                                traced.mutated_leaves, backend.memory, device_results)
         bytecode.verify(program, backend.memory.kernel_space)
         _, out_tree = flatten(result)
         results = result_specs(traced.outputs)
@@ -497,7 +515,23 @@ def _immutable(value) -> bool:
     return isinstance(value, _IMMUTABLE)
 
 
-def _describe_leaf(name: str, leaf) -> LeafSpec:
+def _foreign_device_array(leaf) -> bool:
+    return not isinstance(leaf, (np.ndarray, _core.DeviceArray)) and \
+        hasattr(type(leaf), "__cuda_array_interface__")
+
+
+def _describe_leaf(name: str, leaf, backend=None) -> LeafSpec:
+    if type(leaf) is _core.DeviceArray:
+        ops.check_dtype(leaf.dtype, name)
+        if backend is not None and leaf.device != backend.name:
+            raise TypeError(f"{name}: a DeviceArray in {leaf.device} memory cannot be passed to "
+                            f"a function compiled for backend {backend.name!r}")
+        if any(st % leaf.itemsize for st in leaf.strides):
+            raise TypeError(f"{name}: DeviceArray strides {leaf.strides} are not multiples of "
+                            f"its itemsize")
+        return LeafSpec.array(leaf.dtype, leaf.shape,
+                              tuple(st // leaf.itemsize for st in leaf.strides),
+                              Space.SPACE_DEVICE)
     if isinstance(leaf, np.ndarray):
         ops.check_dtype(leaf.dtype, name)
         return LeafSpec.array(leaf.dtype, leaf.shape, _element_strides(leaf))
@@ -537,6 +571,8 @@ def _subclass_overrides(cls) -> list:
 
 
 def _normalize_leaf(name: str, leaf):
+    if type(leaf) is _core.DeviceArray:
+        return leaf
     if isinstance(leaf, np.ndarray) and type(leaf) is not np.ndarray:
         overrides = _subclass_overrides(type(leaf))
         if overrides:

@@ -31,7 +31,7 @@ import tempfile
 import numpy as np
 
 from . import _core
-from ._launch import ResultKind
+from ._launch import ResultKind, Space
 from ._version import __version__
 from .backends import get_backend
 from .backends.base import CallLayout
@@ -76,6 +76,9 @@ def save_entry(path, entry, backend, static_positions) -> None:
     for k in info.keys:
         if not isinstance(k, tuple):
             raise TypeError("a saved program cannot take namedtuple arguments")
+    if any(d.is_array and d.space != Space.SPACE_HOST for d in info.leaves):
+        raise TypeError("a saved program takes NumPy arrays: save it with NumPy example "
+                        "arguments, not DeviceArrays")
     meta = {
         "fastlaunch": __version__,
         "backend": backend.name,
@@ -156,8 +159,10 @@ def _signature_specs(sig: bytes) -> list:
                     raise SavedProgramError("signature: strides not a multiple of the itemsize")
                 strides = tuple(st // dtype.itemsize for st in strides)
             specs.append(LeafSpec.array(dtype, shape, strides))
-        else:
+        elif leaf[0] == "scalar":
             specs.append(LeafSpec.scalar(leaf[1], leaf[2]))
+        else:
+            raise SavedProgramError("signature: a saved program cannot take device arrays")
     return specs
 
 

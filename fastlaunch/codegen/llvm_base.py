@@ -14,6 +14,7 @@ A target is a subclass that says how that code is reached and what it calls:
                       this launch covers (the CPU: a [start, end) chunk of flat positions)
   emit_launch()       the launch's whole loop nest; by default launch_loop(point_body).  A
                       target with its own reduction schedule (the CPU's tiles) overrides it
+  float_remainder()   fmod (LLVM's frem by default)
   math_call(...)      a float32/float64 math-library call (`MATH_FUNCTIONS` names the C
                       function of each op); float16 is widened before it is asked
   report_error(word)  OR the kernel's nonzero error word (KernelError bits) into the status
@@ -145,6 +146,11 @@ class LLVMEmitter:
     def report_error(self, word: str):
         """OR the i64 error word (nonzero KernelError bits) into the status argument."""
         raise NotImplementedError
+
+    def float_remainder(self, dt: np.dtype, a: str, b: str) -> str:
+        """C's fmod(a, b), exactly (LLVM's frem; a target whose frem is approximate, such as
+        NVPTX's a - trunc(a/b)*b, calls its library instead)."""
+        return self.fw.op(f"frem {llvm_type(dt)} {a}, {b}")
 
     def emit_launch(self):
         """The launch's loop nest: the loop driver over the point body."""
@@ -860,7 +866,7 @@ def _float_divmod(em, op, dt, a, b) -> str:
         return fw.op(f"fptrunc float {r} to half")
     ty = llvm_type(dt)
     c = lambda x: const_text(x, dt)  # noqa: E731
-    mod = fw.op(f"frem {ty} {a}, {b}")
+    mod = em.float_remainder(dt, a, b)
     if op is Op.FMOD:
         return mod
     b_zero = fw.op(f"fcmp oeq {ty} {b}, {c(0)}")
