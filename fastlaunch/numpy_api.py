@@ -7,6 +7,7 @@ never silently computed some other way.
 from __future__ import annotations
 
 import operator
+from typing import Any
 
 import numpy as np
 
@@ -1111,7 +1112,7 @@ for _f in (np.nonzero, np.argwhere, np.flatnonzero, np.unique, np.extract, np.co
     FUNCTIONS[_f] = _data_dependent(f"np.{_f.__name__}")
 
 
-def asarray(obj):
+def asarray(obj: Any) -> Any:
     """Inside a traced function: `obj` (a NumPy array or nested list) as a traced constant, so
     that NumPy-level indexing by traced values works (`fl.asarray(table)[idx]`).  Outside a
     trace this is np.asarray."""

@@ -45,6 +45,22 @@ def _json_scalar(v, what: str):
 
 
 def save_entry(path, entry, backend, static_positions) -> None:
+    data = dumps_entry(entry, backend, static_positions)
+    path = os.fspath(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".fl-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def dumps_entry(entry, backend, static_positions) -> bytes:
+    """The saved-program file's bytes for one traced entry (what save_entry writes; what a
+    pickled compiled function ships with `pickle_programs`)."""
     info = entry.info
     program: Program = info.lowered.program
     for k in info.keys:
@@ -71,18 +87,8 @@ def save_entry(path, entry, backend, static_positions) -> None:
     blobs = [json.dumps(meta, sort_keys=True).encode(), program.to_bytes()]
     blobs += [k.obj for k in info.kernels]
     payload = b"".join(struct.pack("<Q", len(b)) + b for b in blobs)
-    data = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(payload),
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(payload),
                         hashlib.sha256(payload).digest()) + payload
-    path = os.fspath(path)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".fl-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _static_json(v):
@@ -124,7 +130,10 @@ def _signature_specs(sig: bytes) -> list:
 
 def _read(path) -> tuple[dict, Program, list]:
     with open(path, "rb") as f:
-        data = f.read()
+        return _parse(f.read(), path)
+
+
+def _parse(data: bytes, path) -> tuple[dict, Program, list]:
     if len(data) < _HEADER.size or data[:8] != MAGIC:
         raise SavedProgramError(f"{path}: not a fastlaunch saved program")
     _, version, _, length, digest = _HEADER.unpack_from(data)
@@ -166,7 +175,7 @@ class LoadedProgram(_core.Dispatcher):
         return f"<fastlaunch.LoadedProgram {self.path}>"
 
 
-def load(path, backend: str | None = None) -> LoadedProgram:
+def load(path: str | os.PathLike, backend: str | None = None) -> LoadedProgram:
     """Load a program written by `Compiled.save`; no tracing, no source function needed.
 
     Only load files you trust: a saved program holds native machine code, which runs in this
@@ -174,6 +183,19 @@ def load(path, backend: str | None = None) -> LoadedProgram:
     against the stored signature before anything runs."""
     path = os.fspath(path)
     meta, program, objects = _read(path)
+    entry, _ = _link(path, meta, program, objects, backend)
+    return LoadedProgram(path, meta, entry)
+
+
+def loads_entry(data: bytes, backend: str | None = None, where: str = "saved program bytes"):
+    """(meta, program, kernels, entry) from bytes made by dumps_entry, checked and verified as
+    `load` checks a file (the same trust rule: the bytes hold machine code that will run)."""
+    meta, program, objects = _parse(bytes(data), where)
+    entry, kernels = _link(where, meta, program, objects, backend)
+    return meta, program, kernels, entry
+
+
+def _link(path, meta, program, objects, backend):
     try:
         sig = bytes.fromhex(meta["signature"])
         leaves = _signature_specs(sig)
@@ -196,7 +218,7 @@ def load(path, backend: str | None = None) -> LoadedProgram:
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
         raise SavedProgramError(f"{path}: invalid saved program: {type(err).__name__}: "
                                 f"{err}") from None
-    return LoadedProgram(path, meta, entry)
+    return entry, kernels
 
 
 def _mismatch(meta, args) -> str:
