@@ -221,7 +221,8 @@ class Compiled(_core.Dispatcher):
     def _normalize(self, call, contiguous: bool = False):
         """(call, {leaf index: caller's array}): aligned native copies of arrays the fast path
         cannot bind (byte-swapped, misaligned, odd strides), plain ndarray views of harmless
-        subclasses; errors that name the argument for everything else."""
+        subclasses, NumPy views of other libraries' CPU arrays (no copy: in-place updates
+        reach them); errors that name the argument for everything else."""
         out, copies, at = [], {}, 0
         for i, arg in enumerate(call):
             if i in self._static:
@@ -230,6 +231,7 @@ class Compiled(_core.Dispatcher):
             leaves, tree = flatten(arg)
             fixed = []
             for leaf in leaves:
+                leaf = _foreign_view(self._arg_name(i, call), leaf)
                 new = _normalize_leaf(self._arg_name(i, call), leaf)
                 if contiguous and isinstance(new, np.ndarray) and any(st < 0 for st in new.strides):
                     new = np.ascontiguousarray(new)
@@ -694,6 +696,43 @@ def _subclass_overrides(cls) -> list:
                  and getattr(cls, name, None) is not getattr(np.ndarray, name)]
         _SUBCLASS_VERDICT[cls] = found
     return found
+
+
+_DLPACK_CPU = 1            # DLDeviceType kDLCPU
+_NOT_FOREIGN = (np.ndarray, np.generic, bool, int, float, complex, str, bytes, type(None))
+
+
+def _foreign_view(name: str, leaf):
+    """A CPU array of another library as a NumPy view of its memory (never a copy), through
+    DLPack (PyTorch, JAX, CuPy-style host arrays), the array interface, or the buffer protocol
+    (memoryview, array.array, bytearray); anything else unchanged.  bytes and str stay what
+    NumPy makes of them, scalars, and are refused later."""
+    if isinstance(leaf, _NOT_FOREIGN):
+        return leaf
+    cls = type(leaf)
+    if hasattr(cls, "__dlpack__") and hasattr(cls, "__dlpack_device__"):
+        try:
+            device = leaf.__dlpack_device__()
+        except Exception as err:                          # noqa: BLE001  (the producer's own)
+            raise TypeError(f"{name}: {cls.__name__}.__dlpack_device__() failed: {err}") from None
+        if int(device[0]) != _DLPACK_CPU:
+            raise TypeError(f"{name}: a {cls.__name__} on device {tuple(device)}; fastlaunch "
+                            f"computes on the CPU: pass a CPU array (for PyTorch, x.cpu())")
+        try:
+            return np.from_dlpack(leaf)
+        except (BufferError, TypeError, ValueError, RuntimeError) as err:
+            raise TypeError(f"{name}: {cls.__name__} cannot be shared with NumPy through "
+                            f"DLPack without a copy ({err}); pass np.asarray(x) for a copy")
+    if hasattr(leaf, "__array_interface__") or hasattr(leaf, "__array_struct__"):
+        view = np.asarray(leaf)
+        if isinstance(view, np.ndarray) and view.dtype != object:
+            return view
+        return leaf
+    try:
+        memoryview(leaf).release()
+    except TypeError:
+        return leaf
+    return np.asarray(memoryview(leaf))
 
 
 def _normalize_leaf(name: str, leaf):
