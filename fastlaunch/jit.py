@@ -427,6 +427,9 @@ class Compiled(_core.Dispatcher):
         to ship its programs when pickled: a process that unpickles it installs them and calls
         them without tracing or compiling.  Returns self:
         `step = fl.compile(fn).with_programs(x0, y0)`."""
+        if not self.replay:
+            raise ValueError(f"{self.__name__}: with_programs needs replay=True (a replay=False "
+                             f"function traces every call and keeps no program to ship)")
         self._entry_for(args, kwargs, install=True)
         self.pickle_programs = True
         return self

@@ -2,8 +2,6 @@
 pickling; replay runs with the GIL released) and a dask.distributed LocalCluster of two worker
 processes (the functions travel pickled: by reference from fl_pipelines, by value for a
 closure)."""
-import time
-
 import numpy as np
 import pytest
 
@@ -57,7 +55,6 @@ def test_threaded_scheduler_pipeline_matches_numpy():
 
 def test_distributed_local_cluster_pipeline_matches_numpy():
     distributed = pytest.importorskip("distributed")
-    t0 = time.perf_counter()
     rng = np.random.default_rng(2)
     x = rng.standard_normal(40_000)
     k = 0.75
@@ -81,4 +78,3 @@ def test_distributed_local_cluster_pipeline_matches_numpy():
     np.testing.assert_allclose(got_z, want_z, rtol=1e-12)
     np.testing.assert_allclose(got_total, fl_pipelines.scale_and_shift(want_z, 2.0, 1).sum(),
                                rtol=1e-10)
-    assert time.perf_counter() - t0 < 60

@@ -105,6 +105,11 @@ def test_pickle_programs_ships_entries_and_installs_them_without_tracing():
     assert "BIND" in g.lower(x, 0.5, 3).bytecode
 
 
+def test_with_programs_needs_replay():
+    with pytest.raises(ValueError, match="with_programs needs replay=True"):
+        fl.compile(fl_pipelines.numpy_pipeline, replay=False).with_programs(np.ones(3))
+
+
 def test_shipped_entry_serves_keyword_and_container_calls():
     f = fl.compile(lambda d, s: {"y": d["a"] * s + d["b"]}, backend="cpu").with_programs(
         {"a": np.ones(4), "b": np.zeros(4)}, 2.0)
