@@ -505,7 +505,10 @@ class Compiled(_core.Dispatcher):
         options = (self._static, self.backend.name, self.replay)
         if _importable(self) and self.__module__ != "__main__":
             return ("fastlaunch.Compiled", self.__module__, self.__qualname__, options)
-        from dask.base import normalize_token
+        try:
+            from dask.tokenize import normalize_token
+        except ImportError:                        # dask before 2024.2
+            from dask.base import normalize_token
         return ("fastlaunch.Compiled", normalize_token(self.__wrapped__), options)
 
 
