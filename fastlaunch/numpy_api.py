@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import operator
+from typing import Any
 
 import numpy as np
 
@@ -1317,7 +1318,7 @@ for _f in (np.nonzero, np.argwhere, np.flatnonzero, np.unique, np.extract, np.co
     FUNCTIONS[_f] = _data_dependent(f"np.{_f.__name__}")
 
 
-def asarray(obj):
+def asarray(obj: Any) -> Any:
     """Inside a traced function: `obj` (a NumPy array or nested list) as a traced constant, so
     that NumPy-level indexing by traced values works (`fl.asarray(table)[idx]`).  Outside a
     trace this is np.asarray."""

@@ -430,7 +430,7 @@ def test_unknown_backend_in_environment(monkeypatch):
     monkeypatch.setenv("FASTLAUNCH_BACKEND", "gpu9000")
     with pytest.raises(env.EnvironmentVariableError,
                        match=r"FASTLAUNCH_BACKEND='gpu9000': expected the name of a fastlaunch "
-                             r"backend, one of: cpu, devsim, null"):
+                             r"backend, one of: cpu, cuda, devsim, null"):
         fl.compile(lambda x: x + 1)(np.ones(3))
     # an explicit backend= argument is not the environment's fault
     with pytest.raises(ValueError, match="unknown fastlaunch backend 'gpu9000'; known: cpu"):
