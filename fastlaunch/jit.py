@@ -758,8 +758,16 @@ def _immutable(value) -> bool:
 
 
 def _foreign_device_array(leaf) -> bool:
-    return not isinstance(leaf, (np.ndarray, _core.DeviceArray)) and \
-        hasattr(type(leaf), "__cuda_array_interface__")
+    """Another library's CUDA array.  The instance decides: torch.Tensor has the attribute on
+    its class, but a CPU tensor raises when asked for it."""
+    if isinstance(leaf, (np.ndarray, _core.DeviceArray)) or \
+            not hasattr(type(leaf), "__cuda_array_interface__"):
+        return False
+    try:
+        leaf.__cuda_array_interface__
+    except Exception:                 # noqa: BLE001  (AttributeError, RuntimeError, ...)
+        return False
+    return True
 
 
 _STATIC_HINT = (". Other objects (a method's `self`, a config object) can be passed as static "
