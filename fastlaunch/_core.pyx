@@ -24,6 +24,7 @@ import threading
 
 from fastlaunch._launch cimport *
 from fastlaunch import env as _env
+from fastlaunch.pytree import object_parts as _object_parts
 
 cnp.import_array()
 
@@ -64,6 +65,7 @@ cdef enum:
     TAG_NAMEDTUPLE = 11
     TAG_BIGINT = 12         # a Python int in [2**63, 2**64): NumPy takes it as uint64
     TAG_DEVARRAY = 13       # a DeviceArray: as TAG_ARRAY, plus its backend's kind << 44
+    TAG_OBJECT = 14         # a registered object, dataclass or method's self (pytree.py)
 
 # encode() results
 cdef enum:
@@ -195,7 +197,17 @@ cdef int encode_value(object obj, Words *sig, Words *vals, list leaves, list key
             words_push(vals, int(obj))
         leaves.append(obj)
     else:
-        return NOT_ENCODABLE
+        # objects taken apart by attributes or registered functions; their static part (class,
+        # child names, other attributes' values) is a key compared by value
+        parts = _object_parts(obj)
+        if parts is None or depth >= MAX_DEPTH:
+            return NOT_ENCODABLE
+        key, children = parts
+        words_push(sig, TAG_OBJECT | (<int64_t>len(children) << 8))
+        keys.append(key)
+        for item in children:
+            if encode_value(item, sig, vals, leaves, keys, depth + 1) != ENCODED:
+                return NOT_ENCODABLE
     return ENCODED
 
 cdef int encode_args(tuple args, tuple static_positions, Words *sig, Words *vals,
@@ -304,7 +316,8 @@ def signature_leaves(bytes sig):
             out.append(("scalar", np.dtype(np.bool_), bool))
         elif tag == TAG_NPSCALAR:
             out.append(("scalar", _typenum_dtype((word >> 8) & 0xFFFF), None))
-        elif tag in (TAG_TUPLE, TAG_LIST, TAG_DICT, TAG_NAMEDTUPLE, TAG_NONE, TAG_STATIC):
+        elif tag in (TAG_TUPLE, TAG_LIST, TAG_DICT, TAG_NAMEDTUPLE, TAG_NONE, TAG_STATIC,
+                     TAG_OBJECT):
             pass
         else:
             raise ValueError(f"signature: unknown tag {tag}")

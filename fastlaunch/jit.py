@@ -12,6 +12,7 @@ import pickle
 import sys
 import threading
 import time
+import types
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -27,10 +28,15 @@ from .backends.base import CallLayout
 from .errors import TracingError
 from .leaves import LeafSpec
 from .link import link_entry
-from .pytree import NestingError, flatten
-from .trace import SpecializeRequest, trace_function
+from .pytree import NestingError, flatten, register_method_class
+from .trace import Attr, SpecializeRequest, trace_function
 
 RETRACE_WARNING_AFTER = 8
+
+
+class StaticArraysWarning(UserWarning):
+    """A static argument (a method's `self`, a config object) holds NumPy arrays, whose values
+    the program freezes when it is traced."""
 
 
 class RetraceWarning(UserWarning):
@@ -152,6 +158,7 @@ class Compiled(_core.Dispatcher):
         call = args + ((kwargs,) if kwargs else ())
         enc = _core.encode(call, self._static)
         copies: dict = {}
+        caller = call        # side effects go to the caller's containers, not normalised copies
         if enc is None or (self.backend.memory.crosses and self._reversed_leaf(call)):
             # a device backend copies each argument's memory span to the device from its
             # pointer on: an array with a negative stride goes through a contiguous copy
@@ -173,7 +180,7 @@ class Compiled(_core.Dispatcher):
         else:
             result = self._run_on_copies(entry, call, copies)
         if entry.post is not None:
-            return entry.post(call, result)
+            return entry.post(caller, result)
         return result
 
     def _run_on_copies(self, entry, call, copies: dict):
@@ -336,6 +343,14 @@ class Compiled(_core.Dispatcher):
                     raise TypeError(f"static {self._arg_name(i, call)} must be hashable: its "
                                     f"value is part of the signature (got "
                                     f"{type(call[i]).__name__})") from None
+                frozen = _array_attributes(call[i])
+                if frozen:
+                    warnings.warn(
+                        f"{self.__name__}: static {self._arg_name(i, call)} holds arrays "
+                        f"({', '.join(frozen)}): their values are frozen into the program when "
+                        f"it is traced, and later changes are not seen. Pass it as a regular "
+                        f"argument (for a method, drop static_argnums=0) to have them read on "
+                        f"every call", StaticArraysWarning, stacklevel=4)
         captured = _captured_generators(self.__wrapped__)
         while True:
             try:
@@ -510,10 +525,14 @@ class Compiled(_core.Dispatcher):
         return f"<fastlaunch.Compiled {self.__qualname__} ({len(self._entries_list())} entries)>"
 
     def __get__(self, obj, objtype=None):
+        """A compiled method: `self` is its first argument.  Unless it is static, its class is
+        taken apart by attributes (pytree.register_method_class): array attributes are traced
+        leaves read on every call, the others keyed by value."""
         if obj is None:
             return self
-        import functools
-        return functools.partial(self, obj)
+        if 0 not in self._static:
+            register_method_class(type(obj))
+        return types.MethodType(self, obj)
 
     # ---- pickling and Dask -------------------------------------------------------------
     def with_programs(self, *args, **kwargs) -> "Compiled":
@@ -966,6 +985,15 @@ def _with_generators(enc, gens):
     return sig, leaves, keys + [("numpy.random.Generator", tuple(sorted(gens)))], statics
 
 
+def _array_attributes(value) -> list:
+    """Names of the NumPy-array attributes of an object (a static argument's), if any."""
+    try:
+        attrs = vars(value)
+    except TypeError:
+        return []
+    return [k for k, v in attrs.items() if isinstance(v, np.ndarray)][:5]
+
+
 def _generator_leaves(keys) -> set:
     for k in keys:
         if type(k) is tuple and k and k[0] == "numpy.random.Generator":
@@ -987,12 +1015,15 @@ class ContainerEffects:
         for path, final in zip(self.paths, finals):
             target = call[path[1]] if path[0] == 0 else call[-1][path[1]]
             for key in path[2:]:
-                target = target[key]
+                target = getattr(target, key.name) if isinstance(key, Attr) else target[key]
             if type(target) is dict:
                 target.clear()
                 target.update(final)
-            else:
+            elif type(target) is list:
                 target[:] = final
+            else:                     # an object: the attributes the function rebound
+                for name, value in final.items():
+                    setattr(target, name, value)
         return result
 
     def describe(self) -> str:
@@ -1001,7 +1032,7 @@ class ContainerEffects:
 
 def _path_text(path) -> str:
     head = f"argument {path[1]}" if path[0] == 0 else f"keyword argument {path[1]!r}"
-    return head + "".join(f"[{k!r}]" for k in path[2:])
+    return head + "".join(repr(k) if isinstance(k, Attr) else f"[{k!r}]" for k in path[2:])
 
 
 def _log_trace(name, reason, lowered, kernels, seconds):
