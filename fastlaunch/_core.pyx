@@ -916,9 +916,10 @@ cdef class Executable:
                 if a0 < b1 and b0 < a1 and (
                         type(leaf) is DeviceArray or type(<object>leaf_objs[j]) is DeviceArray
                         or np.shares_memory(leaf, <object>leaf_objs[j])):
-                    raise ValueError(
+                    raise AliasedArgumentsError(
                         f"argument leaf {m} is updated in place and overlaps argument leaf "
-                        f"{j}; fastlaunch treats arguments as distinct arrays: pass a copy")
+                        f"{j}; fastlaunch treats arguments as distinct arrays: pass a copy",
+                        m, j)
         return 0
 
 
@@ -969,6 +970,15 @@ cdef class HostExecutable(Executable):
                 fl_mem_free(<void *><intptr_t>slots[self.temp_slots[i]])
                 slots[self.temp_slots[i]] = 0
         return 0
+
+
+class AliasedArgumentsError(ValueError):
+    """An argument updated in place overlaps another argument in memory: the program traced
+    for distinct arrays cannot run on them (the dispatcher hands such calls to _on_aliased)."""
+
+    def __init__(self, message, leaf, other):
+        super().__init__(message)
+        self.leaf, self.other = leaf, other
 
 
 def check_in_place_arguments(list leaves, list mutated):
@@ -1165,11 +1175,24 @@ cdef class Dispatcher:
             out.append(kwargs[name])
         return tuple(out)
 
-    cdef inline object _hit(self, Entry entry, int64_t *vals, PyObject **objs):
+    cdef inline object _hit(self, Entry entry, int64_t *vals, PyObject **objs, tuple args):
         self._tick += 1
         entry.last_used = self._tick
         self._mru = entry
+        if entry.executable.nmutated:
+            return self._hit_mutating(entry, vals, objs, args)
         return entry.executable.invoke(vals, objs)
+
+    cdef object _hit_mutating(self, Entry entry, int64_t *vals, PyObject **objs, tuple args):
+        # arguments updated in place may alias others: such a call has programs of its own
+        try:
+            return entry.executable.invoke(vals, objs)
+        except AliasedArgumentsError as err:
+            return self._on_aliased(args, {}, err)
+
+    def _on_aliased(self, args, kwargs, err):
+        """A call whose in-place argument overlaps another (err: AliasedArgumentsError)."""
+        raise err
 
     def __call__(self, *args, **kwargs):
         cdef int64_t sig[FLAT_SIG_WORDS]
@@ -1193,14 +1216,14 @@ cdef class Dispatcher:
                 if entry is not None and entry.flat and entry.nsig == nsig and \
                         memcmp(<char *>entry.sig, sig, nsig * sizeof(int64_t)) == 0 and \
                         entry.values_match(vals):
-                    return self._hit(entry, vals, objs)
+                    return self._hit(entry, vals, objs, args)
                 bucket = self._table.get(hash_words(sig, nsig))
                 if bucket is not None:
                     for entry in bucket:
                         if entry.flat and entry.nsig == nsig and \
                                 memcmp(<char *>entry.sig, sig, nsig * sizeof(int64_t)) == 0 \
                                 and entry.values_match(vals):
-                            return self._hit(entry, vals, objs)
+                            return self._hit(entry, vals, objs, args)
                 return self._miss(args, kwargs)
         return self._general_call(args, kwargs)
 
@@ -1231,7 +1254,10 @@ cdef class Dispatcher:
                     self._tick += 1
                     entry.last_used = self._tick
                     self._mru = entry
-                    result = invoke_with_leaves(entry.executable, vals.data, leaves)
+                    try:
+                        result = invoke_with_leaves(entry.executable, vals.data, leaves)
+                    except AliasedArgumentsError as err:
+                        return self._on_aliased(args, kwargs, err)
                     if entry.post is not None:
                         return entry.post(args, result)
                     return result

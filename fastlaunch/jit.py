@@ -147,6 +147,7 @@ class Compiled(_core.Dispatcher):
         self.retraces = 0                  # replay=False: calls traced without caching
         self.programs_loaded = 0           # entries installed from shipped program bytes
         self._lock = threading.RLock()
+        self._aliased: dict = {}        # (signature, aliases) -> [(keys, statics, Entry)]
         self._warned_at = 0
 
     # ---- the slow path -----------------------------------------------------------------
@@ -175,12 +176,80 @@ class Compiled(_core.Dispatcher):
                 entry = self._find(enc, call)
                 if entry is None:
                     entry = self._trace(call, enc, bool(kwargs), install=True)
-        if not copies:
-            result = _core.run_entry(entry, call, self._static)
-        else:
-            result = self._run_on_copies(entry, call, copies)
+        try:
+            if not copies:
+                result = _core.run_entry(entry, call, self._static)
+            else:
+                result = self._run_on_copies(entry, call, copies)
+        except _core.AliasedArgumentsError as err:
+            return self._on_aliased(args, kwargs, err)
         if entry.post is not None:
             return entry.post(caller, result)
+        return result
+
+    def _on_aliased(self, args, kwargs, err):
+        """A call in which an argument updated in place is the very same array view as another
+        argument (`f(x, x)`): NumPy's result, from a program traced with those leaves sharing
+        one storage, so that writes through one are seen through the other.  Such programs
+        are kept apart from the ordinary entries (which assume distinct arrays) and reached
+        through here, the slow path, on every aliased call.  Arguments that overlap without
+        being the same view stay an error."""
+        args, kwargs = self._bind(args, kwargs)
+        call = args + ((kwargs,) if kwargs else ())
+        leaves = []
+        for pos, arg in enumerate(call):
+            if pos not in self._static:
+                leaves += flatten(arg)[0]
+        arrays = [(k, x) for k, x in enumerate(leaves) if isinstance(x, np.ndarray)]
+        aliases: dict = {}
+        for a, (k, x) in enumerate(arrays):
+            if k in aliases:
+                continue
+            for k2, y in arrays[a + 1:]:
+                if k2 in aliases or not np.shares_memory(x, y):
+                    continue
+                if not _same_view(x, y):
+                    raise ValueError(
+                        f"{self.__name__}: argument leaves {k} and {k2} overlap in memory "
+                        f"without being the same view, and one of them is updated in place; "
+                        f"fastlaunch follows NumPy there only when they are the same array "
+                        f"(f(x, x)): pass a copy") from None
+                aliases[k2] = k
+        if not aliases:
+            raise err
+        enc = _core.encode(call, self._static)
+        if enc is None:
+            raise err
+        key = (enc[0], tuple(sorted(aliases.items())))
+        with self._lock:
+            entry = None
+            for keys, statics, e in self._aliased.get(key, ()):
+                if keys == enc[2] and statics == enc[3]:
+                    entry = e
+                    break
+            if entry is None:
+                entry = self._trace(call, enc, bool(kwargs), install=False, aliases=aliases)
+                self._aliased.setdefault(key, []).append((enc[2], enc[3], entry))
+                self.traces.append(TraceRecord(
+                    "aliased arguments: leaves " + ", ".join(
+                        f"{j} = {i}" for j, i in sorted(aliases.items())) + " (one storage)",
+                    _signature_text(entry.info.leaves), 0.0, len(entry.info.kernels),
+                    sum(1 for k in entry.info.kernels if k.origin == "compiled")))
+        # The program never reads the aliased leaves (their uses went to the shared storage),
+        # but binds them: bound to stand-ins of the same layout, the in-place overlap check
+        # passes and the caller's array is written exactly once, through its first leaf.
+        run_call, at = [], 0
+        for pos, arg in enumerate(call):
+            if pos in self._static:
+                run_call.append(arg)
+                continue
+            arg_leaves, tree = flatten(arg)
+            fixed = [_stand_in(x) if at + i in aliases else x for i, x in enumerate(arg_leaves)]
+            at += len(arg_leaves)
+            run_call.append(tree.unflatten(fixed))
+        result = _core.run_entry(entry, tuple(run_call), self._static)
+        if entry.post is not None:
+            return entry.post(call, result)
         return result
 
     def _run_on_copies(self, entry, call, copies: dict):
@@ -304,7 +373,7 @@ class Compiled(_core.Dispatcher):
         return f"argument {i}"
 
     # ---- tracing -----------------------------------------------------------------------
-    def _trace(self, call, enc, has_kwargs: bool, install: bool):
+    def _trace(self, call, enc, has_kwargs: bool, install: bool, aliases=None):
         t0 = time.perf_counter()
         sig_bytes, leaf_objs, keys, statics = enc
         leaves, names = [], []
@@ -322,7 +391,8 @@ class Compiled(_core.Dispatcher):
 
         def build_args(tracers):
             it = iter([leaf_objs[k] if k in special else
-                       rng.TracedGenerator(t.node) if k in generators else t
+                       rng.TracedGenerator(t.node) if k in generators else
+                       tracers[aliases[k]] if aliases and k in aliases else t
                        for k, t in enumerate(tracers)])
             rebuilt = []
             for i, arg in enumerate(call):
@@ -472,6 +542,7 @@ class Compiled(_core.Dispatcher):
         disk cache keeps them cheap to load again)."""
         with self._lock:
             self._forget()
+            self._aliased.clear()
             self.traces.clear()
             self.retraces = 0
             self._warned_at = 0
@@ -983,6 +1054,21 @@ def _with_generators(enc, gens):
         return enc
     sig, leaves, keys, statics = enc
     return sig, leaves, keys + [("numpy.random.Generator", tuple(sorted(gens)))], statics
+
+
+def _stand_in(x: np.ndarray) -> np.ndarray:
+    """An array with x's dtype, shape and strides over memory of its own (never written)."""
+    lo = sum(min(0, (n - 1) * st) for n, st in zip(x.shape, x.strides) if n)
+    hi = sum(max(0, (n - 1) * st) for n, st in zip(x.shape, x.strides) if n) + x.itemsize
+    if x.size == 0:
+        return np.empty_like(x)
+    base = np.empty((hi - lo + x.itemsize - 1) // x.itemsize, x.dtype)
+    return np.lib.stride_tricks.as_strided(base[(-lo) // x.itemsize:], x.shape, x.strides)
+
+
+def _same_view(x: np.ndarray, y: np.ndarray) -> bool:
+    return (x.__array_interface__["data"][0] == y.__array_interface__["data"][0]
+            and x.shape == y.shape and x.strides == y.strides and x.dtype == y.dtype)
 
 
 def _array_attributes(value) -> list:
