@@ -221,8 +221,13 @@ class InlineMath:
         nk = b.op(f"fneg {b.t} {k}")
         r = b.fma(nk, b.c(ln2_hi), xc)
         r = b.fma(nk, b.c(ln2_lo), r)
-        q = b.poly(r, EXPF_Q if b.dt == F32 else EXP_Q)
-        p = b.add(b.c(1.0), b.fma(b.mul(r, r), q, r))
+        if b.dt == F32:
+            # 1 + r (1 + r Q(r)): one rounding at the end, the inner one scaled down by r
+            q = b.poly(r, EXPF_Q[1:])                # Q(r) = 1/2 + r (...)
+            inner = b.fma(r, b.fma(r, q, b.c(EXPF_Q[0])), b.c(1.0))
+            p = b.fma(r, inner, b.c(1.0))
+        else:
+            p = b.add(b.c(1.0), b.fma(b.mul(r, r), b.poly(r, EXP_Q), r))
         return b.sel(b.isnan(x), x, self._scale(b, p, k))
 
     def _exp2(self, b: _Builder, x: str) -> str:
