@@ -338,7 +338,7 @@ class InlineMath:
             t = self._exp(d, d.mul(d.intr("minnum", ad, d.c(20.0)), d.c(-2.0)))
             big = d.intr("copysign", d.div(d.sub(d.c(1.0), t), d.add(d.c(1.0), t)), xd)
             y = d.sel(small, series, big)
-            y = d.sel(d.isnan(xd), xd, y)
+            y = d.sel(d.cmp("ueq", xd, d.c(0.0)), xd, y)          # NaN, and tanh(-0) = -0
         else:
             raise NotImplementedError(cname)
         return fw.op(f"fptrunc double {y} to float")
