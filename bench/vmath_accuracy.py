@@ -39,9 +39,6 @@ def _libm_backend():
     return CPUBackend(math="libm")
 
 
-register_backend("cpu-libm-bench", _libm_backend)
-
-
 def compiled(name, backend):
     f = getattr(np, name)
     return fl.compile(lambda a: f(a), backend=backend)
@@ -120,6 +117,7 @@ def main(argv=None):
     ap.add_argument("--f64-samples", type=int, default=4_000_000)
     ap.add_argument("--markdown", help="write the table to this file")
     args = ap.parse_args(argv)
+    register_backend("cpu-libm-bench", _libm_backend)
     funcs = [f for f in args.funcs.split(",") if f]
     rows = []
     for name in funcs:

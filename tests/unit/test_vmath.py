@@ -13,6 +13,7 @@ import pytest
 
 import fastlaunch as fl
 from fastlaunch import env
+from fastlaunch import backends
 from fastlaunch.backends import get_backend, register_backend
 from fastlaunch.codegen import vmath
 
@@ -29,7 +30,14 @@ def _libm_backend():
     return CPUBackend(math="libm")
 
 
-register_backend("cpu-libm-test", _libm_backend)
+@pytest.fixture(scope="module", autouse=True)
+def libm_backend():
+    """A CPU backend in libm mode, registered only while this module runs (other tests list
+    the registered backends)."""
+    register_backend("cpu-libm-test", _libm_backend)
+    yield
+    backends._FACTORIES.pop("cpu-libm-test", None)
+    backends._INSTANCES.pop("cpu-libm-test", None)
 
 
 def inline_available():
