@@ -107,17 +107,17 @@ def backend_name() -> str | None:
     return None if value is None else value.strip()
 
 
-MATH_MODES = ("inline", "libm")
+MATH_MODES = ("auto", "inline", "libm")
 
 
 def math_mode() -> str:
     """FASTLAUNCH_MATH: how the CPU backend computes transcendental functions."""
     value = _raw("FASTLAUNCH_MATH")
     if value is None:
-        return "inline"
+        return "auto"
     word = value.strip().lower()
     if word not in MATH_MODES:
         raise EnvironmentVariableError(f"environment variable FASTLAUNCH_MATH={value!r}: "
                                        f"expected one of {', '.join(MATH_MODES)} (unset: "
-                                       f"inline)")
+                                       f"auto)")
     return word

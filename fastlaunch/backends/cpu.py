@@ -70,9 +70,10 @@ def _host_features() -> str:
     return llvm.get_host_cpu_features().flatten()
 
 
-def _load_math(features: str, inline: bool) -> MathTarget:
+def _load_math(features: str, mode: str) -> MathTarget:
     """Register the scalar aliases and find which libmvec variants this process can call;
-    `inline`: whether vmath.py's inline code is wanted (it is used only with FMA)."""
+    `mode` (env.MATH_MODES): whether vmath.py's inline code is wanted (it is used only with
+    FMA), for the functions where it is faster ("auto") or all it has ("inline")."""
     libm = ctypes.util.find_library("m")
     if libm:
         llvm.load_library_permanently(libm)
@@ -83,13 +84,14 @@ def _load_math(features: str, inline: bool) -> MathTarget:
                 llvm.add_symbol(MATH_ALIAS_PREFIX + cname + suffix, addr)
     flags = set(features.split(","))
     wide = 512 if "+avx512f" in flags else 0
-    inline = inline and "+fma" in flags
+    inline = mode != "libm" and "+fma" in flags
+    inline_all = inline and mode == "inline"
     if os.environ.get("FASTLAUNCH_NO_LIBMVEC"):
-        return MathTarget(vector_bits=wide, inline=inline)
+        return MathTarget(vector_bits=wide, inline=inline, inline_all=inline_all)
     try:
         llvm.load_library_permanently("libmvec.so.1")
     except RuntimeError:
-        return MathTarget(vector_bits=wide, inline=inline)
+        return MathTarget(vector_bits=wide, inline=inline, inline_all=inline_all)
     isas = []
     if "+sse4.1" in flags or "+sse2" in flags:
         isas.append(("b", 128))
@@ -105,7 +107,7 @@ def _load_math(features: str, inline: bool) -> MathTarget:
                     name = f"_ZGV{letter}N{bits // lane_bits}{'v' * arity}_{cname}{suffix}"
                     if llvm.address_of_symbol(name):
                         available.add(name)
-    return MathTarget(tuple(isas), frozenset(available), wide, inline)
+    return MathTarget(tuple(isas), frozenset(available), wide, inline, inline_all)
 
 
 class KernelCode:
@@ -127,8 +129,9 @@ class CPUBackend:
     memory = HOST_MEMORY         # kernels read and write the caller's arrays directly
 
     def __init__(self, cache_dir: str | None = ..., math: str | None = None):
-        """`math`: "inline" (vmath.py's code where the CPU has FMA) or "libm" (glibc's
-        libm/libmvec, bit for bit); None: FASTLAUNCH_MATH, else "inline"."""
+        """`math`: "auto" (vmath.py's code where the CPU has FMA and it is faster than
+        libmvec: the exp and log families), "inline" (all of vmath.py's code) or "libm"
+        (glibc's libm/libmvec, bit for bit); None: FASTLAUNCH_MATH, else "auto"."""
         mode = env.math_mode() if math is None else math
         if mode not in env.MATH_MODES:
             raise ValueError(f"math must be one of {', '.join(env.MATH_MODES)}, got {mode!r}")
@@ -143,8 +146,8 @@ class CPUBackend:
         # lock, never racing another user of llvmlite's global context
         self._context = llvm.create_context()
         _register_runtime_symbols()
-        self.math = _load_math(self.features, mode == "inline")
-        self.math_mode = "inline" if self.math.inline else "libm"
+        self.math = _load_math(self.features, mode)
+        self.math_mode = mode if self.math.inline else "libm"
         self.target_key = "|".join([f"math={self.math_mode}",
             f"fastlaunch={__version__}", f"llvmlite={llvmlite.__version__}",
             "llvm=" + ".".join(map(str, llvm.llvm_version_info)), self.triple, self.cpu_name,

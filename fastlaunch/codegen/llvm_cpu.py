@@ -32,12 +32,15 @@ class MathTarget:
     `vector_bits`: 512 on AVX-512 hosts, where LLVM would otherwise stop at 256-bit vectors
     (measured here: about 10% faster on transcendental-heavy kernels, equal on the rest).
     `inline`: the functions vmath.py implements are emitted inline (needs FMA); the others,
-    and every function when False, are libm/libmvec calls.
+    and every function when False, are libm/libmvec calls.  `inline_all`: also those whose
+    inline code is slower than libmvec here (vmath.SLOWER_INLINE: sin, cos, tanh, evaluated in
+    float64 for accuracy); without it they stay libmvec calls ("auto" mode).
     """
     isas: tuple = ()
     available: frozenset = field(default_factory=frozenset)
     vector_bits: int = 0
     inline: bool = False
+    inline_all: bool = False
 
     def lane_counts(self, dtype: np.dtype) -> list:
         """The vector widths (lanes) the vectoriser may choose for dtype on this target."""
@@ -146,7 +149,8 @@ class CPUEmitter(LLVMEmitter):
 
     def math_call(self, cname: str, dt: np.dtype, args: list) -> str:
         """Inline code (vmath.py) where the target allows it, else the library call."""
-        if self.math.inline and vmath.supported(cname, dt):
+        if self.math.inline and vmath.supported(cname, dt) and \
+                (self.math.inline_all or cname not in vmath.SLOWER_INLINE):
             return self.inline_math.emit(cname, dt, args[0])
         return self.library_call(cname, dt, args)
 

@@ -78,6 +78,11 @@ INLINE = {
 }
 
 
+# Inline, but slower than libmvec in bench/vmath.py (computed in float64 to be as accurate as
+# NumPy): only in "inline" mode, libmvec calls in the default "auto" mode.
+SLOWER_INLINE = frozenset({"sin", "cos", "tanh"})
+
+
 def supported(cname: str, dt: np.dtype) -> bool:
     return cname in INLINE.get(np.dtype(dt), ())
 

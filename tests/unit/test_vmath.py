@@ -25,19 +25,35 @@ F32_FUNCS = sorted(vmath.INLINE[vmath.F32])
 F64_FUNCS = sorted(vmath.INLINE[vmath.F64])
 
 
+INLINE = "cpu-inline-test"
+
+
 def _libm_backend():
     from fastlaunch.backends.cpu import CPUBackend
     return CPUBackend(math="libm")
 
 
+def _inline_backend():
+    from fastlaunch.backends.cpu import CPUBackend
+    return CPUBackend(math="inline")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def libm_backend():
-    """A CPU backend in libm mode, registered only while this module runs (other tests list
-    the registered backends)."""
+    """CPU backends in libm and inline modes, registered only while this module runs (other
+    tests list the registered backends); the inline one is the module's default backend."""
     register_backend("cpu-libm-test", _libm_backend)
+    register_backend(INLINE, _inline_backend)
+    before = os.environ.get("FASTLAUNCH_BACKEND")
+    os.environ["FASTLAUNCH_BACKEND"] = INLINE
     yield
-    backends._FACTORIES.pop("cpu-libm-test", None)
-    backends._INSTANCES.pop("cpu-libm-test", None)
+    if before is None:
+        os.environ.pop("FASTLAUNCH_BACKEND", None)
+    else:
+        os.environ["FASTLAUNCH_BACKEND"] = before
+    for name in ("cpu-libm-test", INLINE):
+        backends._FACTORIES.pop(name, None)
+        backends._INSTANCES.pop(name, None)
 
 
 def inline_available():
@@ -47,7 +63,7 @@ def inline_available():
 pytestmark = pytest.mark.skipif(not inline_available(), reason="host CPU without FMA: libm only")
 
 
-def compiled(name, backend="cpu"):
+def compiled(name, backend=INLINE):
     f = getattr(np, name)
     return fl.compile(lambda a: f(a), backend=backend)
 
@@ -154,7 +170,7 @@ def test_huge_sin_cos_take_libm():
 
 # ---- sin and cos share the reduction --------------------------------------------------------
 def optimized_ir(fn, x):
-    be = get_backend("cpu")
+    be = get_backend(INLINE)
     kernels = fl.compile(fn).lower(x).plan.kernels
     assert len(kernels) == 1
     ctx = llvm.create_context()
@@ -190,13 +206,28 @@ def test_no_math_calls_in_the_hot_loop():
 
 # ---- the libm mode -------------------------------------------------------------------------
 def test_libm_mode_is_a_target_key():
-    inline, libm = get_backend("cpu"), get_backend("cpu-libm-test")
+    inline, libm = get_backend(INLINE), get_backend("cpu-libm-test")
     assert inline.math_mode == "inline" and libm.math_mode == "libm"
     assert "math=inline" in inline.target_key and "math=libm" in libm.target_key
     kernel = fl.compile(lambda a: np.sin(a)).lower(np.ones(8, np.float32)).plan.kernels[0]
     assert "fastlaunch_sinf" in libm.source(kernel)
     assert "@llvm.rint" not in libm.source(kernel)
     assert "@llvm.rint" in inline.source(kernel)
+
+
+def test_auto_mode_inlines_only_where_faster():
+    """The default ("auto"): the exp and log families inline, sin/cos/tanh libmvec calls
+    (their inline code, computed in float64, measured slower than libmvec)."""
+    auto = get_backend("cpu")
+    assert auto.math_mode == "auto" and "math=auto" in auto.target_key
+    x = np.ones(8, np.float32)
+    sin = fl.compile(lambda a: np.sin(a), backend="cpu").lower(x).plan.kernels[0]
+    exp = fl.compile(lambda a: np.exp(a), backend="cpu").lower(x).plan.kernels[0]
+    assert "@llvm.rint" not in auto.source(sin)
+    assert "fastlaunch_expf" not in auto.source(exp) and "_ZGV" not in auto.source(exp)
+    y = np.linspace(-3, 3, 1001, dtype=np.float32)
+    np.testing.assert_allclose(fl.compile(lambda a: np.sin(a) + np.exp(a), backend="cpu")(y),
+                               np.sin(y) + np.exp(y), rtol=2e-6, atol=2e-6)
 
 
 def test_libm_mode_matches_glibc_scalar():
@@ -211,7 +242,7 @@ def test_math_env_variable_validated(monkeypatch):
     monkeypatch.setenv("FASTLAUNCH_MATH", "LIBM ")
     assert env.math_mode() == "libm"
     monkeypatch.setenv("FASTLAUNCH_MATH", "")
-    assert env.math_mode() == "inline"
+    assert env.math_mode() == "auto"
     monkeypatch.setenv("FASTLAUNCH_MATH", "fast")
     with pytest.raises(env.EnvironmentVariableError, match="FASTLAUNCH_MATH='fast'"):
         env.math_mode()
@@ -228,6 +259,7 @@ def test_math_env_variable_selects_libm_in_a_fresh_process(tmp_path):
             "print(get_backend('cpu').math_mode)\n")
     envs = dict(os.environ, FASTLAUNCH_MATH="libm", FASTLAUNCH_CACHE_DIR=str(tmp_path),
                 PYTHONPATH=ROOT)
+    envs.pop("FASTLAUNCH_BACKEND", None)          # this module's default backend is its own
     out = subprocess.run([sys.executable, "-c", code], env=envs, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
