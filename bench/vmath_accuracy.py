@@ -159,7 +159,7 @@ def write_markdown(args, rows):
         "float64 function evaluated unrounded.  float64: random bit patterns over every "
         f"exponent plus dense grids ({args.f64_samples} + 4 x {args.f64_samples // 4} inputs), "
         "against np.longdouble.  Columns: the maximum error in ULPs of fastlaunch's inline "
-        "code (the default), of fastlaunch with `FASTLAUNCH_MATH=libm` (glibc libm/libmvec), and "
+        "code (`FASTLAUNCH_MATH=inline`; the default `auto` mode uses it for the exp and log families only), of fastlaunch with `FASTLAUNCH_MATH=libm` (glibc libm/libmvec), and "
         "of NumPy on the same inputs; \"special\" counts inputs whose correctly rounded result "
         "is NaN or inf, or whose computed result is, where the two differ (must be 0).",
         "",
