@@ -17,6 +17,11 @@ FASTLAUNCH_LOG
     value warns and logs, rather than raising: a logging switch must not stop a computation.
 FASTLAUNCH_CACHE_DIR
     by cache.py: any folder; "" disables the disk cache.
+FASTLAUNCH_MATH
+    when the CPU backend is created (the first CPU compile): "inline" (the default: exp, log,
+    sin, cos, tanh, ... as inlined polynomials, codegen/vmath.py) or "libm" (glibc's libm and
+    libmvec, bit for bit).  It is part of the backend's target key, so cached kernels of the
+    two modes never mix.
 
 Nothing here imports the rest of fastlaunch (_core imports this module while it loads).
 """
@@ -27,7 +32,8 @@ import re
 import warnings
 
 __all__ = ["EnvironmentVariableError", "num_threads", "pool_limit_bytes", "log_enabled",
-           "backend_name", "DEFAULT_POOL_LIMIT_MB", "MAX_POOL_LIMIT_MB"]
+           "backend_name", "math_mode", "MATH_MODES", "DEFAULT_POOL_LIMIT_MB",
+           "MAX_POOL_LIMIT_MB"]
 
 DEFAULT_POOL_LIMIT_MB = 4096
 MAX_POOL_LIMIT_MB = (2**63 - 1) >> 20          # the limit in bytes must fit an int64
@@ -99,3 +105,19 @@ def backend_name() -> str | None:
     """FASTLAUNCH_BACKEND, or None when unset (backends.get_backend checks the name)."""
     value = _raw("FASTLAUNCH_BACKEND")
     return None if value is None else value.strip()
+
+
+MATH_MODES = ("auto", "inline", "libm")
+
+
+def math_mode() -> str:
+    """FASTLAUNCH_MATH: how the CPU backend computes transcendental functions."""
+    value = _raw("FASTLAUNCH_MATH")
+    if value is None:
+        return "auto"
+    word = value.strip().lower()
+    if word not in MATH_MODES:
+        raise EnvironmentVariableError(f"environment variable FASTLAUNCH_MATH={value!r}: "
+                                       f"expected one of {', '.join(MATH_MODES)} (unset: "
+                                       f"auto)")
+    return word

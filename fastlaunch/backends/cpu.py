@@ -39,7 +39,7 @@ from .._version import __version__
 from ..cache import DiskCache, default_cache_dir, kernel_key
 from ..codegen.llvm import (MATH_ALIAS_PREFIX, MATH_FUNCTIONS, PLACEHOLDER_NAME, MathTarget,
                             generate)
-from .. import _core
+from .. import _core, env
 from ..kernel import Kernel
 from . import cpu_schedule, elf
 from .base import HOST_MEMORY, CompiledKernel
@@ -70,8 +70,10 @@ def _host_features() -> str:
     return llvm.get_host_cpu_features().flatten()
 
 
-def _load_math(features: str) -> MathTarget:
-    """Register the scalar aliases and find which libmvec variants this process can call."""
+def _load_math(features: str, mode: str) -> MathTarget:
+    """Register the scalar aliases and find which libmvec variants this process can call;
+    `mode` (env.MATH_MODES): whether vmath.py's inline code is wanted (it is used only with
+    FMA), for the functions where it is faster ("auto") or all it has ("inline")."""
     libm = ctypes.util.find_library("m")
     if libm:
         llvm.load_library_permanently(libm)
@@ -82,12 +84,14 @@ def _load_math(features: str) -> MathTarget:
                 llvm.add_symbol(MATH_ALIAS_PREFIX + cname + suffix, addr)
     flags = set(features.split(","))
     wide = 512 if "+avx512f" in flags else 0
+    inline = mode != "libm" and "+fma" in flags
+    inline_all = inline and mode == "inline"
     if os.environ.get("FASTLAUNCH_NO_LIBMVEC"):
-        return MathTarget(vector_bits=wide)
+        return MathTarget(vector_bits=wide, inline=inline, inline_all=inline_all)
     try:
         llvm.load_library_permanently("libmvec.so.1")
     except RuntimeError:
-        return MathTarget(vector_bits=wide)
+        return MathTarget(vector_bits=wide, inline=inline, inline_all=inline_all)
     isas = []
     if "+sse4.1" in flags or "+sse2" in flags:
         isas.append(("b", 128))
@@ -103,7 +107,7 @@ def _load_math(features: str) -> MathTarget:
                     name = f"_ZGV{letter}N{bits // lane_bits}{'v' * arity}_{cname}{suffix}"
                     if llvm.address_of_symbol(name):
                         available.add(name)
-    return MathTarget(tuple(isas), frozenset(available), wide)
+    return MathTarget(tuple(isas), frozenset(available), wide, inline, inline_all)
 
 
 class KernelCode:
@@ -124,7 +128,13 @@ class CPUBackend:
     name = "cpu"
     memory = HOST_MEMORY         # kernels read and write the caller's arrays directly
 
-    def __init__(self, cache_dir: str | None = ...):
+    def __init__(self, cache_dir: str | None = ..., math: str | None = None):
+        """`math`: "auto" (vmath.py's code where the CPU has FMA and it is faster than
+        libmvec: the exp and log families), "inline" (all of vmath.py's code) or "libm"
+        (glibc's libm/libmvec, bit for bit); None: FASTLAUNCH_MATH, else "auto"."""
+        mode = env.math_mode() if math is None else math
+        if mode not in env.MATH_MODES:
+            raise ValueError(f"math must be one of {', '.join(env.MATH_MODES)}, got {mode!r}")
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         self.cpu_name = llvm.get_host_cpu_name()
@@ -136,8 +146,9 @@ class CPUBackend:
         # lock, never racing another user of llvmlite's global context
         self._context = llvm.create_context()
         _register_runtime_symbols()
-        self.math = _load_math(self.features)
-        self.target_key = "|".join([
+        self.math = _load_math(self.features, mode)
+        self.math_mode = mode if self.math.inline else "libm"
+        self.target_key = "|".join([f"math={self.math_mode}",
             f"fastlaunch={__version__}", f"llvmlite={llvmlite.__version__}",
             "llvm=" + ".".join(map(str, llvm.llvm_version_info)), self.triple, self.cpu_name,
             self.features, f"O{OPT_LEVEL}"])
@@ -288,6 +299,15 @@ class CPUBackend:
             mpm.run(mod, pb)
         finally:
             _close_pass_manager(mpm)
+        if self.math.inline:
+            # the vector variants of vmath's fallbacks are called by the vectorised loops
+            # only after O3's inliner has run: inline them now (see CPUEmitter.big_call)
+            post = llvm.create_new_module_pass_manager()
+            try:
+                post.add_always_inliner_pass()
+                post.run(mod, pb)
+            finally:
+                _close_pass_manager(post)
         return mod
 
     def _emit(self, source: str, emit):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..kernel import Kernel
+from . import vmath
 from .llvm_base import PLACEHOLDER_NAME, LLVMEmitter, llvm_type, memory_type, word_type
 
 MATH_ALIAS_PREFIX = "fastlaunch_"   # the backend maps `fastlaunch_<fn>` to libm's <fn>
@@ -30,10 +31,22 @@ class MathTarget:
     `available` is the set of vector symbol names present in the loaded library;
     `vector_bits`: 512 on AVX-512 hosts, where LLVM would otherwise stop at 256-bit vectors
     (measured here: about 10% faster on transcendental-heavy kernels, equal on the rest).
+    `inline`: the functions vmath.py implements are emitted inline (needs FMA); the others,
+    and every function when False, are libm/libmvec calls.  `inline_all`: also those whose
+    inline code is slower than libmvec here (vmath.SLOWER_INLINE: sin, cos, tanh, evaluated in
+    float64 for accuracy); without it they stay libmvec calls ("auto" mode).
     """
     isas: tuple = ()
     available: frozenset = field(default_factory=frozenset)
     vector_bits: int = 0
+    inline: bool = False
+    inline_all: bool = False
+
+    def lane_counts(self, dtype: np.dtype) -> list:
+        """The vector widths (lanes) the vectoriser may choose for dtype on this target."""
+        widest = max([self.vector_bits] + [bits for _, bits in self.isas] + [256])
+        lanes = widest // (np.dtype(dtype).itemsize * 8)
+        return [n for n in (2, 4, 8, 16, 32) if n <= lanes]
 
     def variants(self, cname: str, dtype: np.dtype, arity: int) -> list:
         out = []
@@ -66,6 +79,8 @@ class CPUEmitter(LLVMEmitter):
         self.tile = reduction_tile(kernel)
         self.vector_attrs: list = []   # "vector-function-abi-variant" attribute groups
         self.keep: list = []           # vector variants kept alive for the vectoriser
+        self.inline_math = vmath.InlineMath(self.fw, self.mod, self.big_call)
+        self.big_used = False          # big_call defined helpers (attribute groups #3, #4)
 
     # ---- module / functions ------------------------------------------------------------
     def module(self) -> str:
@@ -108,6 +123,10 @@ class CPUEmitter(LLVMEmitter):
         lines.append("attributes #0 = { alwaysinline nounwind" + width + " }")
         lines.append("attributes #2 = { nounwind" + width + " }")
         lines.append("attributes #1 = { nounwind willreturn memory(none) }")
+        if self.big_used:
+            lines.append("attributes #3 = { noinline nounwind willreturn memory(none) }")
+            lines.append("attributes #4 = { alwaysinline nounwind willreturn memory(none)"
+                         + width + " }")
         for i, a in enumerate(self.vector_attrs):
             lines.append(f"attributes #{10 + i} = {{ {a} }}")
         return "\n".join(lines)
@@ -129,6 +148,65 @@ class CPUEmitter(LLVMEmitter):
                      f"align 8")
 
     def math_call(self, cname: str, dt: np.dtype, args: list) -> str:
+        """Inline code (vmath.py) where the target allows it, else the library call."""
+        if self.math.inline and vmath.supported(cname, dt) and \
+                (self.math.inline_all or cname not in vmath.SLOWER_INLINE):
+            return self.inline_math.emit(cname, dt, args[0])
+        return self.library_call(cname, dt, args)
+
+    def big_call(self, cname: str, dt: np.dtype, x: str, limit: float) -> str:
+        """libm's cname(x) for the lanes where not |x| <= limit (vmath's fallback).
+
+        A call of `fastlaunch.big.<fn>`, whose vector variants the vectoriser calls a vector
+        at a time: each tests whether any lane is beyond the limit and only then calls libm
+        lane by lane.  The scalar one is `noinline` (inlined before vectorisation, its branch
+        would stop the vectoriser); the vector ones are inlined after it (CPUBackend runs the
+        always-inliner after O3), leaving a compare and a rarely taken branch per vector."""
+        self.big_used = True
+        ty = llvm_type(dt)
+        sfx = "f" if dt == np.float32 else ""
+        libm = MATH_ALIAS_PREFIX + cname + sfx
+        name = f"fastlaunch.big.{cname}{sfx}"
+        bound = vmath._hex(limit, dt)
+        self.mod.declare(libm, f"declare {ty} @{libm}({ty}) #1")
+        fabs = f"llvm.fabs.{'f32' if dt == np.float32 else 'f64'}"
+        self.mod.declare(fabs, f"declare {ty} @{fabs}({ty})")
+        self.mod.declare(name, "\n".join([
+            f"define internal {ty} @{name}({ty} %x) #3 {{",
+            f"  %a = call {ty} @{fabs}({ty} %x)",
+            f"  %big = fcmp ugt {ty} %a, {bound}",
+            "  br i1 %big, label %slow, label %fast",
+            "fast:", f"  ret {ty} 0.0",
+            "slow:", f"  %v = call {ty} @{libm}({ty} %x)", f"  ret {ty} %v", "}"]))
+        mangled = []
+        for n in self.math.lane_counts(dt):
+            vty = f"<{n} x {ty}>"
+            vec = f"{name}.v{n}"
+            vfabs = f"llvm.fabs.v{n}{'f32' if dt == np.float32 else 'f64'}"
+            self.mod.declare(vfabs, f"declare {vty} @{vfabs}({vty})")
+            lines = [f"define internal {vty} @{vec}({vty} %x) #4 {{",
+                     f"  %a = call {vty} @{vfabs}({vty} %x)",
+                     f"  %m = fcmp ugt {vty} %a, <{', '.join([f'{ty} {bound}'] * n)}>",
+                     f"  %bits = bitcast <{n} x i1> %m to i{n}",
+                     f"  %any = icmp ne i{n} %bits, 0",
+                     "  br i1 %any, label %slow, label %fast",
+                     "fast:", f"  ret {vty} zeroinitializer", "slow:"]
+            acc = "poison"
+            for lane in range(n):
+                lines.append(f"  %x{lane} = extractelement {vty} %x, i32 {lane}")
+                lines.append(f"  %y{lane} = call {ty} @{libm}({ty} %x{lane})")
+                lines.append(f"  %v{lane} = insertelement {vty} {acc}, {ty} %y{lane}, i32 {lane}")
+                acc = f"%v{lane}"
+            lines += [f"  ret {vty} {acc}", "}"]
+            self.mod.declare(vec, "\n".join(lines))
+            self.keep.append(vec)
+            mangled.append(f"_ZGV_LLVM_N{n}v_{name}({vec})")
+        text = '"vector-function-abi-variant"="' + ",".join(mangled) + '"'
+        if text not in self.vector_attrs:
+            self.vector_attrs.append(text)
+        return self.fw.op(f"call {ty} @{name}({ty} {x}) #{10 + self.vector_attrs.index(text)}")
+
+    def library_call(self, cname: str, dt: np.dtype, args: list) -> str:
         """A call of the scalar alias, with the libmvec variants LLVM may vectorise it into."""
         fw = self.fw
         ty = llvm_type(dt)
