@@ -127,18 +127,73 @@ class _Fuser:
     # ---- driver ----------------------------------------------------------------------------
     def run(self) -> Plan:
         g = self.graph
-        stores: list = []          # (buffer, node) elementwise stores of results
+        # results stored elementwise, by iteration shape: a reduction over the same shape may
+        # take a whole group into its own loop nest (sibling fusion, `sibling_group`)
+        self._pending: dict = {}
         for i, node in enumerate(g.outputs):
-            buf = self.new_buffer("output", node.dtype, node.shape, i)
-            self.plan.outputs.append(buf.id)
-            if node.size and (_needs_buffer(node) or node.index in self.cuts) and node.index not in self.buffer_of:
-                self.materialize(node, into=buf)
-            else:
-                stores.append((buf, node))
-        self.emit_store_groups([(b, b.strides, n) for b, n in stores if n.size])
+            if node.size and not (_needs_buffer(node) or node.index in self.cuts):
+                self._pending.setdefault(node.shape, []).append(i)
+        self._out_bufs: dict = {}
+        late: list = []            # results already materialised by the time they are reached
+        for i, node in enumerate(g.outputs):
+            buf = self.output_buffer(i)
+            if node.size and (_needs_buffer(node) or node.index in self.cuts):
+                if node.index not in self.buffer_of:
+                    self.materialize(node, into=buf)
+                else:
+                    late.append(i)
+        # what the groups read first: a reduction among it may take in another group
+        for shape in list(self._pending):
+            group = self._pending.get(shape)
+            if group:
+                self.materialize_cone([g.outputs[i] for i in group])
+        pending = [i for group in self._pending.values() for i in group] + late
+        self._pending = {}
+        self.emit_store_groups([(self._out_bufs[i], self._out_bufs[i].strides, g.outputs[i])
+                                for i in sorted(pending) if g.outputs[i].size])
         self.emit_writebacks()
         self.plan.kernels = [k for k in self.plan.kernels if k.size > 0]
         return self.plan
+
+    def output_buffer(self, i: int) -> Buffer:
+        buf = self._out_bufs.get(i)
+        if buf is None:
+            node = self.graph.outputs[i]
+            buf = self._out_bufs[i] = self.new_buffer("output", node.dtype, node.shape, i)
+            self.plan.outputs.append(buf.id)
+        return buf
+
+    def sibling_group(self, node: Node) -> list:
+        """Results that a reduction `node` can store from inside its own loop nest: a pending
+        group of elementwise results over the shape the reduction folds, which reads an input
+        the reduction reads too and does not depend on it.  Fused, each input is read once and
+        each shared subexpression computed once (the optimisation step's loss and update).
+        Only reductions over the trailing axes, so both walk memory in the same order."""
+        src = node.inputs[0]
+        axes = tuple(sorted(node.attrs["axes"]))
+        group = getattr(self, "_pending", {}).get(src.shape)
+        if not group or axes != tuple(range(src.ndim - len(axes), src.ndim)):
+            return []
+        values = [self.graph.outputs[i] for i in group]
+        if _reaches(values, node) or not (self._reads(values) & self._reads([src])):
+            return []
+        del self._pending[src.shape]
+        return group
+
+    def _reads(self, roots) -> set:
+        """The buffers (leaves, materialised values) the fused expressions of roots load."""
+        out, seen, stack = set(), set(), list(roots)
+        while stack:
+            n = stack.pop()
+            if n.index in seen:
+                continue
+            seen.add(n.index)
+            if n.op.kind is Kind.LEAF or n.index in self.buffer_of or self.must_materialize(n):
+                if n.op not in (Op.LITERAL, Op.PARAM, Op.RNG_KEY):
+                    out.add(n.index)
+                continue
+            stack.extend(n.inputs)
+        return out
 
     def add_kernel(self, kb: "_KernelBuilder"):
         self.plan.kernels.append(kb.finish())
@@ -230,8 +285,13 @@ class _Fuser:
         for loop_dim, d in enumerate(kept + list(axes)):
             imap[d] = Index.loop(loop_dim)
         imap = tuple(imap)
-        kb = _KernelBuilder(self, space, rspace, node.op.value)
+        siblings = self.sibling_group(node)
+        label = node.op.value + ("+map" if siblings else "")
+        kb = _KernelBuilder(self, space, rspace, label)
         value = kb.build(src, imap)
+        for i in siblings:
+            buf = self.output_buffer(i)
+            kb.store(buf, address(buf.strides, imap), kb.build(self.graph.outputs[i], imap))
         kb.reduce(node.op, value, out, address(out.strides, idents(len(space))))
         self.add_kernel(kb)
 
@@ -379,6 +439,20 @@ def _size_cuts(graph: Graph) -> set:
             total = 0
         size[n.index] = total
     return cuts
+
+
+def _reaches(roots, target: Node) -> bool:
+    """Whether `target` is among the values roots are computed from."""
+    seen, stack = set(), list(roots)
+    while stack:
+        n = stack.pop()
+        if n.index == target.index:
+            return True
+        if n.index in seen or n.index < target.index:   # nodes are created operands first
+            continue
+        seen.add(n.index)
+        stack.extend(n.inputs)
+    return False
 
 
 def _needs_buffer(node: Node) -> bool:

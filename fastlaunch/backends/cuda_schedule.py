@@ -86,6 +86,8 @@ def _schedule(plan, k: Kernel) -> list:
     if k.ordered_stores:
         return [_scheduled(k, CUDASchedule("serial", k.size, 1, 1))]
     r = k.reduction
+    if r is not None and k.stores:
+        return sum((_schedule(plan, part) for part in _fission(k)), [])
     if r is None:
         return [_scheduled(k, CUDASchedule("map", k.size, _grid(k.size), BLOCK))]
     rsize = int(np.prod(k.rspace, dtype=np.int64))
@@ -99,6 +101,19 @@ def _schedule(plan, k: Kernel) -> list:
         return [_scheduled(k, CUDASchedule("block_reduce", outputs, min(outputs, MAX_GRID),
                                            BLOCK))]
     return _split(plan, k, splits)
+
+
+def _fission(k: Kernel) -> list:
+    """A reduction carrying sibling stores (fuse's sibling fusion) as two kernels: a map over
+    the whole loop nest with the stores, then the plain reduction.  The block reduction has
+    no place for per-element stores; the GPU's bandwidth makes the second read cheap."""
+    mapped = Kernel(tuple(k.space) + tuple(k.rspace), (), list(k.args), list(k.stores), None,
+                    k.label + " map", k.status, list(k.checks))
+    reduced = Kernel(tuple(k.space), tuple(k.rspace), list(k.args), [], k.reduction,
+                     k.label + " reduce", k.status)
+    for part in (mapped, reduced):
+        set_extents(part)
+    return [mapped, reduced]
 
 
 def _split(plan, k: Kernel, splits: int) -> list:

@@ -253,6 +253,11 @@ class LLVMEmitter:
             loops = list(outer) + list(inner)
             memo: dict = {}
             v = self.convert(self.expr(r.value, loops, memo), r.value.dtype, acc_dt)
+            # sibling outputs (fuse: a map over the reduction's whole loop nest) share the
+            # point's loads and subexpressions with the reduced value
+            values = [(s, self.expr(s.value, loops, memo)) for s in self.k.stores]
+            for s, sv in values:
+                self.store(s, loops, memo, sv)
             if arg_like:
                 flat = self.flat_position(loops, nspace, rsizes, memo)
                 return self.arg_step(r.op, acc_dt, acc, v, flat)

@@ -1,0 +1,142 @@
+"""Fusion rules beyond plain elementwise chains: sibling fusion (a reduction and a map over the
+same iteration space in one pass), checked on the fused plan and against NumPy."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import fastlaunch as fl
+from fastlaunch.__main__ import step
+from fastlaunch.backends import cuda_schedule
+from fastlaunch.ir import Op
+from fastlaunch.kernel import Compute, Load, walk
+
+from _stages import fused
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def f32(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def step_args(n):
+    return (f32(n, seed=1), f32(n, seed=2) * 0.1, np.abs(f32(n, seed=3)) * 0.1, f32(n, seed=4),
+            1e-2)
+
+
+def check(fn, *args, rtol=2e-5):
+    want = fn(*args)
+    got = fl.compile(fn)(*args)
+    want, got = (list(x) if isinstance(x, tuple) else [x] for x in (want, got))
+    for w, g in zip(want, got):
+        w, g = np.asarray(w), np.asarray(g)
+        assert w.dtype == g.dtype and w.shape == g.shape
+        scale = max(float(np.max(np.abs(w.astype(np.float64)))), 1e-30) if w.size else 1
+        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=0,
+                                   atol=rtol * scale)
+
+
+# ---- sibling fusion ----------------------------------------------------------------------
+def test_optimisation_step_is_one_pass():
+    """The loss's reduction stores the update's three results from its own loop: each input
+    is loaded once per element and sin(p) computed once (acceptance 3 of issue 13; the plan is
+    pinned in golden/fused/optimisation_step.txt)."""
+    _, _, plan = fused(step, *step_args(64))
+    big = [k for k in plan.kernels if k.sizes() == (64,)]
+    assert len(big) == 1
+    (k,) = big
+    assert k.reduction is not None and k.reduction.op is Op.SUM and len(k.stores) == 3
+    exprs = walk(k._roots())
+    loads = [e for e in exprs if isinstance(e, Load)]
+    assert len(loads) == 4 and len({e.arg for e in loads}) == 4
+    assert sum(isinstance(e, Compute) and e.op is Op.SIN for e in exprs) == 1
+    # what remains is 0-d: the mean's division
+    assert all(other.sizes() == () for other in plan.kernels if other is not k)
+
+
+def test_map_that_reads_the_reduction_is_not_its_sibling():
+    def normalise(x):
+        return x / np.sqrt(np.sum(x * x))
+    _, _, plan = fused(normalise, f32(1000))
+    assert all(not (k.reduction is not None and k.stores) for k in plan.kernels)
+
+
+def test_unrelated_arrays_are_not_siblings():
+    def f(x, y):
+        return np.sum(x), y * 2.0
+    _, _, plan = fused(f, f32(1000), f32(1000, seed=1))
+    assert all(not (k.reduction is not None and k.stores) for k in plan.kernels)
+
+
+def test_row_reduction_takes_its_sibling_column_reduction_does_not():
+    def rows(x):
+        return x.sum(axis=1), np.tanh(x) * 2.0
+
+    def cols(x):
+        return x.sum(axis=0), np.tanh(x) * 2.0
+    _, _, plan = fused(rows, f32(16, 32))
+    assert [(k.label, len(k.stores)) for k in plan.kernels] == [("sum+map", 1)]
+    _, _, plan = fused(cols, f32(16, 32))
+    assert all(not k.stores for k in plan.kernels if k.reduction is not None)
+    check(rows, f32(16, 32))
+    check(cols, f32(16, 32))
+
+
+@pytest.mark.parametrize("n", [1, 64, 16384, 20000, 65536, 100003])
+def test_step_matches_numpy(n):
+    check(step, *step_args(n), rtol=2e-5)
+
+
+SIBLINGS = {
+    "max": lambda x, y: (np.max(x * y), np.exp(x * y) + 1.0),
+    "argmax": lambda x, y: (np.argmax(x + y), (x + y) * 3.0),
+    "mean-var": lambda x, y: (np.mean(x * y), x * y - 1.0, x - y),
+    "rows-min": lambda x, y: (np.min(x.reshape(50, -1) - y.reshape(50, -1), axis=1),
+                              np.abs(x - y).reshape(50, -1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SIBLINGS))
+@pytest.mark.parametrize("n", [100, 40000])
+def test_siblings_match_numpy(name, n):
+    fn = SIBLINGS[name]
+    x, y = f32(n), f32(n, seed=1)
+    _, _, plan = fused(fn, x, y)
+    assert any(k.reduction is not None and k.stores for k in plan.kernels)
+    check(fn, x, y)
+
+
+def test_cuda_schedule_splits_siblings_apart():
+    """The GPU's block reduction has no place for per-element stores: its schedule runs the
+    map and the reduction as two kernels."""
+    _, _, plan = fused(step, *step_args(1 << 16))
+    scheduled = cuda_schedule.schedule(plan)
+    assert not any(k.reduction is not None and k.stores for k in scheduled.kernels)
+    assert sum(len(k.stores) for k in scheduled.kernels) == 4   # 3 results + the mean
+
+
+def test_fused_step_is_the_same_on_any_number_of_threads():
+    """Partials per fixed chunk, combined in order: the bits do not depend on the threads."""
+    code = textwrap.dedent("""
+        import hashlib, numpy as np, fastlaunch as fl
+        from fastlaunch.__main__ import step
+        rng = np.random.default_rng(0)
+        n = 300007
+        args = (rng.standard_normal(n).astype(np.float32),
+                rng.standard_normal(n).astype(np.float32), rng.random(n).astype(np.float32),
+                rng.standard_normal(n).astype(np.float32), 1e-2)
+        out = fl.compile(step)(*args)
+        print(hashlib.sha256(b"".join(np.asarray(o).tobytes() for o in out)).hexdigest())
+    """)
+    digests = set()
+    for threads in ("1", "2", "3"):
+        env = dict(os.environ, FASTLAUNCH_NUM_THREADS=threads, PYTHONPATH=ROOT)
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=300, env=env)
+        assert p.returncode == 0, p.stderr
+        digests.add(p.stdout.strip())
+    assert len(digests) == 1
