@@ -16,9 +16,9 @@ import numpy as np
 
 from .ir import Graph, Kind, Node, Op
 from .leaves import contiguous_strides
-from .kernel import (Compute, Const, DivMod, Index, IndexValue, Kernel, KernelArg, Load, Pick, Random,
-                     Reduction, Scalar, Store, address, coalesce, idents, index_picks,
-                     set_extents, simplify)
+from .kernel import (RANDOM_COST, TRANSCENDENTAL, TRANSCENDENTAL_COST, Compute, Const, DivMod,
+                     Index, IndexValue, Kernel, KernelArg, Load, Pick, Random, Reduction, Scalar,
+                     Store, address, coalesce, idents, index_picks, set_extents, simplify)
 
 # LLVM's optimiser takes time quadratic in the size of a loop body (measured here: 0.15 s at
 # 1000 operations, 2.4 s at 4000), so a fused expression growing past this many operations
@@ -81,6 +81,7 @@ class _Fuser:
         self.buffer_of: dict[int, Buffer] = {}   # node index -> buffer holding its value
         self._status: Buffer | None = None
         self.cuts = _size_cuts(graph)             # node indices materialised to bound kernels
+        self.cuts |= recompute_cuts(graph, self.cuts)   # ... and where recomputing costs more
         self._materializing: set = set()
 
     def must_materialize(self, n: Node) -> bool:
@@ -314,15 +315,28 @@ class _Fuser:
     def emit_update_chain(self, node: Node, out: Buffer):
         """Materialise a chain of region updates and scatters into `out`: the bottom value
         first (unless the updates cover it all), then each update in order."""
+        top = node
+        chain = self._update_chain(top)
+        # an update may read an earlier state of its own chain (a Jacobi step reads the state
+        # it copies): materialise what the updates read first, so that the chain starts from
+        # that state's buffer instead of recomputing it
+        self.materialize_cone([x for u in chain for x in u.inputs[1:]])
+        chain = self._update_chain(top)
+        node = chain[0].inputs[0]
+        if not _covers(chain, node.shape):
+            self.emit_store_groups([(out, out.strides, node)])
+        for update in chain:
+            self.emit_update(update, out)
+
+    def _update_chain(self, node: Node) -> list:
+        """The updates from `node` down to the first value that is not one (or is in memory),
+        oldest first."""
         chain = []
         while node.op.kind in _UPDATES and node.index not in self.buffer_of:
             chain.append(node)
             node = node.inputs[0]
         chain.reverse()
-        if not _covers(chain, node.shape):
-            self.emit_store_groups([(out, out.strides, node)])
-        for update in chain:
-            self.emit_update(update, out)
+        return chain
 
     def emit_update(self, update: Node, dest: Buffer, check_only: bool = False):
         """Write one SETSLICE or SCATTER's new elements into dest (addressed by its strides).
@@ -415,6 +429,71 @@ class _Fuser:
                 if buf_id in dests and not (full_store and buf_id == own.id and e.index == own_index):
                     return True
         return False
+
+
+# ---- the recomputation cost model ---------------------------------------------------------
+# An inlined value is recomputed wherever a kernel reads it: once per element for a map, but
+# N times per element when a contraction broadcasts it along N outputs (the previous layer's
+# tanh inside the next matrix product's loop) and once per access for a stencil (five shifted
+# slices of the previous step).  Materialising it costs one store and one load per element.
+# So a value is materialised when (reads per element - 1) * its cost > MATERIALISE_COST,
+# in the units of kernel.cost_per_iteration (an add or a load 1, a math-library call
+# TRANSCENDENTAL_COST).  Reads per element come from the users' indexing: through a view, the
+# view's size over the value's (a broadcast multiplies, a slice counts once per slice);
+# through an elementwise user, that user's own reads (users of one index share one value in
+# a kernel); a materialised user (reduction, scan, update, result, cut) reads each element once.
+MATERIALISE_COST = 4
+_SLOW_OPS = {Op.DIV: 4, Op.SQRT: 4}
+
+
+def op_cost(node: Node) -> int:
+    """Estimated cost of computing one element of `node` from its operands."""
+    if node.op is Op.RANDOM:
+        return RANDOM_COST
+    if node.op in TRANSCENDENTAL:
+        return TRANSCENDENTAL_COST
+    return _SLOW_OPS.get(node.op, 1)
+
+
+def recompute_cuts(graph: Graph, cuts: set) -> set:
+    """Values (beyond `cuts`) that the cost model above materialises.  Costs are computed
+    operands first, restarting at values in memory; reads per element users first, deciding
+    each value once every user's reads are known."""
+    cost: dict = {}
+    for n in graph.nodes:
+        if n.op in (Op.ARG, Op.CONST):
+            cost[n.index] = 1                             # a load
+        elif n.op.kind is Kind.LEAF or n.op is Op.IOTA:
+            cost[n.index] = 0
+        elif _needs_buffer(n) or n.index in cuts:
+            cost[n.index] = 1                             # read back from its buffer
+        elif n.op.kind is Kind.VIEW:
+            cost[n.index] = cost[n.inputs[0].index]
+        else:
+            cost[n.index] = op_cost(n) + sum(cost[i.index] for i in set(n.inputs))
+    outputs = {n.index for n in graph.outputs} | {n.index for _, n in graph.writebacks}
+    same_index: dict = {}      # node -> reads per element through elementwise users (max)
+    through_views: dict = {}   # node -> reads per element through views (summed)
+    chosen = set()
+    for n in reversed(graph.nodes):
+        materialised = _needs_buffer(n) or n.index in cuts or n.op.kind is Kind.LEAF
+        reads = max(same_index.get(n.index, 0.0), 1.0 if n.index in outputs else 0.0) \
+            + through_views.get(n.index, 0.0)
+        if (not materialised and n.op.kind is Kind.ELEMENTWISE and n.size > 1
+                and (reads - 1) * cost[n.index] > MATERIALISE_COST):
+            chosen.add(n.index)
+            materialised = True
+        if materialised:
+            reads = 1.0
+        for i in set(n.inputs):
+            if n.op.kind is Kind.VIEW or n.op is Op.GATHER:
+                ratio = n.size / i.size if i.size else 0.0
+                through_views[i.index] = through_views.get(i.index, 0.0) + reads * ratio
+            elif i.ndim == 0 and n.ndim:
+                same_index[i.index] = max(same_index.get(i.index, 0.0), 1.0)   # hoisted
+            else:
+                same_index[i.index] = max(same_index.get(i.index, 0.0), reads)
+    return chosen
 
 
 def _size_cuts(graph: Graph) -> set:

@@ -140,3 +140,82 @@ def test_fused_step_is_the_same_on_any_number_of_threads():
         assert p.returncode == 0, p.stderr
         digests.add(p.stdout.strip())
     assert len(digests) == 1
+
+
+# ---- the recomputation cost model --------------------------------------------------------
+def mlp(x, w1, b1, w2, b2, w3, b3):
+    h = np.tanh(x @ w1 + b1)
+    h = np.tanh(h @ w2 + b2)
+    return h @ w3 + b3
+
+
+def heat(u, steps=10):
+    for _ in range(steps):
+        u = u[1:-1, 1:-1] + 0.1 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:]
+                                   - 4.0 * u[1:-1, 1:-1])
+    return u
+
+
+def heat_inplace(u, steps=10):
+    for _ in range(steps):
+        out = u.copy()
+        out[1:-1, 1:-1] = u[1:-1, 1:-1] + 0.1 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2]
+                                                 + u[1:-1, 2:] - 4.0 * u[1:-1, 1:-1])
+        u = out
+    return u
+
+
+def mlp_args(m=64, k=128):
+    return (f32(m, k), f32(k, k, seed=1) * 0.1, f32(k, seed=2), f32(k, k, seed=3) * 0.1,
+            f32(k, seed=4), f32(k, k, seed=5) * 0.1, f32(k, seed=6))
+
+
+def test_op_costs():
+    from fastlaunch import fuse
+    from fastlaunch.ir import Graph
+    g = Graph()
+    x = g.add(Op.ARG, np.float32, (4,), position=0)
+    assert fuse.op_cost(g.add(Op.ADD, np.float32, (4,), (x, x))) == 1
+    assert fuse.op_cost(g.add(Op.TANH, np.float32, (4,), (x,))) == fuse.TRANSCENDENTAL_COST
+    assert fuse.op_cost(g.add(Op.DIV, np.float32, (4,), (x, x))) == 4
+
+
+def test_mlp_materialises_each_activation_once():
+    """tanh(x @ W + b) is read 128 times per element by the next product: computed once into a
+    temporary, never inside the next product's loop."""
+    _, _, plan = fused(mlp, *mlp_args())
+    for k in plan.kernels:
+        tanhs = [e for e in walk(k._roots()) if isinstance(e, Compute) and e.op is Op.TANH]
+        assert not (tanhs and k.reduction is not None), k.describe()
+    assert sum(1 for k in plan.kernels if k.reduction is None and any(
+        isinstance(e, Compute) and e.op is Op.TANH for e in walk(k._roots()))) == 2
+    check(mlp, *mlp_args(), rtol=1e-4)
+
+
+def test_integer_contraction_materialises_an_expensive_operand():
+    """The same rule for a product that stays a compiled reduction (integers)."""
+    def f(x, w):
+        h = np.abs(x @ w - 3) * 2 + x // 3
+        return h @ w
+    x = np.arange(48, dtype=np.int64).reshape(6, 8) % 7
+    w = np.arange(64, dtype=np.int64).reshape(8, 8) % 5
+    _, _, plan = fused(f, x, w)
+    assert [k.reduction is not None for k in plan.kernels] == [True, False, True]
+    check(f, x, w)
+
+
+def test_cheap_operand_of_a_short_contraction_is_fused():
+    def f(x, w):
+        return (x * 2.0) @ w
+    _, _, plan = fused(f, f32(8, 8), f32(8, 2, seed=1))
+    assert len(plan.kernels) == 1
+
+
+@pytest.mark.parametrize("fn", [heat, heat_inplace], ids=["shrinking", "copy-and-update"])
+def test_stencil_steps_are_materialised_once_each(fn):
+    """Each step reads the previous one at five offsets: one pass per step (as ten calls of a
+    one-step function would make), never the previous steps recomputed inside the next."""
+    u = f32(24, 24)
+    _, _, plan = fused(fn, u)
+    assert len(plan.kernels) == (10 if fn is heat else 20)
+    check(fn, u, rtol=1e-5)
