@@ -17,7 +17,7 @@ import numpy as np
 from .ir import Graph, Kind, Node, Op
 from .leaves import contiguous_strides
 from .kernel import (RANDOM_COST, TRANSCENDENTAL, TRANSCENDENTAL_COST, Compute, Const, DivMod,
-                     Index, IndexValue, Kernel, KernelArg, Load, Pick, Random, Reduction, Scalar,
+                     Folded, Index, IndexValue, Phase, accumulator_dtype, Kernel, KernelArg, Load, Pick, Random, Reduction, Scalar,
                      Store, address, coalesce, idents, index_picks, set_extents, simplify)
 
 # LLVM's optimiser takes time quadratic in the size of a loop body (measured here: 0.15 s at
@@ -29,6 +29,11 @@ MAX_KERNEL_OPS = 1000
 # materialised once instead (x = x - x.mean() repeated would otherwise recompute the whole
 # chain inside every reduction: quadratic work).  Below it, recomputing beats a memory pass.
 RECOMPUTE_OPS = 64
+
+# Row fusion (`_Fuser.row_fused`) folds reductions of rows up to this many bytes in a kernel's
+# prelude: each phase re-reads the row, which then comes from the L1 cache.
+ROW_CACHE_BYTES = 16384
+_ROW_OPS = (Op.SUM, Op.PROD, Op.MAX, Op.MIN, Op.ANY, Op.ALL)
 
 _UPDATES = (Kind.UPDATE, Kind.SCATTER)
 _SCALAR_ROLES = ("param", "rng")      # buffers passed to kernels by value
@@ -147,11 +152,12 @@ class _Fuser:
         for shape in list(self._pending):
             group = self._pending.get(shape)
             if group:
-                self.materialize_cone([g.outputs[i] for i in group])
+                roots = [g.outputs[i] for i in group]
+                self.materialize_cone(roots, self.row_reductions(roots, shape)[1])
         pending = [i for group in self._pending.values() for i in group] + late
         self._pending = {}
         self.emit_store_groups([(self._out_bufs[i], self._out_bufs[i].strides, g.outputs[i])
-                                for i in sorted(pending) if g.outputs[i].size])
+                                for i in sorted(pending) if g.outputs[i].size], rows=True)
         self.emit_writebacks()
         self.plan.kernels = [k for k in self.plan.kernels if k.size > 0]
         return self.plan
@@ -199,17 +205,67 @@ class _Fuser:
     def add_kernel(self, kb: "_KernelBuilder"):
         self.plan.kernels.append(kb.finish())
 
-    def emit_store_groups(self, stores):
-        """One kernel per iteration shape for full-array stores (buffer, strides, node)."""
+    def emit_store_groups(self, stores, rows=False):
+        """One kernel per iteration shape for full-array stores (buffer, strides, node).
+        rows: results may fold the row reductions they read per row (`row_fused`)."""
         by_shape: dict = {}
         for buf, strides, node in stores:
             by_shape.setdefault(node.shape, []).append((buf, strides, node))
         for shape, group in by_shape.items():
-            kb = _KernelBuilder(self, shape, (), "map")
             ident = idents(len(shape))
-            for buf, strides, node in group:
-                kb.store(buf, address(strides, ident), kb.build(node, ident))
-            self.add_kernel(kb)
+
+            def body(kb):
+                for buf, strides, node in group:
+                    kb.store(buf, address(strides, ident), kb.build(node, ident))
+            if not (rows and self.row_fused(shape, [n for _, _, n in group], "map", body)):
+                kb = _KernelBuilder(self, shape, (), "map")
+                body(kb)
+                self.add_kernel(kb)
+
+    # ---- row fusion --------------------------------------------------------------------
+    def row_reductions(self, roots, shape) -> tuple:
+        """(kept dims, reductions): the reductions over the trailing axes of `shape` that the
+        expressions of roots read (through elementwise ops and views), whose rows are short
+        enough to stay in cache between passes.  A kernel over `shape` can then fold them per
+        row in a prelude (row softmax: max, then sum of exp, then the division: one kernel,
+        the row read from memory once) instead of materialising each in a pass of its own."""
+        found, seen, stack = [], set(), list(roots)
+        while stack:
+            n = stack.pop()
+            if n.index in seen or n.index in self.buffer_of or n.op.kind is Kind.LEAF:
+                continue
+            seen.add(n.index)
+            if n.op.kind is Kind.REDUCE:
+                src, axes = n.inputs[0], tuple(sorted(n.attrs["axes"]))
+                rsize = int(np.prod([src.shape[d] for d in axes], dtype=np.int64))
+                if (src.shape == tuple(shape) and n.op in _ROW_OPS and axes
+                        and axes == tuple(range(src.ndim - len(axes), src.ndim))
+                        and rsize * src.dtype.itemsize <= ROW_CACHE_BYTES):
+                    found.append(n)
+                    stack.extend(n.inputs)
+                continue
+            if self.must_materialize(n):
+                continue
+            stack.extend(n.inputs)
+        if not found:
+            return 0, set()
+        nkept = found[0].ndim
+        return nkept, {n.index for n in found if n.ndim == nkept}
+
+    def row_fused(self, shape, roots, label, body) -> bool:
+        """Build a kernel over `shape` (rows x row) whose row reductions are prelude phases;
+        body(kb) adds its stores (and reduction).  False (nothing added) when there are none
+        or one is read other than at its own row."""
+        nkept, inline = self.row_reductions(roots, shape)
+        if not inline:
+            return False
+        kb = _KernelBuilder(self, shape[:nkept], shape[nkept:], label + "+rows", inline)
+        try:
+            body(kb)
+        except _NotRowLocal:
+            return False
+        self.add_kernel(kb)
+        return True
 
     # ---- materialisation -------------------------------------------------------------------
     def materialize(self, node: Node, into: Buffer | None = None) -> Buffer:
@@ -240,7 +296,7 @@ class _Fuser:
             # an elementwise value or view that must sit in memory (e.g. a computed gather source)
             self.emit_store_groups([(buf, buf.strides, node)])
 
-    def materialize_cone(self, roots):
+    def materialize_cone(self, roots, inline=frozenset()):
         """Materialise, in creation (topological) order, every value below `roots` that a
         kernel reading them must load from memory: reductions, scans, update chains and
         computed gather sources.  Expressions are then built without recursing into other
@@ -264,7 +320,7 @@ class _Fuser:
                     base = base.inputs[0]
                 stack.append(base)
                 continue
-            if self.must_materialize(n):
+            if self.must_materialize(n) and n.index not in inline:
                 need.setdefault(n.index, (n, False))
             elif n.op is Op.GATHER:
                 need.setdefault(n.inputs[0].index, (n.inputs[0], True))
@@ -288,12 +344,19 @@ class _Fuser:
         imap = tuple(imap)
         siblings = self.sibling_group(node)
         label = node.op.value + ("+map" if siblings else "")
+
+        def body(kb):
+            value = kb.build(src, imap)
+            for i in siblings:
+                buf = self.output_buffer(i)
+                kb.store(buf, address(buf.strides, imap), kb.build(self.graph.outputs[i], imap))
+            kb.reduce(node.op, value, out, address(out.strides, idents(len(space))))
+        trailing = kept == list(range(len(kept)))
+        if trailing and node.op in _ROW_OPS and len(space) == self.row_reductions(
+                [src], src.shape)[0] and self.row_fused(src.shape, [src], label, body):
+            return
         kb = _KernelBuilder(self, space, rspace, label)
-        value = kb.build(src, imap)
-        for i in siblings:
-            buf = self.output_buffer(i)
-            kb.store(buf, address(buf.strides, imap), kb.build(self.graph.outputs[i], imap))
-        kb.reduce(node.op, value, out, address(out.strides, idents(len(space))))
+        body(kb)
         self.add_kernel(kb)
 
     def emit_scan(self, node: Node, out: Buffer):
@@ -488,12 +551,24 @@ def recompute_cuts(graph: Graph, cuts: set) -> set:
         for i in set(n.inputs):
             if n.op.kind is Kind.VIEW or n.op is Op.GATHER:
                 ratio = n.size / i.size if i.size else 0.0
+                if n.op is Op.BROADCAST and _trailing_broadcast(i.shape, n.shape):
+                    ratio = 1.0    # constant along the innermost loops: hoisted out of them
                 through_views[i.index] = through_views.get(i.index, 0.0) + reads * ratio
             elif i.ndim == 0 and n.ndim:
                 same_index[i.index] = max(same_index.get(i.index, 0.0), 1.0)   # hoisted
             else:
                 same_index[i.index] = max(same_index.get(i.index, 0.0), reads)
     return chosen
+
+
+def _trailing_broadcast(src_shape, shape) -> bool:
+    """Whether a broadcast only repeats values along trailing dims (a row's value along the
+    row), which the kernels' innermost loops walk."""
+    lead = len(shape) - len(src_shape)
+    expanded = [d < lead or (src_shape[d - lead] == 1 and shape[d] != 1)
+                for d in range(len(shape))]
+    first = next((d for d, e in enumerate(expanded) if e), len(shape))
+    return all(expanded[d] or shape[d] == 1 for d in range(first, len(shape)))
 
 
 def _size_cuts(graph: Graph) -> set:
@@ -559,9 +634,10 @@ def _covers(chain: list, shape) -> bool:
 class _KernelBuilder:
     """Builds one kernel: arguments, the expression DAG and stores."""
 
-    def __init__(self, fuser: _Fuser, space, rspace, label):
+    def __init__(self, fuser: _Fuser, space, rspace, label, inline_rows=frozenset()):
         self.fuser = fuser
         self.kernel = Kernel(tuple(space), tuple(rspace), label=label)
+        self.inline_rows = inline_rows        # row reductions folded as prelude phases
         self.arg_of: dict[int, int] = {}      # buffer id -> argument index
         self.arg_buffers: list[int] = []
         self.memo: dict = {}
@@ -617,7 +693,7 @@ class _KernelBuilder:
         e = self.memo.get(key)
         if e is not None:
             return e
-        self.fuser.materialize_cone([node])
+        self.fuser.materialize_cone([node], self.inline_rows)
         stack = [(node, imap)]
         while stack:
             n, m = stack[-1]
@@ -635,6 +711,8 @@ class _KernelBuilder:
     def _deps(self, node: Node, imap: tuple) -> list:
         """(node, imap) pairs whose expressions `_build(node, imap)` reads from the memo."""
         buf = self.fuser.buffer_of.get(node.index)
+        if node.index in self.inline_rows and buf is None:
+            return [(node.inputs[0], self._row_map(node, imap))]
         if (buf is not None and buf.role not in _SCALAR_ROLES) or node.op.kind is Kind.LEAF \
                 or node.op is Op.IOTA or self.fuser.must_materialize(node):
             return []
@@ -657,6 +735,11 @@ class _KernelBuilder:
         if buf is not None and buf.role not in _SCALAR_ROLES:
             return self.load(buf, address(buf.strides, imap))
         op = node.op
+        if node.index in self.inline_rows:
+            value = memo[(node.inputs[0].index, self._row_map(node, imap))]
+            k = self.kernel
+            k.prelude.append(Phase(op, value, accumulator_dtype(op, value.dtype)))
+            return self._intern(Folded(len(k.prelude) - 1, node.dtype))
         if op is Op.LITERAL:
             return self._intern(Const(node.attrs["value"], node.dtype))
         if op in (Op.PARAM, Op.RNG_KEY):
@@ -689,6 +772,13 @@ class _KernelBuilder:
         buf = self.fuser.materialize(node)
         return self.load(buf, address(buf.strides, imap))
 
+    def _row_map(self, node: Node, imap: tuple) -> tuple:
+        """The index of a row reduction's source: its row must be the kernel's current one."""
+        nkept = node.ndim
+        if tuple(imap) != idents(nkept) or len(self.kernel.space) != nkept:
+            raise _NotRowLocal(node)
+        return idents(nkept + len(self.kernel.rspace))
+
     def _gather_map(self, node: Node, imap: tuple) -> tuple:
         """The index into a gather's source: the data-dependent picks at the gathered axes
         (their index expressions are in the memo)."""
@@ -707,6 +797,10 @@ class _KernelBuilder:
         k = coalesce(self.kernel)
         set_extents(k)
         return k
+
+
+class _NotRowLocal(Exception):
+    """A row reduction read at another row than the kernel's (row fusion does not apply)."""
 
 
 def _view_input_map(node: Node, imap: tuple) -> tuple:

@@ -76,7 +76,7 @@ def schedule_kernel(k: Kernel) -> Kernel:
 # ---- reduction splitting -------------------------------------------------------------------
 def _split(plan, k: Kernel, chunk: int) -> list:
     r = k.reduction
-    if r is None or r.scan or r.chunk or r.op in (Op.ARGMAX, Op.ARGMIN):
+    if r is None or r.scan or r.chunk or r.op in (Op.ARGMAX, Op.ARGMIN) or k.prelude:
         return [k]
     nspace = len(k.space)
     rsize = int(np.prod(k.rspace, dtype=np.int64))
@@ -116,7 +116,7 @@ def _split(plan, k: Kernel, chunk: int) -> list:
 def _tiling(k: Kernel):
     r = k.reduction
     if (r is None or r.chunk or not k.rspace or not k.space or r.op in (Op.ARGMAX, Op.ARGMIN)
-            or k.stores):
+            or k.stores or k.prelude):
         return None
     if r.acc_dtype.kind == "b":
         # any/all keep the inner loop order: LLVM 22 miscompiles the vectorised tile of byte

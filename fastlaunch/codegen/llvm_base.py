@@ -31,7 +31,8 @@ import struct
 import numpy as np
 
 from ..ir import Op
-from ..kernel import (Compute, Const, DivMod, Index, IndexValue, Kernel, Load, Loop, Pick, Random,
+from ..kernel import (Compute, Const, DivMod, Folded, Index, IndexValue, Kernel, Load, Loop, Pick,
+                      Random,
                       Scalar,
                       KernelError, index_picks, walk)
 from .llvm_text import FunctionWriter
@@ -203,10 +204,29 @@ class LLVMEmitter:
         return lower_op(self, op, out, args, dts)
 
     def point_body(self, loops, vals):
-        """The code at one point of the space: stores, or one output's reduction."""
+        """The code at one point of the space: the prelude's phases (each a full loop over
+        the rspace), then stores, or one output's reduction."""
+        self.folded = []
+        for ph in self.k.prelude:
+            self.folded.append(self.phase(ph, loops))
         if self.k.reduction is None:
+            if self.k.rspace:      # a row-fused map: stores at every point of the row
+                self.fw.nested_loops(list(self.k.rspace), [], lambda inner, _: self.map_body(
+                    list(loops) + list(inner), []))
+                return []
             return self.map_body(loops, vals)
         return self.reduce_body(loops, vals)
+
+    def phase(self, ph, outer) -> str:
+        """One prelude phase's fold over the rspace at this point of the space."""
+        def step(inner, acc):
+            memo: dict = {}
+            v = self.convert(self.expr(ph.value, list(outer) + list(inner), memo),
+                             ph.value.dtype, ph.acc)
+            return [self.combine(ph.op, ph.acc, acc[0], v)]
+        return self.fw.nested_loops(list(self.k.rspace),
+                                    [(llvm_type(ph.acc), self.reduce_init(ph.op, ph.acc))],
+                                    step)[0]
 
     def unflatten(self, flat: str, sizes) -> list:
         """The C-order indices of flat position `flat` of an N-d space (a loop driver that
@@ -460,6 +480,8 @@ class LLVMEmitter:
             return fw.op(f"icmp ne i8 {v}, 0") if e.dtype.kind == "b" else v
         if isinstance(e, IndexValue):
             return self.convert(self.index(e.index, loops, memo), np.dtype(np.int64), e.dtype)
+        if isinstance(e, Folded):
+            return self.convert(self.folded[e.phase], self.k.prelude[e.phase].acc, e.dtype)
         if isinstance(e, Random):
             return self.random(e, loops, memo)
         assert isinstance(e, Compute)

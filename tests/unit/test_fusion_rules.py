@@ -219,3 +219,60 @@ def test_stencil_steps_are_materialised_once_each(fn):
     _, _, plan = fused(fn, u)
     assert len(plan.kernels) == (10 if fn is heat else 20)
     check(fn, u, rtol=1e-5)
+
+
+# ---- row fusion: reductions feeding elementwise work on the same rows --------------------
+def softmax(x):
+    e = np.exp(x - np.max(x, axis=1, keepdims=True))
+    return e / np.sum(e, axis=1, keepdims=True)
+
+
+def row_var(x):
+    return np.sum((x - np.mean(x, axis=1, keepdims=True)) ** 2, axis=1)
+
+
+def test_row_softmax_is_one_kernel_with_two_phases():
+    """max, then sum of exp, then the division: one kernel per row block, the row read from
+    memory once (later phases find it in cache); not a softmax special case: see row_var."""
+    _, _, plan = fused(softmax, f32(64, 256))
+    (k,) = plan.kernels
+    assert [ph.op for ph in k.prelude] == [Op.MAX, Op.SUM] and k.space == (64,)
+    _, _, plan = fused(row_var, f32(64, 256))
+    (k,) = plan.kernels
+    assert [ph.op for ph in k.prelude] == [Op.SUM] and k.reduction.op is Op.SUM
+
+
+def test_long_rows_are_not_row_fused():
+    _, _, plan = fused(softmax, f32(4, 1 << 14))
+    assert not any(k.prelude for k in plan.kernels)
+
+
+def test_row_value_read_at_another_row_is_not_folded():
+    def f(x):
+        m = np.max(x, axis=1, keepdims=True)
+        return x - m[::-1]
+    _, _, plan = fused(f, f32(8, 16))
+    assert not any(k.prelude for k in plan.kernels)
+    check(f, f32(8, 16))
+
+
+@pytest.mark.parametrize("fn", [softmax, row_var,
+                                lambda x: x / np.abs(x).sum(axis=-1, keepdims=True),
+                                lambda x: (x - x.min(axis=(1, 2), keepdims=True)) * 2.0,
+                                lambda x: np.any(x > x.mean(axis=-1, keepdims=True) + 2, axis=-1)],
+                         ids=["softmax", "var", "l1", "min-2-axes", "any"])
+@pytest.mark.parametrize("shape", [(3, 4, 50), (1, 2, 300), (5, 7, 1)])
+def test_row_fused_results_match_numpy(fn, shape):
+    x = f32(*shape) * 3
+    if fn in (softmax, row_var):
+        x = x.reshape(-1, shape[-1])
+    check(fn, x, rtol=2e-6)
+
+
+def test_row_fused_kernels_survive_save_and_load(tmp_path):
+    x = f32(16, 64)
+    f = fl.compile(softmax)
+    f.save(str(tmp_path / "s.fl"), x)
+    for machine_code in (True, False):
+        g = fl.load(str(tmp_path / "s.fl"), machine_code=machine_code)
+        np.testing.assert_allclose(g(x), softmax(x), rtol=1e-5, atol=1e-7)

@@ -71,6 +71,12 @@ def cheap_reuse(x, y):
     return a[1:] - a[:-1]
 
 
+def row_softmax(x):
+    """Max, then the sum of exp, then the division, folded per row in one kernel."""
+    e = np.exp(x - np.max(x, axis=1, keepdims=True))
+    return e / np.sum(e, axis=1, keepdims=True)
+
+
 CASES = {
     "elementwise_chain": (chain, (f32(1024), f32(1024))),
     "row_sum": (rowsum, (f32(4, 8),)),
@@ -83,6 +89,7 @@ CASES = {
     "mlp": (mlp, (f32(4, 8), f32(8, 8), f32(8), f32(8, 8), f32(8), f32(8, 8), f32(8))),
     "stencil_steps": (stencil_steps, (f32(10, 10),)),
     "cheap_reuse": (cheap_reuse, (f32(16), f32(16))),
+    "row_softmax": (row_softmax, (f32(4, 32),)),
 }
 
 
