@@ -20,7 +20,8 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 import fastlaunch as fl
-from ports import DRJIT_PORTS, NUMBA_LOOPS, drjit_namespace, rebind
+from ports import (DRJIT_PORTS, DRJIT_UNSUPPORTED, JAX_PORTS, NUMBA_LOOPS, TORCH_PORTS,
+                   drjit_namespace, rebind, torch_namespace)
 from workloads import Workload, as_list
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -151,7 +152,7 @@ class JaxRunner(Runner):
     def compile(self, workload):
         import jax
         import jax.numpy as jnp
-        return jax.jit(rebind(workload.fn, jnp))
+        return jax.jit(JAX_PORTS.get(workload.name) or rebind(workload.fn, jnp))
 
     def prepare(self, workload, args):
         import jax
@@ -184,6 +185,8 @@ class DrJitRunner(Runner):
         return f"drjit {dr.__version__} (LLVM backend)"
 
     def compile(self, workload):
+        if workload.name in DRJIT_UNSUPPORTED:
+            raise NotApplicable(DRJIT_UNSUPPORTED[workload.name])
         return DRJIT_PORTS.get(workload.name) or rebind(workload.fn, drjit_namespace())
 
     def frozen(self, workload, args):
@@ -214,6 +217,44 @@ class DrJitRunner(Runner):
             dr.sync_thread()
             return out
         return Prepared(run, lambda out: [o.numpy() for o in as_list(out)])
+
+
+class TorchRunner(Runner):
+    """torch.compile (inductor, CPU) of the same code with np -> torch (ports.torch_namespace),
+    or ports.TORCH_PORTS; one compiled function per workload (inductor specialises on shapes,
+    recompiling for each new one)."""
+    name = "torch.compile"
+    description = "torch.compile(backend='inductor'), CPU, same code with np -> torch"
+
+    def unavailable(self):
+        try:
+            import torch
+            f = torch.compile(lambda x: torch.sin(x) + 1, backend="inductor", dynamic=False)
+            if not torch.allclose(f(torch.zeros(8)), torch.ones(8)):
+                return "not available: torch.compile computed a wrong result"
+        except Exception as e:            # noqa: BLE001  (inductor needs a C++ compiler)
+            return f"not available: {type(e).__name__}: {str(e)[:200]}"
+        return None
+
+    def version(self):
+        import torch
+        return f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+
+    def compile(self, workload):
+        import torch
+        fn = TORCH_PORTS.get(workload.name) or rebind(workload.fn, torch_namespace())
+        return torch.compile(fn, backend="inductor", dynamic=False)
+
+    def prepare(self, workload, args):
+        import torch
+        f = self.compiled(workload)
+        targs = [torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args]
+
+        def run():
+            with torch.no_grad():
+                return f(*targs)
+        return Prepared(run, lambda out: [np.asarray(o.numpy() if hasattr(o, "numpy") else o)
+                                          for o in as_list(out)])
 
 
 _DRJIT_PROBE = None
@@ -273,4 +314,4 @@ def all_runners() -> list:
     """Every runner, in table order (unavailable ones included: they report why)."""
     return [NumpyRunner(), FastlaunchRunner(replay=False), FastlaunchRunner(replay=True),
             NumbaRunner(same_code=False), NumbaRunner(same_code=True), JaxRunner(),
-            DrJitRunner(freeze=False), DrJitRunner(freeze=True)]
+            TorchRunner(), DrJitRunner(freeze=False), DrJitRunner(freeze=True)]
