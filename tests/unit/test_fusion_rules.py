@@ -276,3 +276,14 @@ def test_row_fused_kernels_survive_save_and_load(tmp_path):
     for machine_code in (True, False):
         g = fl.load(str(tmp_path / "s.fl"), machine_code=machine_code)
         np.testing.assert_allclose(g(x), softmax(x), rtol=1e-5, atol=1e-7)
+
+
+def test_row_softmax_computes_exp_once_per_element():
+    """The sum phase keeps the row of exp(x - max) on the stack; the division loads it."""
+    from fastlaunch.backends import cpu_schedule
+    from fastlaunch.codegen.llvm_cpu import generate
+    _, _, plan = fused(softmax, f32(64, 256))
+    (k,) = cpu_schedule.schedule(plan).kernels
+    text = generate(k)
+    assert text.count("call float @fastlaunch_expf(") == 1
+    assert "alloca [256 x float]" in text
