@@ -135,6 +135,7 @@ TORCH_PORTS = {"step": step_torch, "kmeans": kmeans_torch}
 # promote the arithmetic (and the outputs) to float64.
 
 F = np.float32
+prange = range      # the loops' parallel loop: numba.prange for the numba-par runner
 
 
 def step_loop(p, m, v, target, lr):
@@ -145,7 +146,7 @@ def step_loop(p, m, v, target, lr):
     v_out = np.empty_like(v)
     loss = np.empty(1, np.float32)     # numba boxes a float32 scalar as a Python float
     acc = 0.0
-    for i in range(n):
+    for i in prange(n):
         x = p[i]
         r = (np.sin(x) + x * x) - target[i]
         acc += r * r
@@ -161,7 +162,7 @@ def step_loop(p, m, v, target, lr):
 
 def chain_loop(x, y):
     out = np.empty_like(x)
-    for i in range(x.size):
+    for i in prange(x.size):
         xi = x[i]
         yi = y[i]
         a = xi * F(1.5) + yi
@@ -175,7 +176,7 @@ def chain_loop(x, y):
 def softmax_loop(x):
     rows, cols = x.shape
     out = np.empty_like(x)
-    for i in range(rows):
+    for i in prange(rows):
         mx = x[i, 0]
         for j in range(1, cols):
             mx = max(mx, x[i, j])
@@ -191,11 +192,11 @@ def softmax_loop(x):
 
 def normalise_loop(x):
     acc = 0.0
-    for i in range(x.size):
+    for i in prange(x.size):
         acc += x[i] * x[i]
     norm = F(math.sqrt(acc))
     out = np.empty_like(x)
-    for i in range(x.size):
+    for i in prange(x.size):
         out[i] = x[i] / norm
     return out
 
@@ -208,7 +209,7 @@ def black_scholes_loop(S, K, T, r, sigma):
     half = F(0.5)
     one = F(1.0)
     out = np.empty_like(S)
-    for i in range(S.size):
+    for i in prange(S.size):
         sqrt_t = np.sqrt(T[i])
         d1 = (np.log(S[i] / K[i]) + (r32 + half * s32 * s32) * T[i]) / (s32 * sqrt_t)
         d2 = d1 - s32 * sqrt_t
@@ -223,7 +224,7 @@ def mlp_layer_loop(x, W, b):
     rows, k = x.shape
     cols = W.shape[1]
     out = np.empty((rows, cols), np.float32)
-    for i in range(rows):
+    for i in prange(rows):
         acc = np.empty(cols, np.float32)
         for j in range(cols):
             acc[j] = b[j]
@@ -261,3 +262,19 @@ def kmeans_loop(x, c):
 NUMBA_LOOPS = {"step": step_loop, "chain": chain_loop, "softmax": softmax_loop,
                "normalise": normalise_loop, "black_scholes": black_scholes_loop,
                "mlp_layer": mlp_layer_loop, "kmeans": kmeans_loop}
+
+
+# Numba with parallel=True: the loops above with their (outermost) loops as prange.  k-means
+# scatters into shared sums from every point: a prange there would race.
+NUMBA_PARALLEL_UNSUPPORTED = {"kmeans": "its scatter-add into shared sums would race in a prange"}
+
+
+def numba_parallel(name: str):
+    """The NUMBA_LOOPS loop of workload `name` with its outer `prange` loop numba's (imports
+    numba)."""
+    import numba
+    fn = NUMBA_LOOPS[name]
+    g = dict(fn.__globals__)
+    g["prange"] = numba.prange
+    return types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
+

@@ -5,7 +5,7 @@
     python bench/run.py --workload step --sizes 16,4096 --runners numpy,replay,jax
     python bench/run.py --workload step,black_scholes,chain,softmax,normalise --sizes 4194304
 
-"replay/best peer" is fastlaunch's time over the fastest peer's (Numba, JAX, torch.compile,
+"replay/best peer" is fastlaunch's time over the fastest peer's (Numba serial and parallel, JAX, torch.compile,
 Dr.Jit with and without freeze) at the same size in the same run: below 1 is ahead.
 
 Each runner's output is checked against NumPy (float32, relative tolerance --rtol of the
@@ -286,7 +286,7 @@ def report(name: str, wl: dict, runner_names: list, copy_bw: float) -> str:
     return "\n".join(out)
 
 
-PEERS = ("numba", "numba-np", "jax", "torch.compile", "drjit", "drjit-freeze")
+PEERS = ("numba", "numba-par", "numba-np", "jax", "torch.compile", "drjit", "drjit-freeze")
 
 
 def best_peer(rs: dict):

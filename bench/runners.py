@@ -20,8 +20,9 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 import fastlaunch as fl
-from ports import (DRJIT_PORTS, DRJIT_UNSUPPORTED, JAX_PORTS, NUMBA_LOOPS, TORCH_PORTS,
-                   drjit_namespace, rebind, torch_namespace)
+from ports import (DRJIT_PORTS, DRJIT_UNSUPPORTED, JAX_PORTS, NUMBA_LOOPS,
+                   NUMBA_PARALLEL_UNSUPPORTED, TORCH_PORTS, drjit_namespace, numba_parallel,
+                   rebind, torch_namespace)
 from workloads import Workload, as_list
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -103,11 +104,14 @@ class NumbaRunner(Runner):
     """`numba.njit` of an explicit float32 loop (ports.NUMBA_LOOPS), or with `same_code` of
     the NumPy function itself."""
 
-    def __init__(self, same_code: bool):
+    def __init__(self, same_code: bool, parallel: bool = False):
         super().__init__()
         self.same_code = same_code
-        self.name = "numba-np" if same_code else "numba"
+        self.parallel = parallel
+        self.name = "numba-np" if same_code else ("numba-par" if parallel else "numba")
         self.description = ("numba.njit(the NumPy code)" if same_code else
+                            "numba.njit(parallel=True) of the explicit loop, range -> prange"
+                            if parallel else
                             "numba.njit(explicit float32 loop, ports.py), single thread")
 
     def unavailable(self):
@@ -128,6 +132,10 @@ class NumbaRunner(Runner):
             return numba.njit(workload.fn)
         if workload.name not in NUMBA_LOOPS:
             raise NotApplicable("no explicit-loop port")
+        if self.parallel:
+            if workload.name in NUMBA_PARALLEL_UNSUPPORTED:
+                raise NotApplicable(NUMBA_PARALLEL_UNSUPPORTED[workload.name])
+            return numba.njit(parallel=True)(numba_parallel(workload.name))
         return numba.njit(NUMBA_LOOPS[workload.name])
 
 
@@ -313,5 +321,6 @@ def _drjit_probe_child():
 def all_runners() -> list:
     """Every runner, in table order (unavailable ones included: they report why)."""
     return [NumpyRunner(), FastlaunchRunner(replay=False), FastlaunchRunner(replay=True),
-            NumbaRunner(same_code=False), NumbaRunner(same_code=True), JaxRunner(),
+            NumbaRunner(same_code=False), NumbaRunner(same_code=False, parallel=True),
+            NumbaRunner(same_code=True), JaxRunner(),
             TorchRunner(), DrJitRunner(freeze=False), DrJitRunner(freeze=True)]
