@@ -287,3 +287,34 @@ def test_row_softmax_computes_exp_once_per_element():
     text = generate(k)
     assert text.count("call float @fastlaunch_expf(") == 1
     assert "alloca [256 x float]" in text
+
+
+def test_saved_prelude_is_checked():
+    """A kernel description whose phase reads its own or a later phase is refused, never
+    handed to the code generator."""
+    import copy
+    from fastlaunch.kernel_json import KernelFormatError, kernel_from_json, kernel_to_json
+    _, _, plan = fused(softmax, f32(8, 16))
+    (k,) = plan.kernels
+    j = kernel_to_json(k)
+    assert kernel_from_json(copy.deepcopy(j)).describe() == k.describe()
+    bad = copy.deepcopy(j)
+    bad["prelude"][0], bad["prelude"][1] = bad["prelude"][1], bad["prelude"][0]
+    with pytest.raises(KernelFormatError, match="phase"):
+        kernel_from_json(bad)
+    bad = copy.deepcopy(j)
+    bad["prelude"][0][0] = "argmax"
+    with pytest.raises(KernelFormatError, match="prelude"):
+        kernel_from_json(bad)
+    bad = copy.deepcopy(j)
+    bad["prelude"] = bad["prelude"][:1]
+    with pytest.raises(KernelFormatError, match="phase"):
+        kernel_from_json(bad)
+
+
+def test_cost_model_holds_for_the_cuda_backend():
+    """The decision is the fused plan's, so a GPU's compiled contractions get it too."""
+    low = fl.compile(mlp, backend="cuda").lower(*mlp_args(8, 32))
+    for k in low.plan.kernels:
+        tanhs = [e for e in walk(k._roots()) if isinstance(e, Compute) and e.op is Op.TANH]
+        assert not (tanhs and k.reduction is not None)
