@@ -3,6 +3,10 @@
     python bench/run.py                      # full run (~5 minutes on 2 cores)
     python bench/run.py --quick              # fewer sizes, short batches (< 1 minute)
     python bench/run.py --workload step --sizes 16,4096 --runners numpy,replay,jax
+    python bench/run.py --workload step,black_scholes,chain,softmax,normalise --sizes 4194304
+
+"replay/best peer" is fastlaunch's time over the fastest peer's (Numba serial and parallel, JAX, torch.compile,
+Dr.Jit with and without freeze) at the same size in the same run: below 1 is ahead.
 
 Each runner's output is checked against NumPy (float32, relative tolerance --rtol of the
 largest magnitude) before it is timed; a runner that fails is reported FAILED, one that does
@@ -238,15 +242,17 @@ def report(name: str, wl: dict, runner_names: list, copy_bw: float) -> str:
             ", ".join(f"{k} at n={n}" for n, k in launches)))
     headers = ["n"] + runner_names + ["empty call"]
     if has_replay:
-        headers += ["numpy/replay", "replay/empty"]
+        headers += ["numpy/replay", "replay/empty", "best peer", "replay/best peer"]
     rows = []
     for e in entries:
         rs = e["runners"]
         row = [e["n"]] + [_cell(rs[r]) for r in runner_names] + [fmt_time(e["floor_seconds"])]
         if has_replay:
             rep = rs["replay"].get("seconds")
+            best = best_peer(rs)
             row += [_ratio(rs.get("numpy", {}).get("seconds"), rep),
-                    _ratio(rep, e["floor_seconds"])]
+                    _ratio(rep, e["floor_seconds"]),
+                    best or "-", f"{rep / rs[best]['seconds']:.2f}x" if best and rep else "-"]
         rows.append(row)
     out.append(format_table(headers, rows))
     # why runners failed / did not apply (grouped over sizes)
@@ -278,6 +284,15 @@ def report(name: str, wl: dict, runner_names: list, copy_bw: float) -> str:
         out.append("")
         out += _summary(entries)
     return "\n".join(out)
+
+
+PEERS = ("numba", "numba-par", "numba-np", "jax", "torch.compile", "drjit", "drjit-freeze")
+
+
+def best_peer(rs: dict):
+    """The fastest peer (not NumPy, not fastlaunch) timed in this run at one size, or None."""
+    timed = [(rs[r]["seconds"], r) for r in PEERS if rs.get(r, {}).get("seconds")]
+    return min(timed)[1] if timed else None
 
 
 def _summary(entries: list) -> list:

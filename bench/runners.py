@@ -20,7 +20,9 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 import fastlaunch as fl
-from ports import DRJIT_PORTS, NUMBA_LOOPS, drjit_namespace, rebind
+from ports import (DRJIT_PORTS, DRJIT_UNSUPPORTED, JAX_PORTS, NUMBA_LOOPS,
+                   NUMBA_PARALLEL_UNSUPPORTED, TORCH_PORTS, drjit_namespace, numba_parallel,
+                   rebind, torch_namespace)
 from workloads import Workload, as_list
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -102,11 +104,14 @@ class NumbaRunner(Runner):
     """`numba.njit` of an explicit float32 loop (ports.NUMBA_LOOPS), or with `same_code` of
     the NumPy function itself."""
 
-    def __init__(self, same_code: bool):
+    def __init__(self, same_code: bool, parallel: bool = False):
         super().__init__()
         self.same_code = same_code
-        self.name = "numba-np" if same_code else "numba"
+        self.parallel = parallel
+        self.name = "numba-np" if same_code else ("numba-par" if parallel else "numba")
         self.description = ("numba.njit(the NumPy code)" if same_code else
+                            "numba.njit(parallel=True) of the explicit loop, range -> prange"
+                            if parallel else
                             "numba.njit(explicit float32 loop, ports.py), single thread")
 
     def unavailable(self):
@@ -127,6 +132,10 @@ class NumbaRunner(Runner):
             return numba.njit(workload.fn)
         if workload.name not in NUMBA_LOOPS:
             raise NotApplicable("no explicit-loop port")
+        if self.parallel:
+            if workload.name in NUMBA_PARALLEL_UNSUPPORTED:
+                raise NotApplicable(NUMBA_PARALLEL_UNSUPPORTED[workload.name])
+            return numba.njit(parallel=True)(numba_parallel(workload.name))
         return numba.njit(NUMBA_LOOPS[workload.name])
 
 
@@ -151,7 +160,7 @@ class JaxRunner(Runner):
     def compile(self, workload):
         import jax
         import jax.numpy as jnp
-        return jax.jit(rebind(workload.fn, jnp))
+        return jax.jit(JAX_PORTS.get(workload.name) or rebind(workload.fn, jnp))
 
     def prepare(self, workload, args):
         import jax
@@ -184,6 +193,8 @@ class DrJitRunner(Runner):
         return f"drjit {dr.__version__} (LLVM backend)"
 
     def compile(self, workload):
+        if workload.name in DRJIT_UNSUPPORTED:
+            raise NotApplicable(DRJIT_UNSUPPORTED[workload.name])
         return DRJIT_PORTS.get(workload.name) or rebind(workload.fn, drjit_namespace())
 
     def frozen(self, workload, args):
@@ -214,6 +225,44 @@ class DrJitRunner(Runner):
             dr.sync_thread()
             return out
         return Prepared(run, lambda out: [o.numpy() for o in as_list(out)])
+
+
+class TorchRunner(Runner):
+    """torch.compile (inductor, CPU) of the same code with np -> torch (ports.torch_namespace),
+    or ports.TORCH_PORTS; one compiled function per workload (inductor specialises on shapes,
+    recompiling for each new one)."""
+    name = "torch.compile"
+    description = "torch.compile(backend='inductor'), CPU, same code with np -> torch"
+
+    def unavailable(self):
+        try:
+            import torch
+            f = torch.compile(lambda x: torch.sin(x) + 1, backend="inductor", dynamic=False)
+            if not torch.allclose(f(torch.zeros(8)), torch.ones(8)):
+                return "not available: torch.compile computed a wrong result"
+        except Exception as e:            # noqa: BLE001  (inductor needs a C++ compiler)
+            return f"not available: {type(e).__name__}: {str(e)[:200]}"
+        return None
+
+    def version(self):
+        import torch
+        return f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+
+    def compile(self, workload):
+        import torch
+        fn = TORCH_PORTS.get(workload.name) or rebind(workload.fn, torch_namespace())
+        return torch.compile(fn, backend="inductor", dynamic=False)
+
+    def prepare(self, workload, args):
+        import torch
+        f = self.compiled(workload)
+        targs = [torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args]
+
+        def run():
+            with torch.no_grad():
+                return f(*targs)
+        return Prepared(run, lambda out: [np.asarray(o.numpy() if hasattr(o, "numpy") else o)
+                                          for o in as_list(out)])
 
 
 _DRJIT_PROBE = None
@@ -272,5 +321,6 @@ def _drjit_probe_child():
 def all_runners() -> list:
     """Every runner, in table order (unavailable ones included: they report why)."""
     return [NumpyRunner(), FastlaunchRunner(replay=False), FastlaunchRunner(replay=True),
-            NumbaRunner(same_code=False), NumbaRunner(same_code=True), JaxRunner(),
-            DrJitRunner(freeze=False), DrJitRunner(freeze=True)]
+            NumbaRunner(same_code=False), NumbaRunner(same_code=False, parallel=True),
+            NumbaRunner(same_code=True), JaxRunner(),
+            TorchRunner(), DrJitRunner(freeze=False), DrJitRunner(freeze=True)]

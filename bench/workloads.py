@@ -45,13 +45,35 @@ def normalise(x):
 def black_scholes(S, K, T, r, sigma):
     """European call price; the normal CDF is the erf-free tanh approximation
     0.5 * (1 + tanh(sqrt(2/pi) * (d + 0.044715 d^3))) (abs. error < 1.8e-4; the same code for
-    every runner)."""
+    every runner); an option at or past expiry (T <= 0) is worth its intrinsic value."""
     def cdf(d):
         return 0.5 * (1.0 + np.tanh(0.7978845608 * (d + 0.044715 * d * d * d)))
     sqrt_t = np.sqrt(T)
     d1 = (np.log(S / K) + (r + 0.5 * sigma * sigma) * T) / (sigma * sqrt_t)
     d2 = d1 - sigma * sqrt_t
-    return S * cdf(d1) - K * np.exp(-r * T) * cdf(d2)
+    price = S * cdf(d1) - K * np.exp(-r * T) * cdf(d2)
+    return np.where(T > 0.0, price, np.maximum(S - K, 0.0))
+
+
+FEATURES = 128       # MLP layer width
+CLUSTERS = 16        # k-means clusters
+
+
+def mlp_layer(x, W, b):
+    """One dense layer: tanh(x @ W + b), x of (n / FEATURES, FEATURES), W square."""
+    return np.tanh(x @ W + b)
+
+
+def kmeans_assign(x, c):
+    """One k-means step over 2-D points x (n/2, 2): assign each point to its nearest centre,
+    then the new centres are the means of their points (np.add.at; empty clusters stay 0)."""
+    d = ((x[:, None, :] - c[None, :, :]) ** 2).sum(axis=2)
+    a = np.argmin(d, axis=1)
+    sums = np.zeros(c.shape, x.dtype)
+    np.add.at(sums, a, x)
+    counts = np.zeros(c.shape[0], x.dtype)
+    np.add.at(counts, a, 1.0)
+    return sums / np.maximum(counts, 1.0)[:, None]
 
 
 def _step_args(n, rng):
@@ -81,6 +103,19 @@ def _black_scholes_args(n, rng):
             rng.uniform(0.25, 2.0, n).astype(DTYPE), 0.02, 0.3)
 
 
+def _mlp_args(n, rng):
+    rows = max(1, n // FEATURES)
+    return (rng.standard_normal((rows, FEATURES)).astype(DTYPE),
+            (rng.standard_normal((FEATURES, FEATURES)) / np.sqrt(FEATURES)).astype(DTYPE),
+            rng.standard_normal(FEATURES).astype(DTYPE))
+
+
+def _kmeans_args(n, rng):
+    points = max(CLUSTERS, n // 2)
+    return (rng.standard_normal((points, 2)).astype(DTYPE),
+            rng.standard_normal((CLUSTERS, 2)).astype(DTYPE))
+
+
 @dataclass(frozen=True)
 class Workload:
     name: str
@@ -99,7 +134,13 @@ WORKLOADS = {w.name: w for w in [
     Workload("softmax", softmax, _softmax_args, f"row softmax, rows of {ROW}"),
     Workload("normalise", normalise, _normalise_args, "x / np.sqrt(np.sum(x*x))"),
     Workload("black_scholes", black_scholes, _black_scholes_args,
-             "Black-Scholes call price (S, K, T arrays; r, sigma Python floats)"),
+             "Black-Scholes call price (S, K, T arrays; r, sigma Python floats; exp, log, "
+             "sqrt, tanh, where)"),
+    Workload("mlp_layer", mlp_layer, _mlp_args,
+             f"tanh(x @ W + b), x of (n/{FEATURES}, {FEATURES}), W {FEATURES}x{FEATURES}"),
+    Workload("kmeans", kmeans_assign, _kmeans_args,
+             f"k-means step: nearest of {CLUSTERS} centres for n/2 2-D points, new centres "
+             "with np.add.at"),
 ]}
 
 

@@ -16,9 +16,9 @@ import numpy as np
 
 from .ir import Graph, Kind, Node, Op
 from .leaves import contiguous_strides
-from .kernel import (Compute, Const, DivMod, Index, IndexValue, Kernel, KernelArg, Load, Pick, Random,
-                     Reduction, Scalar, Store, address, coalesce, idents, index_picks,
-                     set_extents, simplify)
+from .kernel import (RANDOM_COST, TRANSCENDENTAL, TRANSCENDENTAL_COST, Compute, Const, DivMod,
+                     Folded, Index, IndexValue, Phase, accumulator_dtype, Kernel, KernelArg, Load, Pick, Random, Reduction, Scalar,
+                     Store, address, coalesce, idents, index_picks, set_extents, simplify)
 
 # LLVM's optimiser takes time quadratic in the size of a loop body (measured here: 0.15 s at
 # 1000 operations, 2.4 s at 4000), so a fused expression growing past this many operations
@@ -29,6 +29,11 @@ MAX_KERNEL_OPS = 1000
 # materialised once instead (x = x - x.mean() repeated would otherwise recompute the whole
 # chain inside every reduction: quadratic work).  Below it, recomputing beats a memory pass.
 RECOMPUTE_OPS = 64
+
+# Row fusion (`_Fuser.row_fused`) folds reductions of rows up to this many bytes in a kernel's
+# prelude: each phase re-reads the row, which then comes from the L1 cache.
+ROW_CACHE_BYTES = 16384
+_ROW_OPS = (Op.SUM, Op.PROD, Op.MAX, Op.MIN, Op.ANY, Op.ALL)
 
 _UPDATES = (Kind.UPDATE, Kind.SCATTER)
 _SCALAR_ROLES = ("param", "rng")      # buffers passed to kernels by value
@@ -81,6 +86,7 @@ class _Fuser:
         self.buffer_of: dict[int, Buffer] = {}   # node index -> buffer holding its value
         self._status: Buffer | None = None
         self.cuts = _size_cuts(graph)             # node indices materialised to bound kernels
+        self.cuts |= recompute_cuts(graph, self.cuts)   # ... and where recomputing costs more
         self._materializing: set = set()
 
     def must_materialize(self, n: Node) -> bool:
@@ -127,33 +133,139 @@ class _Fuser:
     # ---- driver ----------------------------------------------------------------------------
     def run(self) -> Plan:
         g = self.graph
-        stores: list = []          # (buffer, node) elementwise stores of results
+        # results stored elementwise, by iteration shape: a reduction over the same shape may
+        # take a whole group into its own loop nest (sibling fusion, `sibling_group`)
+        self._pending: dict = {}
         for i, node in enumerate(g.outputs):
-            buf = self.new_buffer("output", node.dtype, node.shape, i)
-            self.plan.outputs.append(buf.id)
-            if node.size and (_needs_buffer(node) or node.index in self.cuts) and node.index not in self.buffer_of:
-                self.materialize(node, into=buf)
-            else:
-                stores.append((buf, node))
-        self.emit_store_groups([(b, b.strides, n) for b, n in stores if n.size])
+            if node.size and not (_needs_buffer(node) or node.index in self.cuts):
+                self._pending.setdefault(node.shape, []).append(i)
+        self._out_bufs: dict = {}
+        late: list = []            # results already materialised by the time they are reached
+        for i, node in enumerate(g.outputs):
+            buf = self.output_buffer(i)
+            if node.size and (_needs_buffer(node) or node.index in self.cuts):
+                if node.index not in self.buffer_of:
+                    self.materialize(node, into=buf)
+                else:
+                    late.append(i)
+        # what the groups read first: a reduction among it may take in another group
+        for shape in list(self._pending):
+            group = self._pending.get(shape)
+            if group:
+                roots = [g.outputs[i] for i in group]
+                self.materialize_cone(roots, self.row_reductions(roots, shape)[1])
+        pending = [i for group in self._pending.values() for i in group] + late
+        self._pending = {}
+        self.emit_store_groups([(self._out_bufs[i], self._out_bufs[i].strides, g.outputs[i])
+                                for i in sorted(pending) if g.outputs[i].size], rows=True)
         self.emit_writebacks()
         self.plan.kernels = [k for k in self.plan.kernels if k.size > 0]
         return self.plan
 
+    def output_buffer(self, i: int) -> Buffer:
+        buf = self._out_bufs.get(i)
+        if buf is None:
+            node = self.graph.outputs[i]
+            buf = self._out_bufs[i] = self.new_buffer("output", node.dtype, node.shape, i)
+            self.plan.outputs.append(buf.id)
+        return buf
+
+    def sibling_group(self, node: Node) -> list:
+        """Results that a reduction `node` can store from inside its own loop nest: a pending
+        group of elementwise results over the shape the reduction folds, which reads an input
+        the reduction reads too and does not depend on it.  Fused, each input is read once and
+        each shared subexpression computed once (the optimisation step's loss and update).
+        Only reductions over the trailing axes, so both walk memory in the same order."""
+        src = node.inputs[0]
+        axes = tuple(sorted(node.attrs["axes"]))
+        group = getattr(self, "_pending", {}).get(src.shape)
+        if not group or axes != tuple(range(src.ndim - len(axes), src.ndim)):
+            return []
+        values = [self.graph.outputs[i] for i in group]
+        if _reaches(values, node) or not (self._reads(values) & self._reads([src])):
+            return []
+        del self._pending[src.shape]
+        return group
+
+    def _reads(self, roots) -> set:
+        """The buffers (leaves, materialised values) the fused expressions of roots load."""
+        out, seen, stack = set(), set(), list(roots)
+        while stack:
+            n = stack.pop()
+            if n.index in seen:
+                continue
+            seen.add(n.index)
+            if n.op.kind is Kind.LEAF or n.index in self.buffer_of or self.must_materialize(n):
+                if n.op not in (Op.LITERAL, Op.PARAM, Op.RNG_KEY):
+                    out.add(n.index)
+                continue
+            stack.extend(n.inputs)
+        return out
+
     def add_kernel(self, kb: "_KernelBuilder"):
         self.plan.kernels.append(kb.finish())
 
-    def emit_store_groups(self, stores):
-        """One kernel per iteration shape for full-array stores (buffer, strides, node)."""
+    def emit_store_groups(self, stores, rows=False):
+        """One kernel per iteration shape for full-array stores (buffer, strides, node).
+        rows: results may fold the row reductions they read per row (`row_fused`)."""
         by_shape: dict = {}
         for buf, strides, node in stores:
             by_shape.setdefault(node.shape, []).append((buf, strides, node))
         for shape, group in by_shape.items():
-            kb = _KernelBuilder(self, shape, (), "map")
             ident = idents(len(shape))
-            for buf, strides, node in group:
-                kb.store(buf, address(strides, ident), kb.build(node, ident))
-            self.add_kernel(kb)
+
+            def body(kb):
+                for buf, strides, node in group:
+                    kb.store(buf, address(strides, ident), kb.build(node, ident))
+            if not (rows and self.row_fused(shape, [n for _, _, n in group], "map", body)):
+                kb = _KernelBuilder(self, shape, (), "map")
+                body(kb)
+                self.add_kernel(kb)
+
+    # ---- row fusion --------------------------------------------------------------------
+    def row_reductions(self, roots, shape) -> tuple:
+        """(kept dims, reductions): the reductions over the trailing axes of `shape` that the
+        expressions of roots read (through elementwise ops and views), whose rows are short
+        enough to stay in cache between passes.  A kernel over `shape` can then fold them per
+        row in a prelude (row softmax: max, then sum of exp, then the division: one kernel,
+        the row read from memory once) instead of materialising each in a pass of its own."""
+        found, seen, stack = [], set(), list(roots)
+        while stack:
+            n = stack.pop()
+            if n.index in seen or n.index in self.buffer_of or n.op.kind is Kind.LEAF:
+                continue
+            seen.add(n.index)
+            if n.op.kind is Kind.REDUCE:
+                src, axes = n.inputs[0], tuple(sorted(n.attrs["axes"]))
+                rsize = int(np.prod([src.shape[d] for d in axes], dtype=np.int64))
+                if (src.shape == tuple(shape) and n.op in _ROW_OPS and axes
+                        and axes == tuple(range(src.ndim - len(axes), src.ndim))
+                        and rsize * src.dtype.itemsize <= ROW_CACHE_BYTES):
+                    found.append(n)
+                    stack.extend(n.inputs)
+                continue
+            if self.must_materialize(n):
+                continue
+            stack.extend(n.inputs)
+        if not found:
+            return 0, set()
+        nkept = found[0].ndim
+        return nkept, {n.index for n in found if n.ndim == nkept}
+
+    def row_fused(self, shape, roots, label, body) -> bool:
+        """Build a kernel over `shape` (rows x row) whose row reductions are prelude phases;
+        body(kb) adds its stores (and reduction).  False (nothing added) when there are none
+        or one is read other than at its own row."""
+        nkept, inline = self.row_reductions(roots, shape)
+        if not inline:
+            return False
+        kb = _KernelBuilder(self, shape[:nkept], shape[nkept:], label + "+rows", inline)
+        try:
+            body(kb)
+        except _NotRowLocal:
+            return False
+        self.add_kernel(kb)
+        return True
 
     # ---- materialisation -------------------------------------------------------------------
     def materialize(self, node: Node, into: Buffer | None = None) -> Buffer:
@@ -184,7 +296,7 @@ class _Fuser:
             # an elementwise value or view that must sit in memory (e.g. a computed gather source)
             self.emit_store_groups([(buf, buf.strides, node)])
 
-    def materialize_cone(self, roots):
+    def materialize_cone(self, roots, inline=frozenset()):
         """Materialise, in creation (topological) order, every value below `roots` that a
         kernel reading them must load from memory: reductions, scans, update chains and
         computed gather sources.  Expressions are then built without recursing into other
@@ -208,7 +320,7 @@ class _Fuser:
                     base = base.inputs[0]
                 stack.append(base)
                 continue
-            if self.must_materialize(n):
+            if self.must_materialize(n) and n.index not in inline:
                 need.setdefault(n.index, (n, False))
             elif n.op is Op.GATHER:
                 need.setdefault(n.inputs[0].index, (n.inputs[0], True))
@@ -230,9 +342,21 @@ class _Fuser:
         for loop_dim, d in enumerate(kept + list(axes)):
             imap[d] = Index.loop(loop_dim)
         imap = tuple(imap)
-        kb = _KernelBuilder(self, space, rspace, node.op.value)
-        value = kb.build(src, imap)
-        kb.reduce(node.op, value, out, address(out.strides, idents(len(space))))
+        siblings = self.sibling_group(node)
+        label = node.op.value + ("+map" if siblings else "")
+
+        def body(kb):
+            value = kb.build(src, imap)
+            for i in siblings:
+                buf = self.output_buffer(i)
+                kb.store(buf, address(buf.strides, imap), kb.build(self.graph.outputs[i], imap))
+            kb.reduce(node.op, value, out, address(out.strides, idents(len(space))))
+        trailing = kept == list(range(len(kept)))
+        if trailing and node.op in _ROW_OPS and len(space) == self.row_reductions(
+                [src], src.shape)[0] and self.row_fused(src.shape, [src], label, body):
+            return
+        kb = _KernelBuilder(self, space, rspace, label)
+        body(kb)
         self.add_kernel(kb)
 
     def emit_scan(self, node: Node, out: Buffer):
@@ -254,15 +378,28 @@ class _Fuser:
     def emit_update_chain(self, node: Node, out: Buffer):
         """Materialise a chain of region updates and scatters into `out`: the bottom value
         first (unless the updates cover it all), then each update in order."""
+        top = node
+        chain = self._update_chain(top)
+        # an update may read an earlier state of its own chain (a Jacobi step reads the state
+        # it copies): materialise what the updates read first, so that the chain starts from
+        # that state's buffer instead of recomputing it
+        self.materialize_cone([x for u in chain for x in u.inputs[1:]])
+        chain = self._update_chain(top)
+        node = chain[0].inputs[0]
+        if not _covers(chain, node.shape):
+            self.emit_store_groups([(out, out.strides, node)])
+        for update in chain:
+            self.emit_update(update, out)
+
+    def _update_chain(self, node: Node) -> list:
+        """The updates from `node` down to the first value that is not one (or is in memory),
+        oldest first."""
         chain = []
         while node.op.kind in _UPDATES and node.index not in self.buffer_of:
             chain.append(node)
             node = node.inputs[0]
         chain.reverse()
-        if not _covers(chain, node.shape):
-            self.emit_store_groups([(out, out.strides, node)])
-        for update in chain:
-            self.emit_update(update, out)
+        return chain
 
     def emit_update(self, update: Node, dest: Buffer, check_only: bool = False):
         """Write one SETSLICE or SCATTER's new elements into dest (addressed by its strides).
@@ -357,6 +494,83 @@ class _Fuser:
         return False
 
 
+# ---- the recomputation cost model ---------------------------------------------------------
+# An inlined value is recomputed wherever a kernel reads it: once per element for a map, but
+# N times per element when a contraction broadcasts it along N outputs (the previous layer's
+# tanh inside the next matrix product's loop) and once per access for a stencil (five shifted
+# slices of the previous step).  Materialising it costs one store and one load per element.
+# So a value is materialised when (reads per element - 1) * its cost > MATERIALISE_COST,
+# in the units of kernel.cost_per_iteration (an add or a load 1, a math-library call
+# TRANSCENDENTAL_COST).  Reads per element come from the users' indexing: through a view, the
+# view's size over the value's (a broadcast multiplies, a slice counts once per slice);
+# through an elementwise user, that user's own reads (users of one index share one value in
+# a kernel); a materialised user (reduction, scan, update, result, cut) reads each element once.
+MATERIALISE_COST = 4
+_SLOW_OPS = {Op.DIV: 4, Op.SQRT: 4}
+
+
+def op_cost(node: Node) -> int:
+    """Estimated cost of computing one element of `node` from its operands."""
+    if node.op is Op.RANDOM:
+        return RANDOM_COST
+    if node.op in TRANSCENDENTAL:
+        return TRANSCENDENTAL_COST
+    return _SLOW_OPS.get(node.op, 1)
+
+
+def recompute_cuts(graph: Graph, cuts: set) -> set:
+    """Values (beyond `cuts`) that the cost model above materialises.  Costs are computed
+    operands first, restarting at values in memory; reads per element users first, deciding
+    each value once every user's reads are known."""
+    cost: dict = {}
+    for n in graph.nodes:
+        if n.op in (Op.ARG, Op.CONST):
+            cost[n.index] = 1                             # a load
+        elif n.op.kind is Kind.LEAF or n.op is Op.IOTA:
+            cost[n.index] = 0
+        elif _needs_buffer(n) or n.index in cuts:
+            cost[n.index] = 1                             # read back from its buffer
+        elif n.op.kind is Kind.VIEW:
+            cost[n.index] = cost[n.inputs[0].index]
+        else:
+            cost[n.index] = op_cost(n) + sum(cost[i.index] for i in set(n.inputs))
+    outputs = {n.index for n in graph.outputs} | {n.index for _, n in graph.writebacks}
+    same_index: dict = {}      # node -> reads per element through elementwise users (max)
+    through_views: dict = {}   # node -> reads per element through views (summed)
+    chosen = set()
+    for n in reversed(graph.nodes):
+        materialised = _needs_buffer(n) or n.index in cuts or n.op.kind is Kind.LEAF
+        reads = max(same_index.get(n.index, 0.0), 1.0 if n.index in outputs else 0.0) \
+            + through_views.get(n.index, 0.0)
+        if (not materialised and n.op.kind is Kind.ELEMENTWISE and n.size > 1
+                and (reads - 1) * cost[n.index] > MATERIALISE_COST):
+            chosen.add(n.index)
+            materialised = True
+        if materialised:
+            reads = 1.0
+        for i in set(n.inputs):
+            if n.op.kind is Kind.VIEW or n.op is Op.GATHER:
+                ratio = n.size / i.size if i.size else 0.0
+                if n.op is Op.BROADCAST and _trailing_broadcast(i.shape, n.shape):
+                    ratio = 1.0    # constant along the innermost loops: hoisted out of them
+                through_views[i.index] = through_views.get(i.index, 0.0) + reads * ratio
+            elif i.ndim == 0 and n.ndim:
+                same_index[i.index] = max(same_index.get(i.index, 0.0), 1.0)   # hoisted
+            else:
+                same_index[i.index] = max(same_index.get(i.index, 0.0), reads)
+    return chosen
+
+
+def _trailing_broadcast(src_shape, shape) -> bool:
+    """Whether a broadcast only repeats values along trailing dims (a row's value along the
+    row), which the kernels' innermost loops walk."""
+    lead = len(shape) - len(src_shape)
+    expanded = [d < lead or (src_shape[d - lead] == 1 and shape[d] != 1)
+                for d in range(len(shape))]
+    first = next((d for d, e in enumerate(expanded) if e), len(shape))
+    return all(expanded[d] or shape[d] == 1 for d in range(first, len(shape)))
+
+
 def _size_cuts(graph: Graph) -> set:
     """Nodes where fused expressions are cut to keep kernels under MAX_KERNEL_OPS, and shared
     values too big to recompute per user (RECOMPUTE_OPS).  The size of a node's inlined
@@ -379,6 +593,20 @@ def _size_cuts(graph: Graph) -> set:
             total = 0
         size[n.index] = total
     return cuts
+
+
+def _reaches(roots, target: Node) -> bool:
+    """Whether `target` is among the values roots are computed from."""
+    seen, stack = set(), list(roots)
+    while stack:
+        n = stack.pop()
+        if n.index == target.index:
+            return True
+        if n.index in seen or n.index < target.index:   # nodes are created operands first
+            continue
+        seen.add(n.index)
+        stack.extend(n.inputs)
+    return False
 
 
 def _needs_buffer(node: Node) -> bool:
@@ -406,9 +634,10 @@ def _covers(chain: list, shape) -> bool:
 class _KernelBuilder:
     """Builds one kernel: arguments, the expression DAG and stores."""
 
-    def __init__(self, fuser: _Fuser, space, rspace, label):
+    def __init__(self, fuser: _Fuser, space, rspace, label, inline_rows=frozenset()):
         self.fuser = fuser
         self.kernel = Kernel(tuple(space), tuple(rspace), label=label)
+        self.inline_rows = inline_rows        # row reductions folded as prelude phases
         self.arg_of: dict[int, int] = {}      # buffer id -> argument index
         self.arg_buffers: list[int] = []
         self.memo: dict = {}
@@ -464,7 +693,7 @@ class _KernelBuilder:
         e = self.memo.get(key)
         if e is not None:
             return e
-        self.fuser.materialize_cone([node])
+        self.fuser.materialize_cone([node], self.inline_rows)
         stack = [(node, imap)]
         while stack:
             n, m = stack[-1]
@@ -482,6 +711,8 @@ class _KernelBuilder:
     def _deps(self, node: Node, imap: tuple) -> list:
         """(node, imap) pairs whose expressions `_build(node, imap)` reads from the memo."""
         buf = self.fuser.buffer_of.get(node.index)
+        if node.index in self.inline_rows and buf is None:
+            return [(node.inputs[0], self._row_map(node, imap))]
         if (buf is not None and buf.role not in _SCALAR_ROLES) or node.op.kind is Kind.LEAF \
                 or node.op is Op.IOTA or self.fuser.must_materialize(node):
             return []
@@ -504,6 +735,11 @@ class _KernelBuilder:
         if buf is not None and buf.role not in _SCALAR_ROLES:
             return self.load(buf, address(buf.strides, imap))
         op = node.op
+        if node.index in self.inline_rows:
+            value = memo[(node.inputs[0].index, self._row_map(node, imap))]
+            k = self.kernel
+            k.prelude.append(Phase(op, value, accumulator_dtype(op, value.dtype)))
+            return self._intern(Folded(len(k.prelude) - 1, node.dtype))
         if op is Op.LITERAL:
             return self._intern(Const(node.attrs["value"], node.dtype))
         if op in (Op.PARAM, Op.RNG_KEY):
@@ -536,6 +772,13 @@ class _KernelBuilder:
         buf = self.fuser.materialize(node)
         return self.load(buf, address(buf.strides, imap))
 
+    def _row_map(self, node: Node, imap: tuple) -> tuple:
+        """The index of a row reduction's source: its row must be the kernel's current one."""
+        nkept = node.ndim
+        if tuple(imap) != idents(nkept) or len(self.kernel.space) != nkept:
+            raise _NotRowLocal(node)
+        return idents(nkept + len(self.kernel.rspace))
+
     def _gather_map(self, node: Node, imap: tuple) -> tuple:
         """The index into a gather's source: the data-dependent picks at the gathered axes
         (their index expressions are in the memo)."""
@@ -554,6 +797,10 @@ class _KernelBuilder:
         k = coalesce(self.kernel)
         set_extents(k)
         return k
+
+
+class _NotRowLocal(Exception):
+    """A row reduction read at another row than the kernel's (row fusion does not apply)."""
 
 
 def _view_input_map(node: Node, imap: tuple) -> tuple:

@@ -15,7 +15,7 @@ import numpy as np
 from .ir import Op, dtype_short
 
 __all__ = ["KernelError", "accumulator_dtype", "Loop", "DivMod", "Pick", "Index", "Load", "Scalar", "Const",
-           "IndexValue", "Random", "Compute", "Store", "Reduction", "KernelArg", "Kernel", "walk",
+           "IndexValue", "Random", "Compute", "Folded", "Phase", "Store", "Reduction", "KernelArg", "Kernel", "walk",
            "index_picks"]
 
 
@@ -227,6 +227,24 @@ class Compute:
 
 
 @dataclass(frozen=True)
+class Folded:
+    """The result of prelude phase `phase` at the current point of the space (a row's max
+    in a row softmax), converted to `dtype`."""
+    phase: int
+    dtype: np.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class Phase:
+    """A reduction over the whole rspace folded, per point of the space, before the kernel's
+    body (fuse's row fusion: the row stays in cache between phases).  Later phases and the body
+    read its result as Folded(i)."""
+    op: Op
+    value: object
+    acc: np.dtype
+
+
+@dataclass(frozen=True)
 class Store:
     """arg[index] = value.  With `mode` add/max/min the value combines with the old one
     (scatter-accumulate, where Pick indices may repeat: duplicates combine in loop order)."""
@@ -275,6 +293,7 @@ class Kernel:
     label: str = ""                  # short human description, e.g. "sum" or "map"
     status: int | None = None        # argument index of the error flag, for checked gathers
     checks: list = field(default_factory=list)   # indices evaluated only to validate picks
+    prelude: list = field(default_factory=list)  # Phases folded per point before the body
     # The backend's launch decisions (backends' schedule()): None in a fused, unscheduled
     # kernel.  Whatever it is, it has `launch_size` (LAUNCH n) and `params` (the executable's
     # per-kernel words, e.g. the CPU's work per launch index) and `describe()`.
@@ -332,7 +351,8 @@ class Kernel:
         return int(np.prod([s for d, s in enumerate(self.sizes()) if d in used], dtype=np.int64))
 
     def _roots(self):
-        roots = [p.expr for ix in self.checks for p in index_picks(ix)]
+        roots = [ph.value for ph in self.prelude]
+        roots += [p.expr for ix in self.checks for p in index_picks(ix)]
         roots += [p.expr for s in self.stores for p in index_picks(s.index)]
         roots += [s.value for s in self.stores]
         if self.reduction is not None:
@@ -356,6 +376,9 @@ class Kernel:
             verb = "store" if s.mode == "set" else f"store-{s.mode}"
             lines.append(f"  {verb} arg{s.arg}[{_index_text(s.index, names)}] = "
                          f"{names[id(s.value)]}")
+        for i, ph in enumerate(self.prelude):
+            lines.append(f"  phase{i} = {ph.op.value} over rspace of {names[id(ph.value)]} "
+                         f"(acc {dtype_short(ph.acc)})")
         for ix in self.checks:
             lines.append(f"  check [{_index_text(ix, names)}]")
         if self.reduction is not None:
@@ -403,6 +426,8 @@ def _expr_text(e, names) -> str:
         return f"const {dtype_short(e.dtype)} {e.value!s}"     # f32 0.9, not 0.899999976...
     if isinstance(e, IndexValue):
         return f"index {dtype_short(e.dtype)} {e.index}"
+    if isinstance(e, Folded):
+        return f"phase{e.phase} {dtype_short(e.dtype)}"
     if isinstance(e, Random):
         return (f"random.{e.dist} {dtype_short(e.dtype)} key={names[id(e.key)]} "
                 f"stream={e.stream} at [{_index_text(e.position, names)}]")
@@ -575,6 +600,7 @@ def substitute(k: Kernel, space, rspace, mapping) -> Kernel:
         return memo[id(e)]
 
     out = Kernel(space, rspace, list(k.args), [], None, k.label, k.status)
+    out.prelude = [Phase(ph.op, rebuild(ph.value), ph.acc) for ph in k.prelude]
     out.stores = [Store(s.arg, sub(s.index), rebuild(s.value), s.mode) for s in k.stores]
     out.checks = [sub(ix) for ix in k.checks]
     if k.reduction is not None:

@@ -13,7 +13,8 @@ KernelFormatError (a ValueError), never an exception of another kind:
   `nsw`: an overflow would be undefined behaviour), a DivMod's operand is never negative (the
   code divides unsigned) and its claimed bound is raised to what the loop sizes allow (the
   code skips the modulo below the bound);
-* a kernel without a reduction has no reduction loops (set_extents would skip its accesses),
+* a kernel without a reduction or prelude phases has no reduction loops (set_extents would
+  skip its accesses); a phase's value reads only earlier phases (`Folded`), the body any;
   and a reduction's result index holds no data-dependent index (its loads would be unaccounted).
 
 Those are the facts `kernel.set_extents` relies on: the element ranges it computes from a
@@ -27,8 +28,8 @@ import math
 import numpy as np
 
 from .ir import Kind, Op
-from .kernel import (Compute, Const, DivMod, Index, IndexValue, Kernel, KernelArg, Load, Loop, Random,
-                     Pick, Reduction, Scalar, Store, index_picks, walk)
+from .kernel import (Compute, Const, DivMod, Folded, Index, IndexValue, Kernel, KernelArg, Load,
+                     Loop, Phase, Random, Pick, Reduction, Scalar, Store, index_picks, walk)
 
 FORMAT = 1
 LIMIT = 1 << 62          # sizes and address magnitudes
@@ -77,6 +78,8 @@ def kernel_to_json(k: Kernel) -> dict:
         elif isinstance(e, Random):
             table.append(["random", e.dist, e.stream, ids[id(e.key)], index(e.position),
                           e.dtype.str])
+        elif isinstance(e, Folded):
+            table.append(["folded", e.phase, e.dtype.str])
         else:
             table.append(["op", e.op.value, e.dtype.str, [ids[id(o)] for o in e.operands],
                           bool(e.checked)])
@@ -90,6 +93,7 @@ def kernel_to_json(k: Kernel) -> dict:
         "nodes": table,
         "stores": [[s.arg, index(s.index), ids[id(s.value)], s.mode] for s in k.stores],
         "checks": [index(ix) for ix in k.checks],
+        "prelude": [[ph.op.value, ids[id(ph.value)], np.dtype(ph.acc).str] for ph in k.prelude],
         "reduction": None if r is None else {
             "op": r.op.value, "value": ids[id(r.value)], "arg": r.arg, "index": index(r.index),
             "chunk": r.chunk, "acc": None if r.acc is None else np.dtype(r.acc).str,
@@ -238,6 +242,8 @@ class _Reader:
                 _fail(f"node {i}: a random key must be a uint64 scalar argument")
             return Random(dist, _int(x[2], f"node {i} stream", 0, 2**32 - 1), key,
                           self.index(x[4], i)[0], dt)
+        if kind == "folded" and len(x) == 3:
+            return Folded(_int(x[1], f"node {i} phase", 0, MAX_NODES), _dtype(x[2], f"node {i}"))
         if kind == "op" and len(x) == 5:
             try:
                 op = Op(x[1])
@@ -288,9 +294,24 @@ class _Reader:
             written.add(arg)
             k.stores.append(Store(arg, self.index(s[1], n)[0], value(s[2], "store value"), s[3]))
         k.checks = [self.index(ix, n)[0] for ix in _list(j["checks"], "checks", MAX_NODES)]
+        for p, ph in enumerate(_list(j.get("prelude", []), "prelude", MAX_NODES)):
+            if type(ph) is not list or len(ph) != 3:
+                _fail("malformed prelude phase")
+            try:
+                op = Op(ph[0])
+            except (ValueError, TypeError):
+                _fail("unknown prelude reduction")
+            if op not in (Op.SUM, Op.PROD, Op.MAX, Op.MIN, Op.ANY, Op.ALL):
+                _fail(f"{op.value} cannot be a prelude phase")
+            v = value(ph[1], "phase value")
+            if any(isinstance(e, Folded) and e.phase >= p for e in walk([v])):
+                _fail(f"phase {p} reads its own or a later phase")
+            k.prelude.append(Phase(op, v, _dtype(ph[2], "phase accumulator")))
+        if any(isinstance(e, Folded) and e.phase >= len(k.prelude) for e in self.nodes):
+            _fail("a folded value of a phase that does not exist")
         r = j["reduction"]
         if r is None:
-            if self.rspace:
+            if self.rspace and not k.prelude:
                 _fail("reduction loops without a reduction")
         else:
             if type(r) is not dict:

@@ -76,11 +76,13 @@ def schedule_kernel(k: Kernel) -> Kernel:
 # ---- reduction splitting -------------------------------------------------------------------
 def _split(plan, k: Kernel, chunk: int) -> list:
     r = k.reduction
-    if r is None or r.scan or r.chunk or r.op in (Op.ARGMAX, Op.ARGMIN):
+    if r is None or r.scan or r.chunk or r.op in (Op.ARGMAX, Op.ARGMIN) or k.prelude:
         return [k]
     nspace = len(k.space)
     rsize = int(np.prod(k.rspace, dtype=np.int64))
-    if k.size >= SPLIT_MAX_OUTPUTS or rsize < 2 * chunk:
+    # a reduction carrying sibling stores (fuse) does a map's work per element: split it as
+    # soon as there are two chunks, so that work runs on every thread as the map's did
+    if k.size >= SPLIT_MAX_OUTPUTS or rsize < (1 if k.stores else 2) * chunk + 1:
         return [k]
     nchunks = -(-rsize // chunk)
     acc = accumulator_dtype(r.op, r.value.dtype)
@@ -113,7 +115,8 @@ def _split(plan, k: Kernel, chunk: int) -> list:
 # ---- tiling ---------------------------------------------------------------------------------
 def _tiling(k: Kernel):
     r = k.reduction
-    if r is None or r.chunk or not k.rspace or not k.space or r.op in (Op.ARGMAX, Op.ARGMIN):
+    if (r is None or r.chunk or not k.rspace or not k.space or r.op in (Op.ARGMAX, Op.ARGMIN)
+            or k.stores or k.prelude):
         return None
     if r.acc_dtype.kind == "b":
         # any/all keep the inner loop order: LLVM 22 miscompiles the vectorised tile of byte

@@ -27,8 +27,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..ir import Op
-from ..kernel import Index, Kernel, KernelArg, Load, Reduction, address, idents, set_extents, \
-    substitute
+from ..kernel import (Compute, Folded, Index, Kernel, KernelArg, Load, Reduction, Store, address,
+                      idents, set_extents, substitute, walk)
+from ..leaves import contiguous_strides
 
 BLOCK = 256                 # threads per block
 MAX_GRID = 8192             # blocks of a grid-stride launch (the loop covers the rest)
@@ -85,7 +86,11 @@ def _schedule(plan, k: Kernel) -> list:
         raise ValueError(f"kernel {k.label!r} is already scheduled ({k.schedule.describe()})")
     if k.ordered_stores:
         return [_scheduled(k, CUDASchedule("serial", k.size, 1, 1))]
+    if k.prelude:
+        return sum((_schedule(plan, part) for part in _unfold(plan, k)), [])
     r = k.reduction
+    if r is not None and k.stores:
+        return sum((_schedule(plan, part) for part in _fission(k)), [])
     if r is None:
         return [_scheduled(k, CUDASchedule("map", k.size, _grid(k.size), BLOCK))]
     rsize = int(np.prod(k.rspace, dtype=np.int64))
@@ -99,6 +104,66 @@ def _schedule(plan, k: Kernel) -> list:
         return [_scheduled(k, CUDASchedule("block_reduce", outputs, min(outputs, MAX_GRID),
                                            BLOCK))]
     return _split(plan, k, splits)
+
+
+def _unfold(plan, k: Kernel) -> list:
+    """A row-fused kernel (fuse's prelude phases) as one reduction kernel per phase, each into
+    a temporary over the space that later kernels load: the GPU's block reductions fold a row
+    with many threads, where a prelude would run each row on one."""
+    nspace = len(k.space)
+    args = list(k.args)
+    temps = []                                   # (argument index, accumulator dtype)
+    out = []
+
+    def replace_folded(e):
+        memo = {}
+        for x in walk([e]):
+            if isinstance(x, Folded):
+                arg, acc = temps[x.phase]
+                load = Load(arg, acc, address(contiguous_strides(k.space), idents(nspace)))
+                r = load if acc == x.dtype else Compute(Op.CAST, x.dtype, (load,))
+            elif isinstance(x, Compute):
+                r = Compute(x.op, x.dtype, tuple(memo[id(o)] for o in x.operands), x.checked)
+            else:
+                r = x
+            memo[id(x)] = r
+        return memo[id(e)]
+
+    for i, ph in enumerate(k.prelude):
+        temp = plan.add_temp(ph.acc, k.space)
+        args.append(KernelArg("buffer", np.dtype(ph.acc), temp.id, 0, True))
+        part = Kernel(tuple(k.space), tuple(k.rspace), list(args), [], None,
+                      f"{k.label} phase{i}", k.status)
+        part.reduction = Reduction(ph.op, replace_folded(ph.value), len(args) - 1,
+                                   address(temp.strides, idents(nspace)), 0, ph.acc)
+        args[-1] = KernelArg("buffer", np.dtype(ph.acc), temp.id, 0, False)
+        temps.append((len(args) - 1, np.dtype(ph.acc)))
+        out.append(part)
+    body = Kernel(tuple(k.space) if k.reduction is not None else tuple(k.space) + tuple(k.rspace),
+                  tuple(k.rspace) if k.reduction is not None else (), list(args),
+                  [Store(s.arg, s.index, replace_folded(s.value), s.mode) for s in k.stores],
+                  None, k.label, k.status, list(k.checks))
+    if k.reduction is not None:
+        r = k.reduction
+        body.reduction = Reduction(r.op, replace_folded(r.value), r.arg, r.index, r.chunk, r.acc,
+                                   r.scan)
+    out.append(body)
+    for part in out:
+        set_extents(part)
+    return out
+
+
+def _fission(k: Kernel) -> list:
+    """A reduction carrying sibling stores (fuse's sibling fusion) as two kernels: a map over
+    the whole loop nest with the stores, then the plain reduction.  The block reduction has
+    no place for per-element stores; the GPU's bandwidth makes the second read cheap."""
+    mapped = Kernel(tuple(k.space) + tuple(k.rspace), (), list(k.args), list(k.stores), None,
+                    k.label + " map", k.status, list(k.checks))
+    reduced = Kernel(tuple(k.space), tuple(k.rspace), list(k.args), [], k.reduction,
+                     k.label + " reduce", k.status)
+    for part in (mapped, reduced):
+        set_extents(part)
+    return [mapped, reduced]
 
 
 def _split(plan, k: Kernel, splits: int) -> list:

@@ -31,7 +31,8 @@ import struct
 import numpy as np
 
 from ..ir import Op
-from ..kernel import (Compute, Const, DivMod, Index, IndexValue, Kernel, Load, Loop, Pick, Random,
+from ..kernel import (TRANSCENDENTAL, Compute, Const, DivMod, Folded, Index, IndexValue, Kernel,
+                      Load, Loop, Pick, Random,
                       Scalar,
                       KernelError, index_picks, walk)
 from .llvm_text import FunctionWriter
@@ -55,6 +56,11 @@ MATH_FUNCTIONS = {
 # Philox4x32 multipliers and Weyl key increments (Random123)
 _PHILOX_M0, _PHILOX_M1 = 0xD2511F53, 0xCD9E8D57
 _PHILOX_W0, _PHILOX_W1 = 0x9E3779B9 - (1 << 32), 0xBB67AE85 - (1 << 32)   # as signed i32
+
+
+# Bytes of stack a row-fused kernel may use to keep a row of an expensive value between its
+# phases (plan_row_cache).
+ROW_CACHE_LIMIT = 65536
 
 
 def llvm_type(dt: np.dtype) -> str:
@@ -124,6 +130,7 @@ class LLVMEmitter:
 
     def __init__(self, kernel: Kernel, name: str = PLACEHOLDER_NAME):
         self.k = kernel
+        self.row_cache: list = []        # plan_row_cache()
         self.name = name
         self.mod = Declarations()
         self.fw = FunctionWriter()
@@ -177,6 +184,7 @@ class LLVMEmitter:
             # a local flag: SROA turns it into a register, so checked loops still vectorise
             fw.emit("%errflag = alloca i8, align 1")
             fw.emit("store i8 0, ptr %errflag, align 1")
+        self.row_cache = self.plan_row_cache()
         self.emit_launch()
         if self.k.status is not None:
             flag = fw.op("load i8, ptr %errflag, align 1")
@@ -203,10 +211,82 @@ class LLVMEmitter:
         return lower_op(self, op, out, args, dts)
 
     def point_body(self, loops, vals):
-        """The code at one point of the space: stores, or one output's reduction."""
+        """The code at one point of the space: the prelude's phases (each a full loop over
+        the rspace), then stores, or one output's reduction."""
+        self.folded = []
+        for ph in self.k.prelude:
+            self.folded.append(self.phase(ph, loops))
         if self.k.reduction is None:
+            if self.k.rspace:      # a row-fused map: stores at every point of the row
+                self.fw.nested_loops(list(self.k.rspace), [], lambda inner, _: self.map_body(
+                    list(loops) + list(inner), []))
+                return []
             return self.map_body(loops, vals)
         return self.reduce_body(loops, vals)
+
+    def plan_row_cache(self) -> list:
+        """Expensive values (math calls) that a prelude phase computes and a later phase or the
+        body needs again at the same point (softmax's exp(x - max)): the phase keeps the row
+        of them in a stack array, the later code loads them from it.  [(expr, phase, ptr)]"""
+        k = self.k
+        if not k.prelude or not k.rspace:
+            return []
+        rsize = int(np.prod(k.rspace, dtype=np.int64))
+        later: dict = {}
+        roots = [s.value for s in k.stores] + ([k.reduction.value] if k.reduction else [])
+        for i in range(len(k.prelude), -1, -1):          # ids used from phase i on
+            if i < len(k.prelude):
+                roots = roots + [k.prelude[i].value]
+            later[i] = {id(e) for e in walk(roots)}
+        out, done, total = [], set(), 0
+        for i, ph in enumerate(k.prelude):
+            for e in walk([ph.value]):
+                if (id(e) in done or id(e) not in later.get(i + 1, set())
+                        or not (isinstance(e, Compute) and e.op in TRANSCENDENTAL)
+                        or e.dtype.kind != "f" or e.dtype.itemsize < 4):
+                    continue
+                total += rsize * e.dtype.itemsize
+                if total > ROW_CACHE_LIMIT:
+                    return out
+                done.add(id(e))
+                ptr = self.fw.op(f"alloca [{rsize} x {memory_type(e.dtype)}], align 64", "row")
+                out.append((e, i, ptr))
+        return out
+
+    def cached_row_value(self, entry, loops, memo, value=None):
+        """Store (value given) or load one row-cache element at the current rspace point."""
+        e, _, ptr = entry
+        nspace = len(self.k.space)
+        flat = self.flat_position(loops, nspace, list(self.k.rspace), memo)
+        ty = memory_type(e.dtype)
+        at = self.fw.op(f"getelementptr inbounds {ty}, ptr {ptr}, i64 {flat}", "a")
+        if value is not None:
+            self.fw.emit(f"store {ty} {value}, ptr {at}, align {e.dtype.itemsize}")
+            return value
+        return self.fw.op(f"load {ty}, ptr {at}, align {e.dtype.itemsize}")
+
+    def seed(self, loops, memo, before_phase=None):
+        """Pre-load the row-cached values computed by earlier phases into an iteration's memo."""
+        for entry in self.row_cache:
+            if before_phase is None or entry[1] < before_phase:
+                memo[id(entry[0])] = self.cached_row_value(entry, loops, memo)
+
+    def phase(self, ph, outer) -> str:
+        """One prelude phase's fold over the rspace at this point of the space."""
+        index = len(self.folded)
+
+        def step(inner, acc):
+            memo: dict = {}
+            loops = list(outer) + list(inner)
+            self.seed(loops, memo, before_phase=index)
+            v = self.convert(self.expr(ph.value, loops, memo), ph.value.dtype, ph.acc)
+            for entry in self.row_cache:
+                if entry[1] == index:
+                    self.cached_row_value(entry, loops, memo, memo[id(entry[0])])
+            return [self.combine(ph.op, ph.acc, acc[0], v)]
+        return self.fw.nested_loops(list(self.k.rspace),
+                                    [(llvm_type(ph.acc), self.reduce_init(ph.op, ph.acc))],
+                                    step)[0]
 
     def unflatten(self, flat: str, sizes) -> list:
         """The C-order indices of flat position `flat` of an N-d space (a loop driver that
@@ -229,6 +309,7 @@ class LLVMEmitter:
     # ---- loop bodies -------------------------------------------------------------------
     def map_body(self, loops, vals):
         memo: dict = {}
+        self.seed(loops, memo)
         for ix in self.k.checks:
             self.index(ix, loops, memo)
         values = [(s, self.expr(s.value, loops, memo)) for s in self.k.stores]
@@ -252,7 +333,13 @@ class LLVMEmitter:
         def step(inner, acc):
             loops = list(outer) + list(inner)
             memo: dict = {}
+            self.seed(loops, memo)
             v = self.convert(self.expr(r.value, loops, memo), r.value.dtype, acc_dt)
+            # sibling outputs (fuse: a map over the reduction's whole loop nest) share the
+            # point's loads and subexpressions with the reduced value
+            values = [(s, self.expr(s.value, loops, memo)) for s in self.k.stores]
+            for s, sv in values:
+                self.store(s, loops, memo, sv)
             if arg_like:
                 flat = self.flat_position(loops, nspace, rsizes, memo)
                 return self.arg_step(r.op, acc_dt, acc, v, flat)
@@ -455,6 +542,8 @@ class LLVMEmitter:
             return fw.op(f"icmp ne i8 {v}, 0") if e.dtype.kind == "b" else v
         if isinstance(e, IndexValue):
             return self.convert(self.index(e.index, loops, memo), np.dtype(np.int64), e.dtype)
+        if isinstance(e, Folded):
+            return self.convert(self.folded[e.phase], self.k.prelude[e.phase].acc, e.dtype)
         if isinstance(e, Random):
             return self.random(e, loops, memo)
         assert isinstance(e, Compute)

@@ -67,6 +67,12 @@ CASES = {
     "python_ints": (lambda a, n: a * n + n ** 3, [np.arange(10), 7]),
     "bools": (lambda a, b: np.logical_xor(a, b) | ~a, [np.ones(9, bool), np.zeros(9, bool)]),
     "views": (lambda a: a.T[::2, 1:] + a[::-1, ::3].sum(), [np.ones((12, 9))]),
+    # row fusion's prelude phases (fuse), unfolded by the CUDA schedule
+    "row_softmax": (lambda a: np.exp(a - a.max(axis=1, keepdims=True)) / np.exp(
+        a - a.max(axis=1, keepdims=True)).sum(axis=1, keepdims=True),
+        [np.linspace(-3, 3, 40 * 600, dtype=np.float32).reshape(40, 600)]),
+    "row_var": (lambda a: ((a - a.mean(axis=1, keepdims=True)) ** 2).sum(axis=1),
+                [np.linspace(-3, 3, 300).reshape(10, 30)]),
 }
 
 

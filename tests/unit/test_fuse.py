@@ -84,13 +84,18 @@ def test_row_reduction_with_elementwise_input_is_one_kernel():
                                 lambda x: x / np.sqrt(np.sum(x * x))],
                          ids=["x/sum", "x-mean", "normalise"])
 def test_reduction_consumed_by_later_work_is_a_boundary(fn):
-    """The reduced value must sit in memory before the elementwise pass that uses it."""
-    low = lower(fn, np.ones(1000, np.float32))
+    """The reduced value must sit in memory before the elementwise pass that uses it (past
+    fuse.ROW_CACHE_BYTES; a shorter array is one row: see the next test)."""
+    n = 1 << 15
+    low = lower(fn, np.ones(n, np.float32))
     ks = low.plan.kernels
     assert len(ks) >= 2
     assert any(k.rspace for k in ks), "no reduction kernel"
-    assert any(not k.rspace and k.space == (1000,) for k in ks), "no elementwise pass"
+    assert any(not k.rspace and k.space == (n,) for k in ks), "no elementwise pass"
     assert low.program.launch_count() == len(ks)
+    # a short array is one row that stays in cache: the reduction is the kernel's prelude
+    (k,) = lower(fn, np.ones(1000, np.float32)).plan.kernels
+    assert k.space == () and k.rspace == (1000,) and len(k.prelude) == 1 and k.stores
 
 
 def test_row_softmax_kernels():
@@ -99,12 +104,16 @@ def test_row_softmax_kernels():
         return e / e.sum(axis=1, keepdims=True)
 
     low = lower(softmax, np.ones((4, 32), np.float32))
-    # max and sum are reductions whose results later work consumes; exp(x - max) is never
-    # materialised: it is recomputed inside the sum and the final map
+    # max and sum are reductions whose results later work consumes: folded per row as the
+    # final map's prelude phases (row fusion), so nothing is materialised
+    (k,) = low.plan.kernels
+    assert k.space == (4,) and k.rspace == (32,) and len(k.prelude) == 2 and k.stores
+    assert low.program.peak_temp_bytes() == 0
+    # rows too long to stay in cache: max and sum are reductions into per-row temporaries
+    low = lower(softmax, np.ones((4, 1 << 13), np.float32))
     ks = low.plan.kernels
-    assert 2 <= len(ks) <= 3
-    assert sum(1 for k in ks if k.rspace == (32,)) >= 1
-    assert ks[-1].space == (4, 32) and ks[-1].rspace == ()
+    assert 2 <= len(ks) <= 3 and not any(k.prelude for k in ks)
+    assert ks[-1].space == (4, 1 << 13) and ks[-1].rspace == ()
     assert low.program.peak_temp_bytes() <= 2 * 4 * 4      # the two per-row values only
 
 
@@ -123,8 +132,9 @@ def test_optimisation_step_program():
     last_free = max(i for i, ln in enumerate(lines) if "FREE" in ln)
     assert first_alloc < last_free
     assert text.count("LAUNCH") == len(low.plan.kernels)
-    # outputs p, m, v share one kernel: their shapes are equal
-    assert sum(1 for k in low.plan.kernels if k.space == (64,) and not k.rspace) == 1
+    # outputs p, m, v share one kernel, the loss's reduction (sibling fusion: one pass)
+    (fused,) = [k for k in low.plan.kernels if k.stores and k.reduction is not None]
+    assert len(fused.stores) == 3 and fused.sizes() == (64,)
 
 
 @pytest.mark.parametrize("fn, marker", [(lambda x: x.T * 2.0, "transpose"),

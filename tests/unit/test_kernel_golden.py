@@ -49,6 +49,34 @@ def big_sum(x):
     return np.sum(x * x)
 
 
+def mlp(x, w1, b1, w2, b2, w3, b3):
+    """Each layer's tanh is read by the next product once per output column: materialised."""
+    h = np.tanh(x @ w1 + b1)
+    h = np.tanh(h @ w2 + b2)
+    return h @ w3 + b3
+
+
+def stencil_steps(u):
+    """Three steps of a 2-D heat stencil on a shrinking domain: each step reads the previous
+    one at five offsets, so every step is materialised once (not recomputed 5**k times)."""
+    for _ in range(3):
+        u = u[1:-1, 1:-1] + 0.1 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:]
+                                   - 4.0 * u[1:-1, 1:-1])
+    return u
+
+
+def cheap_reuse(x, y):
+    """A cheap value read twice through shifted slices: recomputed, not materialised."""
+    a = x + y
+    return a[1:] - a[:-1]
+
+
+def row_softmax(x):
+    """Max, then the sum of exp, then the division, folded per row in one kernel."""
+    e = np.exp(x - np.max(x, axis=1, keepdims=True))
+    return e / np.sum(e, axis=1, keepdims=True)
+
+
 CASES = {
     "elementwise_chain": (chain, (f32(1024), f32(1024))),
     "row_sum": (rowsum, (f32(4, 8),)),
@@ -58,6 +86,10 @@ CASES = {
     "matmul": (matmul, (f32(8, 16), f32(16, 32))),
     "large_sum": (big_sum, (f32(1 << 16),)),          # split into partial + combine on the CPU
     "optimisation_step": (step, (f32(64), f32(64), f32(64), f32(64), 1e-2)),
+    "mlp": (mlp, (f32(4, 8), f32(8, 8), f32(8), f32(8, 8), f32(8), f32(8, 8), f32(8))),
+    "stencil_steps": (stencil_steps, (f32(10, 10),)),
+    "cheap_reuse": (cheap_reuse, (f32(16), f32(16))),
+    "row_softmax": (row_softmax, (f32(4, 32),)),
 }
 
 
