@@ -1041,9 +1041,7 @@ def sinc(x):
     y = call_ufunc(np.multiply, (np.pi, t))
     eps = np.finfo(y.dtype).eps if y.dtype.kind == "f" else 1e-20
     y = where(y, y, eps)
-    r = call_ufunc(np.sin, (y,)) / y
-    r.scalar = False
-    return r
+    return call_ufunc(np.sin, (y,)) / y       # a 0-d input gives a NumPy scalar, as NumPy's
 
 
 def _exp_limit(dt) -> float:
@@ -1069,7 +1067,10 @@ def i0(x):
     dt = n.dtype if n.dtype.kind == "f" else np.dtype(np.float64)
     r = special.i0(g, n, dt)
     if dt != np.float64:
-        big = _ew(Op.GT, np.bool_, _ew(Op.ABS, dt, ops.cast(g, n, dt)), _lit(_exp_limit(dt), dt))
+        ax = _ew(Op.ABS, dt, ops.cast(g, n, dt))
+        # NumPy's exp(x) * ... / sqrt(x) is inf past the limit but inf / inf = nan at +-inf
+        big = _ew(Op.LOGICAL_AND, np.bool_, _ew(Op.GT, np.bool_, ax, _lit(_exp_limit(dt), dt)),
+                  _ew(Op.LT, np.bool_, ax, _lit(np.inf, dt)))
         r = _ew(Op.WHERE, dt, big, _lit(np.inf, dt), r)
     return wrap(r, scalar=False)
 
