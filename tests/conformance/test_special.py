@@ -11,7 +11,7 @@ import pytest
 
 import fastlaunch as fl
 
-from .harness import ALL, check, check_many, cover, make, param, short, unary_inputs
+from .harness import ALL, Tol, check, check_many, cover, make, param, short, unary_inputs
 
 sp = pytest.importorskip("scipy.special")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
@@ -56,8 +56,11 @@ def test_special_conformance(name, dtype):
         args = unary_inputs(dtype)
         if name == "scipy.special.gammaln" and np.dtype(dtype) == np.float64:
             args = tuple(_no_subnormals(a) for a in args)
+        # np.i0's float16 series rounds to float16 at every step (a few float16 ULP off);
+        # ours runs in float64 and rounds once
+        tol = Tol(5e-3, 1e-5, 1e-12) if name == "np.i0" else "transc"
         check_many({f"arg {i}": (lambda i: lambda *xs: fn(xs[i]))(i) for i in range(len(args))},
-                   *args, tol="transc", atol=_tiny_atol)
+                   *args, tol=tol, atol=_tiny_atol)
     else:
         fn = BINARY[name]
         x = make((5, 7), dtype, "T")
@@ -99,7 +102,8 @@ for _n in list(UNARY) + list(BINARY):
                                          "subnormal x SciPy returns inf, fastlaunch the finite "
                                          "value -log|x|",
                 "np.i0": "our own Chebyshev series, computed in float64 (NumPy's float32 "
-                         "series runs in float32); infinite where NumPy's exp overflows",
+                         "series runs in float32, its float16 one in float16: a few float16 "
+                         "ULP off); infinite where NumPy's exp overflows",
                 }.get(_n, "composed of existing ops the way SciPy computes it"))
 cover("np.sinc", SPECIAL, note="NumPy's formula: sin(pi x) / (pi x), x = 0 replaced by eps")
 
