@@ -36,6 +36,8 @@ def test_bincount(dtype):
         "float32 weights": lambda x, xs, w32, wi, wb, e:
             np.bincount(x, weights=w32, minlength=7),
         "int weights": lambda x, xs, w32, wi, wb, e: np.bincount(x, wi, 7),
+        "float16 weights": lambda x, xs, w32, wi, wb, e:
+            np.bincount(x, weights=w32.astype(np.float16), minlength=7),
         "bool weights": lambda x, xs, w32, wi, wb, e: np.bincount(x, weights=wb, minlength=8),
         "strided weights": lambda x, xs, w32, wi, wb, e:
             np.bincount(xs, weights=w32[::3], minlength=7),
@@ -104,6 +106,8 @@ HISTOGRAMS = {
     "edges of another dtype": lambda a, w, ai: np.histogram(a, np.array([-2, 0, 2], np.int16)),
     "weights": lambda a, w, ai: np.histogram(a, 5, range=(-2, 2), weights=w),
     "weights, edges": lambda a, w, ai: np.histogram(a, _EDGES, weights=w),
+    "float16 weights": lambda a, w, ai: np.histogram(a, 5, range=(-2, 2),
+                                                     weights=w.astype(np.float16)),
     "density": lambda a, w, ai: np.histogram(a, 5, range=(-2, 2), density=True),
     "density, weights, edges": lambda a, w, ai: np.histogram(a, _EDGES, weights=w, density=True),
     "2-D input (ravelled)": lambda a, w, ai: np.histogram(a.reshape(25, 40)[:, ::2], 3, (-1, 1)),
@@ -114,7 +118,7 @@ HISTOGRAMS = {
 
 
 @pytest.mark.parametrize("dtype", [param(d, name="np.histogram", dtype=d, id=short(d))
-                                   for d in (np.float32, np.float64)])
+                                   for d in (np.float16, np.float32, np.float64)])
 def test_histogram(dtype):
     """Values on the edges (NumPy's rule: the last bin includes its right edge), outside the
     range, NaN and +-inf (dropped)."""
@@ -124,7 +128,11 @@ def test_histogram(dtype):
     v[40:52] = np.tile(_EDGES, 2)
     v[52:55] = [np.nan, np.inf, -np.inf]
     a = make((1000,), dtype, values=v)
-    w = make((1000,), dtype, domain=(-2, 2), special=False, key=("w",))
+    # float16 weights with array edges: NumPy sums them with a float16 cumsum (its error grows
+    # with the count); fastlaunch sums in float64, as NumPy's uniform-bin path does. So the
+    # float16 weights are tested on uniform bins ("float16 weights"), the edges with float32.
+    wdt = np.float32 if np.dtype(dtype) == np.float16 else dtype
+    w = make((1000,), wdt, domain=(-2, 2), special=False, key=("w",))
     ai = make((200,), np.int8)
     check_many(HISTOGRAMS, a, w, ai, tol="reduce", atol=1e-4)
 
@@ -149,8 +157,9 @@ def test_histogram_errors_and_refusals():
     np.testing.assert_array_equal(got[1], want[1])
 
 
-cover("np.histogram", COUNT, ["float32", "float64", "int8"], test="test_counting.py::test_histogram",
-      note="static bins: a count with range= (NumPy's uniform-bin arithmetic and edge "
+cover("np.histogram", COUNT, ["float16", "float32", "float64", "int8"], test="test_counting.py::test_histogram",
+      note="float16 weights are summed in float64 (NumPy: so with uniform bins, but with a "
+           "float16 cumsum with array edges); static bins: a count with range= (NumPy's uniform-bin arithmetic and edge "
            "corrections) or an array of edges; then a scatter-add. Without range= the edges "
            "depend on the data (a.min(), a.max()): TracingError saying to pass range=; "
            "bins='auto' and friends likewise")

@@ -8,7 +8,7 @@ import pytest
 from .harness import FLOATS, SOME, check, check_many, cover, make, param, short
 
 SHIFTS = "shifts and differences"
-DTYPES = [np.dtype(t) for t in (np.float32, np.float64, np.int8, np.uint8, np.int64, np.bool_)]
+DTYPES = [np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8, np.uint8, np.int64, np.bool_)]
 
 
 def _p(name, dtypes=DTYPES):

@@ -10,7 +10,7 @@ import fastlaunch as fl
 from .harness import check, check_many, cover, make, param, short
 
 WINDOWS = "padding, tiling and windows"
-DTYPES = [np.dtype(t) for t in (np.float32, np.float64, np.int8, np.uint64, np.bool_)]
+DTYPES = [np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8, np.uint64, np.bool_)]
 swv = np.lib.stride_tricks.sliding_window_view
 
 
