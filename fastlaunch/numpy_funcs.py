@@ -1197,6 +1197,8 @@ def _target(a, name: str) -> Tracer:
 def put(a, ind, v, mode="raise"):
     t = _target(a, "np.put")
     g = current_graph()
+    if not is_tracer(ind) and not isinstance(ind, np.ndarray):
+        ind = np.array(ind, dtype=np.intp)     # NumPy converts sequences unsafely ([1.5] -> 1)
     ind_n = ops.reshape(g, node_of(ind), (-1,))
     if not np.can_cast(ind_n.dtype, np.intp, "safe"):
         raise TypeError(f"Cannot cast array data from {ind_n.dtype!r} to "
@@ -1275,8 +1277,12 @@ def copyto(dst, src, casting="same_kind", where=True):
         what = "scalar" if sn.ndim == 0 and not is_tracer(src) else "array data"
         raise TypeError(f"Cannot cast {what} from {sn.dtype!r} to {t.dtype!r} according to "
                         f"the rule {casting!r}")
-    if sw is float and t.dtype.kind in "biu" and casting != "unsafe":
-        raise TypeError(f"Cannot cast scalar from dtype('float64') to {t.dtype!r} according "
+    # a Python scalar casts by kind (bool < int < float < complex), not by value
+    rank = {bool: 0, int: 1, float: 2, complex: 3}
+    if sw in rank and casting != "unsafe" and \
+            rank[sw] > {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}.get(t.dtype.kind, 3):
+        src_dt = np.dtype({int: np.int64, float: np.float64, complex: np.complex128}[sw])
+        raise TypeError(f"Cannot cast scalar from {src_dt!r} to {t.dtype!r} according "
                         f"to the rule {casting!r}")
     if ops.broadcast_shapes(sn.shape, t.shape) != t.shape:
         raise ValueError(f"could not broadcast input array from shape {sn.shape} into shape "
