@@ -208,7 +208,7 @@ WINDOW_VIEWS = {
 }
 
 
-@pytest.mark.parametrize("dtype", _p("sliding_window_view"))
+@pytest.mark.parametrize("dtype", _p("np.lib.stride_tricks.sliding_window_view"))
 def test_window_views(dtype):
     """as_strided cases use strides of C-contiguous arrays (a traced array reports those), so
     that NumPy reads the same elements."""
