@@ -146,3 +146,25 @@ def test_special_functions_fuse_and_refuse():
     assert f.stats["history"][-1].kernels == 1
     with pytest.raises(fl.TracingError, match="jv"):
         fl.compile(lambda x: sp.jv(1, x))(x)
+
+
+def test_special_functions_of_literals_fold():
+    """erf, erfc and gammaln of traced constants are folded while tracing (Python's math
+    module, lgamma's poles as +inf like C's): the same values as SciPy's."""
+    from fastlaunch import ops
+    x = np.linspace(-3, 3, 7)
+    folded = []
+    original = ops._fold_elementwise
+    ops._fold_elementwise = lambda op, *a: (folded.append(op), original(op, *a))[1]
+    try:
+        for v in (0.5, -2.0, 0.0, -3.0, 30.0, 1e-300, float("nan")):
+            f = fl.compile(lambda x: (x + sp.erf(fl.asarray(v)), x + sp.erfc(fl.asarray(v)),
+                                      x + sp.gammaln(fl.asarray(v))))
+            got_all = f(x)
+            with np.errstate(all="ignore"):
+                want = (x + sp.erf(v), x + sp.erfc(v), x + sp.gammaln(v))
+            for got, w in zip(got_all, want):
+                np.testing.assert_allclose(got, w, rtol=1e-14, atol=1e-14)
+    finally:
+        ops._fold_elementwise = original
+    assert {"ERF", "ERFC", "LGAMMA"} <= {op.name for op in folded}
