@@ -396,7 +396,8 @@ def index_picks(ix: Index) -> list:
 def _index_text(ix: Index, names) -> str:
     text = str(ix)
     for p in index_picks(ix):
-        text = text.replace(str(p), f"pick({names.get(id(p.expr), '?')}, {p.size})", 1)
+        text = text.replace(str(p), f"pick{'!' if p.strict else ''}({names.get(id(p.expr), '?')}, "
+                                    f"{p.size})", 1)
     return text
 
 
