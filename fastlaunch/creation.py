@@ -197,7 +197,7 @@ def _rewrap(x):
 # ---- the creation functions ------------------------------------------------------------------
 CREATION = ("zeros", "ones", "empty", "full", "arange", "linspace", "eye", "identity",
             "zeros_like", "ones_like", "empty_like", "full_like", "tri", "logspace",
-            "geomspace", "array", "asarray", "copy")
+            "geomspace", "array", "asarray", "asanyarray", "ascontiguousarray", "copy")
 _ORIGINAL: dict = {}
 _lock = threading.Lock()
 _users = 0
@@ -209,7 +209,8 @@ def _intercepted(name, original):
             return original(*args, **kwargs)
         if _any_traced(args) or _any_traced(kwargs):
             args, kwargs = _traced(args, promote=False), _traced(kwargs, promote=False)
-            if name in ("array", "asarray"):        # no NumPy dispatch for these
+            if name in ("array", "asarray", "asanyarray", "ascontiguousarray"):
+                # no NumPy dispatch for these
                 return numpy_api.array(*args, **kwargs)
             if name == "full":
                 return _full(original, *args, **kwargs)

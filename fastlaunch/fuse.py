@@ -418,7 +418,9 @@ class _Fuser:
         nb = indices[0].ndim
         kb = _KernelBuilder(self, values.shape, (), "check indices" if check_only else
                             f"scatter-{update.attrs['mode']}")
-        picks = tuple(Index.of(0, [(Pick(kb.build(ix, ident[axis:axis + nb]), base.shape[axis + j]), 1)])
+        strict = bool(update.attrs.get("strict"))
+        picks = tuple(Index.of(0, [(Pick(kb.build(ix, ident[axis:axis + nb]), base.shape[axis + j],
+                                         strict), 1)])
                       for j, ix in enumerate(indices))
         where = ident[:axis] + picks + ident[axis + nb:]
         if check_only:
@@ -784,8 +786,9 @@ class _KernelBuilder:
         (their index expressions are in the memo)."""
         src, *indices = node.inputs
         axis, nb = node.attrs["axis"], indices[0].ndim
+        strict = bool(node.attrs.get("strict"))
         picks = tuple(Index.of(0, [(Pick(self.memo[(ix.index, imap[axis:axis + nb])],
-                                         src.shape[axis + j]), 1)])
+                                         src.shape[axis + j], strict), 1)])
                       for j, ix in enumerate(indices))
         return imap[:axis] + picks + imap[axis + nb:]
 

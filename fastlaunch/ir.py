@@ -100,6 +100,10 @@ class Op(enum.Enum):
     CEIL = ("ceil", Kind.ELEMENTWISE, 1)
     TRUNC = ("trunc", Kind.ELEMENTWISE, 1)
     RINT = ("rint", Kind.ELEMENTWISE, 1)
+    # special functions (libm): scipy.special.erf, erfc, gammaln
+    ERF = ("erf", Kind.ELEMENTWISE, 1)
+    ERFC = ("erfc", Kind.ELEMENTWISE, 1)
+    LGAMMA = ("lgamma", Kind.ELEMENTWISE, 1)
     ISNAN = ("isnan", Kind.ELEMENTWISE, 1)
     ISINF = ("isinf", Kind.ELEMENTWISE, 1)
     ISFINITE = ("isfinite", Kind.ELEMENTWISE, 1)

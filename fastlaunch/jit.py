@@ -20,8 +20,9 @@ from typing import Any, Callable, Sequence, TextIO
 
 import numpy as np
 
-from . import (_core, bytecode, creation, env, fuse, numpy_api, ops, record,  # noqa: F401
-               rng)  # numpy_api, creation, rng: the tracer's NumPy API
+# numpy_api, numpy_funcs, creation, rng: the tracer's NumPy API (registered on import)
+from . import (_core, bytecode, creation, env, fuse, numpy_api, numpy_funcs, ops,  # noqa: F401
+               record, rng)
 from .backends import get_backend
 from ._launch import ResultKind, Space
 from .backends.base import CallLayout
@@ -424,7 +425,7 @@ class Compiled(_core.Dispatcher):
         captured = _captured_generators(self.__wrapped__)
         while True:
             try:
-                with creation.intercepting(), rng.intercepting():
+                with creation.intercepting(), rng.intercepting(), numpy_funcs.intercepting():
                     traced, result = trace_function(self.__wrapped__, build_args, leaves)
                 break
             except SpecializeRequest as req:

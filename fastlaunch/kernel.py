@@ -25,6 +25,8 @@ class KernelError(enum.IntFlag):
     error of the lowest bit set."""
     INDEX = 1          # a data-dependent index out of range
     OVERFLOW = 2       # Python-int arithmetic that left the 64-bit range
+    RANGE = 4          # a value outside [0, size) where a function takes no negatives
+                       # (np.bincount with a static minlength, np.choose(mode="raise"))
 
 
 def accumulator_dtype(op: Op, dtype: np.dtype) -> np.dtype:
@@ -62,12 +64,15 @@ class DivMod:
 class Pick:
     """A data-dependent index: the int64 value of kernel expression `expr`, an index into an
     axis of `size` elements.  Negative values count from the end, as in NumPy; a value outside
-    [-size, size) is never dereferenced: it reads element 0 and raises the kernel's error flag."""
+    [-size, size) is never dereferenced: it reads element 0 and raises the kernel's error flag
+    (KernelError.INDEX).  `strict`: only [0, size) is valid, and a value outside raises
+    KernelError.RANGE instead (functions that take values, not indices: np.bincount)."""
     expr: object
     size: int
+    strict: bool = False
 
     def __str__(self):
-        return f"pick({self.size})"
+        return f"pick{'!' if self.strict else ''}({self.size})"
 
 
 def _atom_key(atom):
@@ -396,7 +401,8 @@ RANDOM_COST = 24          # ten Philox rounds (two 32x32->64 multiplies each), p
 TRANSCENDENTAL = {Op.CBRT, Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10, Op.LOG1P,
                   Op.SIN, Op.COS, Op.TAN, Op.ARCSIN, Op.ARCCOS, Op.ARCTAN, Op.SINH, Op.COSH,
                   Op.TANH, Op.ARCSINH, Op.ARCCOSH, Op.ARCTANH, Op.POW, Op.ARCTAN2, Op.HYPOT,
-                  Op.NEXTAFTER, Op.LOGADDEXP, Op.LOGADDEXP2, Op.FLOORDIV, Op.MOD, Op.FMOD}
+                  Op.NEXTAFTER, Op.LOGADDEXP, Op.LOGADDEXP2, Op.FLOORDIV, Op.MOD, Op.FMOD,
+                  Op.ERF, Op.ERFC, Op.LGAMMA}
 
 
 def index_picks(ix: Index) -> list:
@@ -413,7 +419,8 @@ def index_picks(ix: Index) -> list:
 def _index_text(ix: Index, names) -> str:
     text = str(ix)
     for p in index_picks(ix):
-        text = text.replace(str(p), f"pick({names.get(id(p.expr), '?')}, {p.size})", 1)
+        text = text.replace(str(p), f"pick{'!' if p.strict else ''}({names.get(id(p.expr), '?')}, "
+                                    f"{p.size})", 1)
     return text
 
 
@@ -577,7 +584,8 @@ def substitute(k: Kernel, space, rspace, mapping) -> Kernel:
     memo: dict = {}
 
     def sub(ix: Index) -> Index:
-        return simplify(ix.substitute(mapping, lambda p: Pick(rebuild(p.expr), p.size)))
+        return simplify(ix.substitute(mapping,
+                                      lambda p: Pick(rebuild(p.expr), p.size, p.strict)))
 
     def rebuild(e):
         r = memo.get(id(e))

@@ -62,7 +62,8 @@ def kernel_to_json(k: Kernel) -> dict:
             elif isinstance(atom, DivMod):
                 terms.append([["divmod", index(atom.f), atom.div, atom.mod, atom.bound], coef])
             else:
-                terms.append([["pick", ids[id(atom.expr)], atom.size], coef])
+                terms.append([["pick", ids[id(atom.expr)], atom.size] + ([1] if atom.strict else []),
+                              coef])
         return [ix.const, terms]
 
     table = []
@@ -191,10 +192,11 @@ class _Reader:
                     _fail("a divmod of a value that can be negative")
                 # the code skips the modulo where div * mod >= bound: keep bound above f
                 a, alo, ahi = DivMod(f, div, mod, max(bound, fhi + 1)), 0, mod - 1
-            elif kind == "pick" and len(atom) == 3:
+            elif kind == "pick" and len(atom) in (3, 4):
                 node = _int(atom[1], "pick expression", 0, nodes_before - 1)
                 psize = _int(atom[2], "pick size", 0)
-                a, alo, ahi = Pick(self.nodes[node], psize), 0, max(psize - 1, 0)
+                strict = len(atom) == 4 and _int(atom[3], "pick strictness", 1, 1) == 1
+                a, alo, ahi = Pick(self.nodes[node], psize, strict), 0, max(psize - 1, 0)
             else:
                 _fail(f"unknown index atom {str(kind)[:20]!r}")
             lo += min(coef * alo, coef * ahi)

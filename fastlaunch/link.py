@@ -27,6 +27,11 @@ KERNEL_ERRORS = [
      "fastlaunch: arithmetic on Python int arguments left the 64-bit range (or raised one to "
      "a negative power); Python and NumPy keep such results exact, fastlaunch's kernels "
      "compute them in int64. No argument was modified"),
+    (int(KernelError.RANGE), ValueError,
+     "fastlaunch: a value is outside the range [0, n) the function was compiled for: "
+     "np.bincount(x, minlength=n) needs 0 <= x < n (NumPy would return a longer array for "
+     "larger values; fastlaunch compiles for the static minlength), np.choose(a, choices) "
+     "needs 0 <= a < len(choices) (no argument was modified)"),
 ]
 
 

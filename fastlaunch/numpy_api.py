@@ -689,15 +689,19 @@ def copy(a, order="K", subok=False):
 
 
 @implements(np.asarray, np.array, np.asanyarray, np.ascontiguousarray)
-def array(obj, dtype=None, copy=None, order=None, **kwargs):
+def array(obj, dtype=None, copy=None, order=None, *, ndmin=0, **kwargs):
     if isinstance(obj, (list, tuple)):
         items = [array(o) if isinstance(o, (list, tuple)) else o for o in obj]
         if any(is_tracer(o) for o in items):
             out = stack(items)
-            return astype(out, dtype) if dtype is not None else out
+            out = astype(out, dtype) if dtype is not None else out
+            return reshape(out, (1,) * (ndmin - out.ndim) + out.shape) if ndmin > out.ndim \
+                else out
     n = node_of(obj)
     if dtype is not None:
         n = ops.cast(current_graph(), n, ops.check_dtype(dtype, "np.array(dtype=...)"))
+    if ndmin > n.ndim:
+        n = ops.reshape(current_graph(), n, (1,) * (ndmin - n.ndim) + n.shape)
     return wrap(n, scalar=False)
 
 
@@ -841,7 +845,7 @@ def broadcast_to(a, shape, subok=False):
 
 @implements(np.atleast_1d)
 def atleast_1d(*arys):
-    out = [a if node_of(a).ndim >= 1 else reshape(a, (1,)) for a in arys]
+    out = tuple(a if node_of(a).ndim >= 1 else reshape(a, (1,)) for a in arys)
     return out[0] if len(out) == 1 else out
 
 
@@ -851,7 +855,7 @@ def atleast_2d(*arys):
     for a in arys:
         nd = node_of(a).ndim
         out.append(a if nd >= 2 else reshape(a, (1,) * (2 - nd) + node_of(a).shape))
-    return out[0] if len(out) == 1 else out
+    return out[0] if len(out) == 1 else tuple(out)
 
 
 @implements(np.shape)

@@ -189,10 +189,24 @@ def _python_int_op(op: Op, v: list) -> int:
             }.get(op, lambda: 0)()
 
 
+def _lgamma(x: float) -> float:
+    try:
+        return math.lgamma(x)
+    except ValueError:            # a pole (0, -1, -2, ...): C's lgamma gives +inf
+        return math.inf
+
+
+# ops without a NumPy ufunc (special functions): folded with Python's math module
+_SCALAR_FOLD = {Op.ERF: math.erf, Op.ERFC: math.erfc, Op.LGAMMA: _lgamma}
+
+
 def _fold_elementwise(op: Op, values, out_dtype):
     with np.errstate(all="ignore"):
         if op is Op.WHERE:
             return values[1] if values[0] else values[2]
+        if op in _SCALAR_FOLD:
+            x = float(values[0])
+            return np.asarray(x if math.isnan(x) else _SCALAR_FOLD[op](x)).astype(out_dtype)[()]
         return np.asarray(UFUNC_OF_OP[op](*values)).astype(out_dtype)[()]
 
 
@@ -218,6 +232,19 @@ _UFUNC_AS = {
     np.rad2deg: _scaled(180.0 / np.pi),
     np.degrees: _scaled(180.0 / np.pi),
 }
+
+
+# Finders for ufuncs of other libraries (scipy.special: special.py): each takes a ufunc and
+# returns (op, None), (None, rewrite) or None; registered at import, consulted on a miss.
+UFUNC_FINDERS: list = []
+
+
+def _found_ufunc(ufunc) -> tuple:
+    for find in UFUNC_FINDERS:
+        found = find(ufunc)
+        if found is not None:
+            return found
+    return None, None
 
 
 _COMPARISONS = {Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE}
@@ -267,6 +294,8 @@ def apply_ufunc(g: Graph, ufunc, operands: list[tuple[Node, type | None]],
             f"the argument static (static_argnames=) so that it is computed while tracing")
     op = OP_OF_UFUNC.get(ufunc)
     rewrite = _UFUNC_AS.get(ufunc)
+    if op is None and rewrite is None:
+        op, rewrite = _found_ufunc(ufunc)
     if op is None and rewrite is None:
         raise TracingError(f"np.{ufunc.__name__} is not supported by fastlaunch yet")
     if all(w is not None for _, w in operands):
@@ -489,7 +518,8 @@ def scan(g: Graph, op: Op, n: Node, axis, dtype=None) -> Node:
 
 
 # ---- data-dependent indexing ---------------------------------------------------------------
-def _index_nodes(g: Graph, src_shape, indices, axis: int) -> tuple[list, tuple]:
+def _index_nodes(g: Graph, src_shape, indices, axis: int,
+                 strict: bool = False) -> tuple[list, tuple]:
     """Indices cast to intp and broadcast together; constant ones are bounds-checked now."""
     nodes = [cast(g, i, np.intp) for i in indices]
     shape = broadcast_shapes(*(i.shape for i in nodes))
@@ -498,7 +528,9 @@ def _index_nodes(g: Graph, src_shape, indices, axis: int) -> tuple[list, tuple]:
         size = src_shape[axis + j]
         values = _constant_values(g, i)
         if values is not None and values.size:
-            bad = values[(values < -size) | (values >= size)]
+            bad = values[((values < 0) if strict else (values < -size)) | (values >= size)]
+            if bad.size and strict:
+                raise ValueError(f"value {int(bad[0])} is outside the range [0, {size})")
             if bad.size:
                 raise IndexError(f"index {int(bad[0])} is out of bounds for axis {axis + j} "
                                  f"with size {size}")
@@ -516,21 +548,30 @@ def _constant_values(g: Graph, n: Node):
     return None
 
 
-def gather(g: Graph, src: Node, indices: list, axis: int) -> Node:
-    """src[..., idx0, ..., idxk-1, ...] with the index arrays at axes [axis, axis+k)."""
-    nodes, bshape = _index_nodes(g, src.shape, indices, axis)
+def gather(g: Graph, src: Node, indices: list, axis: int, strict: bool = False) -> Node:
+    """src[..., idx0, ..., idxk-1, ...] with the index arrays at axes [axis, axis+k).
+    strict: the indices are values that must lie in [0, size) (no negative indices); any other
+    raises ValueError at run time (KernelError.RANGE) instead of IndexError."""
+    nodes, bshape = _index_nodes(g, src.shape, indices, axis, strict)
     shape = src.shape[:axis] + bshape + src.shape[axis + len(nodes):]
+    if strict:
+        return g.add(Op.GATHER, src.dtype, shape, (src, *nodes), axis=axis, strict=True)
     return g.add(Op.GATHER, src.dtype, shape, (src, *nodes), axis=axis)
 
 
-def scatter(g: Graph, base: Node, values: Node, indices: list, axis: int, mode: str) -> Node:
+def scatter(g: Graph, base: Node, values: Node, indices: list, axis: int, mode: str,
+            strict: bool = False) -> Node:
     """base with `values` written (mode "set") or combined ("add", "max", "min") at
-    base[..., idx0, ..., idxk-1, ...]; repeated indices apply in C order, as NumPy does."""
-    nodes, bshape = _index_nodes(g, base.shape, indices, axis)
+    base[..., idx0, ..., idxk-1, ...]; repeated indices apply in C order, as NumPy does.
+    strict: as for gather (np.bincount's values)."""
+    nodes, bshape = _index_nodes(g, base.shape, indices, axis, strict)
     region = base.shape[:axis] + bshape + base.shape[axis + len(nodes):]
     values = broadcast_to(g, cast(g, values, base.dtype), region)
     if any(s == 0 for s in region):
         return base
+    if strict:
+        return g.add(Op.SCATTER, base.dtype, base.shape, (base, values, *nodes), axis=axis,
+                     mode=mode, strict=True)
     return g.add(Op.SCATTER, base.dtype, base.shape, (base, values, *nodes), axis=axis, mode=mode)
 
 

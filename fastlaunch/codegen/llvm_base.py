@@ -48,7 +48,7 @@ MATH_FUNCTIONS = {
     Op.TAN: "tan", Op.ARCSIN: "asin", Op.ARCCOS: "acos", Op.ARCTAN: "atan", Op.SINH: "sinh",
     Op.COSH: "cosh", Op.TANH: "tanh", Op.ARCSINH: "asinh", Op.ARCCOSH: "acosh",
     Op.ARCTANH: "atanh", Op.POW: "pow", Op.ARCTAN2: "atan2", Op.HYPOT: "hypot",
-    Op.NEXTAFTER: "nextafter",
+    Op.NEXTAFTER: "nextafter", Op.ERF: "erf", Op.ERFC: "erfc", Op.LGAMMA: "lgamma",
 }
 
 
@@ -443,7 +443,7 @@ class LLVMEmitter:
         fw = self.fw
         dt = self.k.args[s.arg].dtype
         index = self.index(s.index, loops, memo)
-        bad = [memo[("bad", id(p.expr), p.size)] for p in index_picks(s.index)]
+        bad = [memo[("bad", id(p.expr), p.size, p.strict)] for p in index_picks(s.index)]
         done = None
         if bad:
             any_bad = bad[0]
@@ -496,19 +496,23 @@ class LLVMEmitter:
         return self.fw.op(f"urem i64 {q}, {atom.mod}")
 
     def pick(self, atom: Pick, loops, memo) -> str:
-        """A data-dependent index: wrapped if negative, checked, and element 0 if out of range."""
-        key = ("pick", id(atom.expr), atom.size)
+        """A data-dependent index: wrapped if negative (unless strict), checked, and element 0
+        if out of range."""
+        key = ("pick", id(atom.expr), atom.size, atom.strict)
         if key in memo:
             return memo[key]
         fw = self.fw
         v = self.convert(self.expr(atom.expr, loops, memo), atom.expr.dtype, np.dtype(np.int64))
-        neg = fw.op(f"icmp slt i64 {v}, 0")
-        wrapped = fw.op(f"select i1 {neg}, i64 {fw.op(f'add i64 {v}, {atom.size}')}, i64 {v}")
+        if atom.strict:      # [0, size) only: one unsigned compare catches negatives too
+            wrapped = v
+        else:
+            neg = fw.op(f"icmp slt i64 {v}, 0")
+            wrapped = fw.op(f"select i1 {neg}, i64 {fw.op(f'add i64 {v}, {atom.size}')}, i64 {v}")
         bad = fw.op(f"icmp uge i64 {wrapped}, {atom.size}")
         safe = fw.op(f"select i1 {bad}, i64 0, i64 {wrapped}")
-        self.raise_flag(bad, KernelError.INDEX)
+        self.raise_flag(bad, KernelError.RANGE if atom.strict else KernelError.INDEX)
         memo[key] = safe
-        memo[("bad", id(atom.expr), atom.size)] = bad
+        memo[("bad", id(atom.expr), atom.size, atom.strict)] = bad
         return safe
 
     def raise_flag(self, cond: str, bit: int):

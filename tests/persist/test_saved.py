@@ -140,3 +140,18 @@ def test_constants_and_in_place_updates_survive(tmp_path):
     total = g(x, np.array([4, 3, 2, 1]))
     np.testing.assert_array_equal(x, 1 + np.array([4.0, 3, 2, 1]))
     assert total == x.sum()
+
+
+def test_bincount_range_check_survives_save_and_load(tmp_path):
+    f = fl.compile(lambda x, w: (np.bincount(x, minlength=5), np.bincount(x, w, 5)))
+    x, w = np.array([0, 4, 2, 2]), np.arange(4.0)
+    path = tmp_path / "b.flp"
+    f.save(path, x, w)
+    loaded = fl.load(path)
+    got = loaded(x, w)
+    np.testing.assert_array_equal(got[0], np.bincount(x, minlength=5))
+    np.testing.assert_array_equal(got[1], np.bincount(x, w, 5))
+    with pytest.raises(ValueError, match="minlength"):
+        loaded(np.array([0, 5, 1, 1]), w)
+    with pytest.raises(ValueError, match="minlength"):
+        loaded(np.array([0, -1, 1, 1]), w)

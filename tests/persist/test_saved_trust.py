@@ -372,6 +372,21 @@ def test_metadata_is_read_strictly(add_one):
     _refused(_edit(add_one, lambda f: f["meta"].__setitem__("out_tree", deep)), "deeply")
 
 
+def test_strict_pick_round_trips():
+    """np.bincount's values are strict picks ([0, n) only, KernelError.RANGE): the flag survives
+    the description; any other strictness word is refused."""
+    f = fl.compile(lambda x: np.bincount(x, minlength=4), backend="null")
+    d = next(kernel_to_json(k) for k in f.lower(np.array([0, 3, 1])).plan.kernels
+             if k.label.startswith("scatter"))
+    assert '["pick", ' in json.dumps(d) and ', 4, 1]' in json.dumps(d)
+    k = kernel_from_json(json.loads(json.dumps(d)))
+    assert kernel_to_json(k) == d
+    assert "pick!(v0, 4)" in k.describe()
+    text = json.dumps(d).replace(", 4, 1]", ", 4, 2]")
+    with pytest.raises(KernelFormatError, match="strictness"):
+        kernel_from_json(json.loads(text))
+
+
 def test_a_files_machine_code_never_stands_in_for_a_later_compile():
     """A saved program's machine code is loaded under a key of its own bytes.  Before: it was
     remembered under its stored source's key, so once a hostile file was loaded (in the
