@@ -3,8 +3,10 @@ from ._version import __version__  # noqa: E402
 
 from .errors import TracingError  # noqa: E402
 from .jit import Compiled, Lowered, RetraceWarning, compile  # noqa: E402
-from .saved import LoadedProgram, SavedProgramError, load  # noqa: E402
+from .saved import LoadedIteration, LoadedProgram, SavedProgramError, load  # noqa: E402
 from .numpy_api import asarray  # noqa: E402
+from .iterate import Iterated, iterate, iterated  # noqa: E402
 
-__all__ = ["compile", "load", "asarray", "Compiled", "Lowered", "LoadedProgram", "TracingError",
-           "RetraceWarning", "SavedProgramError", "__version__"]
+__all__ = ["compile", "load", "asarray", "iterate", "iterated", "Compiled", "Iterated",
+           "Lowered", "LoadedProgram", "LoadedIteration", "TracingError", "RetraceWarning",
+           "SavedProgramError", "__version__"]
