@@ -63,7 +63,7 @@ def iterate(step, n, *args, carry=(), collect=True, until=None, inplace=False):
 
     Returns the step's results with the carried ones final and the others stacked: a tuple
     (or a single value, where the step returns one), or only the carried values with
-    collect=False.  Ctrl-C stops the loop at an iteration boundary (KeyboardInterrupt); the
+    collect=False (the array itself when one argument is carried).  Ctrl-C stops the loop at an iteration boundary (KeyboardInterrupt); the
     caller's arrays are then as they were, except any the step itself updates in place,
     which hold the state of the last completed iteration (as after a Python loop
     interrupted between two calls)."""
@@ -485,6 +485,8 @@ class Iterated:
         if where.flags is not None:
             raw.append((ResultKind.RESULT_NEW, where.flags, False))
             flags = len(raw) - 1
+        if not self.every and len(finals) == 1:
+            structure = "leaf"          # collect=False with one carried array: that array
         finish = {"n": self.n, "every": self.every, "structure": structure, "flags": flags,
                   "results": finish_results_spec}
         out_tree = TreeDef("tuple", [TreeDef("leaf")] * len(raw))
@@ -527,7 +529,7 @@ class Iterated:
             return until(*xs)
 
         until_.__name__ = getattr(until, "__name__", "until")
-        pred = Compiled(until_, static_argnums=statics, backend=self.step.backend)
+        pred = Compiled(until_, static_argnums=statics, backend=self.step.backend.name)
         pentry = pred._entry_for(tuple(examples), {})
         pinfo = pentry.info
         if pentry.post is not None or pentry.specialized or pinfo.lowered.program.rng_slot >= 0:
@@ -577,7 +579,7 @@ class Iterated:
                     out.append(np.empty((0,) + v.shape, v.dtype))
                 else:
                     out.append(np.array([index] * 0))
-        if info.out_tree.kind == "leaf" and len(out) == 1:
+        if len(out) == 1 and (info.out_tree.kind == "leaf" or not self.every):
             return out[0]
         return list(out) if info.out_tree.kind == "list" else tuple(out)
 

@@ -388,6 +388,11 @@ def _load(path, meta, program: Program, objects, backend, machine_code) -> Loade
     entry = link_entry(be, program, compiled, call, sig, keys, statics, specialized)
     if "iterate" in meta:
         finish = check_finish(meta["iterate"], len(results), len(leaves))
+        # what fl.iterate records: one loop, of the iteration count the results are for
+        loops = program.loops()
+        if len(loops) != 1 or loops[0][3] != finish["n"]:
+            raise SavedProgramError(f"iterate: the program's loops {[c for *_, c in loops]} "
+                                    f"do not run the iteration count {finish['n']}")
         return LoadedIteration(path, meta, entry, leaves, names, finish)
     return LoadedProgram(path, meta, entry, leaves, names)
 
