@@ -996,8 +996,9 @@ class _CodeVerifier:
             slot, value = ops
             if self.role(slot) != SlotRole.COUNTER:
                 self.err(f"{where}: slot {slot} is not a counter")
-            elif not -MAX_COUNT <= value <= MAX_COUNT:
-                self.err(f"{where}: value {value} out of range")
+            elif not 0 <= value <= MAX_COUNT:
+                # from 0 up: a loop runs at most `count` times (a file cannot make it endless)
+                self.err(f"{where}: value {value} out of range [0, {MAX_COUNT}]")
             else:
                 st.vals[slot] = ("ctr", value, value)
         elif op is Opcode.LOOP:
