@@ -472,3 +472,61 @@ def test_collect_false_with_one_carried_array_returns_it():
     want = ((x * 0.5 + y) * 0.5 + y) * 0.5 + y
     assert isinstance(got, np.ndarray) and same(got, want)
     assert fl.iterate(halve, 0, x, y, carry="x", collect=False) is x
+
+
+def test_steps_that_update_arguments_in_place_and_swap_carried_arrays():
+    def sgd(p, g):
+        p -= 0.1 * g
+        return p, (p * p).sum()
+
+    p, g = np.linspace(0, 1, 8), np.ones(8)
+    q = p.copy()
+    got_p, sums = fl.iterate(sgd, 5, q, g, carry="p")
+    f, want, want_sums = fl.compile(sgd), p.copy(), []
+    for _ in range(5):
+        want, s = f(want, g)
+        want_sums.append(s)
+    assert got_p is q and same(q, want) and same(sums, np.array(want_sums))
+    np.testing.assert_allclose(q, p - 0.5)
+
+    def swap(a, b):
+        return b, a, a.sum()
+
+    a, b = np.zeros(3), np.ones(3)
+    got = fl.iterate(swap, 3, a, b, carry=("a", "b"))
+    assert same(got[0], b) and same(got[1], a) and same(got[2], np.array([0.0, 3.0, 0.0]))
+
+
+def test_the_gil_is_released_for_the_whole_loop():
+    """Another Python thread runs while one long loop call does: it counts in the middle of
+    the call (with the GIL held, it could not run at all until the call returned)."""
+    import threading
+    import time
+
+    def grow(x, y):
+        return np.sqrt(x * x + 1.0) * 0.5 + y, x.sum()
+
+    x, y = np.linspace(0, 1, 20000), np.full(20000, 1e-3)
+    fl.iterate(grow, 200, x, y, carry="x", collect=False)
+    t0 = time.perf_counter()
+    fl.iterate(grow, 200, x, y, carry="x", collect=False)
+    per_iter = (time.perf_counter() - t0) / 200
+    it = fl.iterated(grow, max(200, int(0.4 / per_iter)), carry="x", collect=False)
+    it.lower(x, y)                            # built before the clock starts
+    stamps, done = [], threading.Event()
+
+    def count():
+        while not done.is_set():
+            stamps.append(time.perf_counter())
+            time.sleep(0.001)
+
+    th = threading.Thread(target=count)
+    th.start()
+    time.sleep(0.02)
+    t0 = time.perf_counter()
+    it(x, y)
+    t1 = time.perf_counter()
+    done.set()
+    th.join()
+    inside = [t for t in stamps if t0 + 0.1 * (t1 - t0) < t < t1 - 0.1 * (t1 - t0)]
+    assert len(inside) >= 5, (len(inside), t1 - t0)
