@@ -1,7 +1,8 @@
 """fastlaunch: trace a NumPy function once per signature, replay its fused kernels from bytecode."""
 from ._version import __version__  # noqa: E402
 
-from .errors import TracingError  # noqa: E402
+from .errors import BackendUnavailableError, CUDAError, TracingError  # noqa: E402
+from .device import DeviceArray, to_device  # noqa: E402
 from .jit import Compiled, Lowered, RetraceWarning, compile  # noqa: E402
 from .saved import LoadedIteration, LoadedProgram, SavedProgramError, load  # noqa: E402
 from .numpy_api import asarray  # noqa: E402
@@ -9,4 +10,5 @@ from .iterate import Iterated, iterate, iterated  # noqa: E402
 
 __all__ = ["compile", "load", "asarray", "iterate", "iterated", "Compiled", "Iterated",
            "Lowered", "LoadedProgram", "LoadedIteration", "TracingError", "RetraceWarning",
-           "SavedProgramError", "__version__"]
+           "SavedProgramError", "DeviceArray", "to_device", "BackendUnavailableError",
+           "CUDAError", "__version__"]

@@ -1,4 +1,6 @@
-"""python -m fastlaunch            the demo: an optimisation step, NumPy vs re-trace vs replay
+"""python -m fastlaunch            the demo: an optimisation step, NumPy vs re-trace vs replay,
+                                table on stdout, progress on stderr, plot in fastlaunch-demo.png
+python -m fastlaunch --quick    the same in a few seconds (fewer sizes, shorter batches)
 python -m fastlaunch cache      where the kernel disk cache is, and how big
 python -m fastlaunch cache --clear
 """
@@ -11,7 +13,7 @@ import sys
 import numpy as np
 
 from fastlaunch._version import __version__
-from fastlaunch.benchtools import copy_bandwidth, floor_call, fmt_time, format_table, interleaved
+from fastlaunch.benchtools import floor_call, fmt_time, format_table, interleaved, plot_times
 from fastlaunch.jit import compile as compile_fn
 
 
@@ -47,10 +49,24 @@ def _loop_runner(fn, n, dtype, restart_every=50):
     return run
 
 
-def demo(sizes=(16, 65536, 4194304), dtype=np.float32, quick=False):
+DEMO_SIZES = (16, 1024, 65536, 1048576, 4194304)
+QUICK_SIZES = (16, 65536, 1048576)
+
+
+def _progress(text: str, end: str = "\n"):
+    print(text, end=end, file=sys.stderr, flush=True)
+
+
+def demo(sizes=DEMO_SIZES, dtype=np.float32, quick=False, plot: str | None = "fastlaunch-demo.png"):
+    """Check against NumPy, time every size (progress on stderr), print the table on stdout,
+    save the plot.  Returns {"rows": ..., "plot": path or None}."""
+    import time
     replay = compile_fn(step)
     retrace = compile_fn(step, replay=False)
-    # correctness first: one step from the same state, against NumPy
+    itemsize = np.dtype(dtype).itemsize
+    _progress(f"fastlaunch {__version__}: checking replay and re-trace against NumPy at "
+              f"{len(sizes)} sizes...", end="")
+    t0 = time.perf_counter()
     for n in sizes:
         rng = np.random.default_rng(1)
         args = (rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype) * 0.1,
@@ -62,32 +78,63 @@ def demo(sizes=(16, 65536, 4194304), dtype=np.float32, quick=False):
                 err = np.max(np.abs(np.asarray(w, np.float64) - g)) / max(np.max(np.abs(w)), 1e-30)
                 if err > 1e-5 or np.asarray(w).dtype != np.asarray(g).dtype:
                     raise SystemExit(f"fastlaunch {name} disagrees with NumPy at n={n}: {err:.2e}")
-    print(f"fastlaunch {__version__}: the optimisation step of DESIGN.md, {np.dtype(dtype)}, "
-          f"per-iteration median (outputs checked against NumPy first)\n")
-    rows = []
+    _progress(f" equal ({time.perf_counter() - t0:.1f} s)")
+    rows, series = [], {name: [] for name in ("numpy", "re-trace", "replay", "empty call",
+                                              "np.copyto, same bytes")}
     batch = 0.005 if quick else 0.03
-    for n in sizes:
+    for i, n in enumerate(sizes):
+        _progress(f"[{i + 1}/{len(sizes)}] n={n}: timing numpy, re-trace, replay, the empty call "
+                  f"and np.copyto...", end="")
+        t0 = time.perf_counter()
         floor = floor_call(list(step(*[np.zeros(n, dtype)] * 4, 1e-2)))
         z = np.zeros(n, dtype)
+        moved = 7 * n * itemsize            # reads p, m, v, target; writes p, m, v
+        src = np.ones(-(-moved // (2 * itemsize)), dtype)      # copyto reads and writes each
+        dst = np.empty_like(src)
         runners = {
             "numpy": _loop_runner(step, n, dtype),
             "re-trace": _loop_runner(retrace, n, dtype),
             "replay": _loop_runner(replay, n, dtype),
-            "floor": lambda: floor(z, z, z, z, 1e-2),
+            "empty call": lambda: floor(z, z, z, z, 1e-2),
+            "np.copyto, same bytes": lambda: np.copyto(dst, src),
         }
         t = interleaved(runners, min_batch_seconds=batch, batches=5 if quick else 7)
+        _progress(f" {time.perf_counter() - t0:.1f} s")
+        for name in series:
+            series[name].append(t[name])
+        # the replay's lower bound: the empty call (per-call overhead) or moving its bytes once
+        # (memory traffic), whichever is larger
+        if t["empty call"] >= t["np.copyto, same bytes"]:
+            bound = f"{t['replay'] / t['empty call']:.1f}x empty call"
+        else:
+            bound = f"{t['replay'] / t['np.copyto, same bytes']:.1f}x copy"
         rows.append([n, fmt_time(t["numpy"]), fmt_time(t["re-trace"]), fmt_time(t["replay"]),
-                     fmt_time(t["floor"]), f"{t['numpy'] / t['replay']:.1f}x",
-                     f"{t['re-trace'] / t['replay']:.1f}x", f"{t['replay'] / t['floor']:.1f}x"])
-    print(format_table(["n", "numpy", "re-trace", "replay", "empty call", "numpy/replay",
-                        "re-trace/replay", "replay/floor"], rows))
-    bw = copy_bandwidth(64 << 20 if quick else 256 << 20)
-    big = sizes[-1]
-    print(f"\nnp.copyto bandwidth: {bw / 1e9:.1f} GB/s.  One step at n={big} moves at least "
-          f"{7 * big * np.dtype(dtype).itemsize / 1e6:.0f} MB (reads p, m, v, target; writes p, m, v).")
+                     fmt_time(t["empty call"]), fmt_time(t["np.copyto, same bytes"]),
+                     f"{t['numpy'] / t['replay']:.1f}x", f"{t['re-trace'] / t['replay']:.1f}x",
+                     bound])
+    print(f"fastlaunch {__version__}: the optimisation step of DESIGN.md, {np.dtype(dtype)}, "
+          f"per-iteration median (outputs checked against NumPy first)\n")
+    print(format_table(["n", "numpy", "re-trace", "replay", "empty call", "copy same bytes",
+                        "numpy/replay", "re-trace/replay", "replay vs bound"], rows))
+    print(f"\nreplay vs bound: the replay's time over its lower bound, the larger of the empty "
+          f"call (a compiled call's\nfixed cost: same arguments, fresh outputs, no work) and "
+          f"np.copyto moving the step's bytes once\n(7 arrays of n: reads p, m, v, target; "
+          f"writes p, m, v).")
     print(f"Kernels: {replay.lower(*[np.zeros(16, dtype)] * 4, 1e-2).program.launch_count()} "
           f"launches per step at n=16.")
+    written = None
+    if plot:
+        try:
+            written = plot_times(plot, list(sizes), series,
+                                 f"fastlaunch {__version__}: optimisation step, "
+                                 f"{np.dtype(dtype)}, per-call median")
+        except ImportError:
+            print("\nmatplotlib is not installed: no plot (pip install matplotlib, or "
+                  "pip install 'fastlaunch[plot]')")
+        else:
+            print(f"\nplot: {written}")
     print("\nbench/ has the full suite (more workloads, sizes and peers): python bench/run.py")
+    return {"rows": rows, "plot": written}
 
 
 def cache_command(clear: bool):
@@ -108,12 +155,19 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", nargs="?", default="demo", choices=["demo", "cache"])
     parser.add_argument("--clear", action="store_true", help="with `cache`: delete every entry")
-    parser.add_argument("--quick", action="store_true", help="demo: shorter timing batches")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"demo: sizes {', '.join(map(str, QUICK_SIZES))} and short timing "
+                             f"batches (a few seconds)")
+    parser.add_argument("--plot", default="fastlaunch-demo.png", metavar="PATH",
+                        help="demo: where to save the PNG of per-call time against size "
+                             "(default: %(default)s in the current folder; needs matplotlib)")
+    parser.add_argument("--no-plot", action="store_true", help="demo: save no plot")
     args = parser.parse_args(argv)
     if args.command == "cache":
         cache_command(args.clear)
     else:
-        demo(quick=args.quick)
+        demo(sizes=QUICK_SIZES if args.quick else DEMO_SIZES, quick=args.quick,
+             plot=None if args.no_plot else args.plot)
 
 
 if __name__ == "__main__":

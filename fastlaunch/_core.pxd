@@ -20,6 +20,25 @@ cdef class OutputLayout:
     cdef int allocate(self, PyObject **outs, int64_t *slots, const int64_t *out_slots) except -1
 
 
+cdef class DeviceArray:
+    """An array in a device backend's memory (fastlaunch.DeviceArray).  Binds to a compiled
+    function without copies; results of a call with one stay on the device."""
+    cdef readonly int64_t ptr          # device address of element 0
+    cdef readonly tuple shape
+    cdef readonly tuple strides        # in bytes
+    cdef readonly object dtype
+    cdef readonly str device           # the backend whose memory it is ("cuda", "devsim")
+    cdef readonly bint writeable
+    cdef readonly object memory        # keeps the memory alive; .read(address, nbytes)
+    cdef int64_t *sig                  # its signature words (tag, dims, strides)
+    cdef Py_ssize_t nsig
+
+
+# A DeviceArray shaped like `like` at another address (results: made per call, so without
+# the Python-level constructor's checks).
+cdef DeviceArray device_array_like(DeviceArray like, int64_t ptr, object memory)
+
+
 cdef class Executable:
     """A verified program bound to a backend's kernels and memory: one call's work.
 

@@ -63,6 +63,7 @@ cdef enum:
     TAG_NONE = 10
     TAG_NAMEDTUPLE = 11
     TAG_BIGINT = 12         # a Python int in [2**63, 2**64): NumPy takes it as uint64
+    TAG_DEVARRAY = 13       # a DeviceArray: as TAG_ARRAY, plus its backend's kind << 44
 
 # encode() results
 cdef enum:
@@ -113,6 +114,7 @@ cdef int encode_value(object obj, Words *sig, Words *vals, list leaves, list key
                       int depth=0) except -1:
     cdef Bits bits
     cdef cnp.ndarray arr
+    cdef DeviceArray dev
     cdef int nd, flags, i
     cdef int overflow = 0
     cdef long long iv
@@ -152,6 +154,12 @@ cdef int encode_value(object obj, Words *sig, Words *vals, list leaves, list key
             for i in range(nd):
                 words_push(sig, cnp.PyArray_STRIDES(arr)[i])
         words_push(vals, <int64_t><intptr_t>cnp.PyArray_DATA(arr))
+        leaves.append(obj)
+    elif t is DeviceArray:
+        dev = <DeviceArray>obj
+        for i in range(dev.nsig):
+            words_push(sig, dev.sig[i])
+        words_push(vals, dev.ptr)
         leaves.append(obj)
     elif obj is None:
         words_push(sig, TAG_NONE)
@@ -251,8 +259,9 @@ cdef object _typenum_dtype(int num):
 
 def signature_leaves(bytes sig):
     """The argument leaves a signature admits, decoded from its words (what the dispatcher
-    will compare calls against): per leaf ("array", dtype, shape, byte strides) or
-    ("scalar", dtype, weak Python type or None).  Raises ValueError on malformed words, so a
+    will compare calls against): per leaf ("array", dtype, shape, byte strides),
+    ("device", dtype, shape, byte strides, backend name) or ("scalar", dtype, weak Python
+    type or None).  Raises ValueError on malformed words, so a
     saved program's claimed signature can be checked against its program."""
     cdef const int64_t *w
     cdef Py_ssize_t i = 0, n, d, nd
@@ -266,9 +275,10 @@ def signature_leaves(bytes sig):
         word = w[i]
         tag = word & 0xFF
         i += 1
-        if tag == TAG_ARRAY:
+        if tag == TAG_ARRAY or tag == TAG_DEVARRAY:
             nd = (word >> 24) & 0xFFFF
-            if word >> 41 or nd > 64 or i + nd * (1 if (word >> 40) & 1 else 2) > n:
+            if (word >> 41 if tag == TAG_ARRAY else word >> 48) or nd > 64 or \
+                    i + nd * (1 if (word >> 40) & 1 else 2) > n:
                 raise ValueError("signature: malformed array word")
             dtype = _typenum_dtype((word >> 8) & 0xFFFF)
             shape = tuple(int(w[i + d]) for d in range(nd))
@@ -280,7 +290,10 @@ def signature_leaves(bytes sig):
             else:
                 strides = tuple(int(w[i + d]) for d in range(nd))
                 i += nd
-            out.append(("array", dtype, shape, strides))
+            if tag == TAG_ARRAY:
+                out.append(("array", dtype, shape, strides))
+            else:
+                out.append(("device", dtype, shape, strides, DEVICE_NAMES.get((word >> 44) & 0xF)))
         elif tag == TAG_FLOAT:
             out.append(("scalar", np.dtype(np.float64), float))
         elif tag == TAG_INT:
@@ -308,6 +321,7 @@ cdef Py_ssize_t encode_flat(tuple args, int64_t *sig, int64_t *vals, PyObject **
     cdef Py_ssize_t i, d, n = len(args), nsig = 0
     cdef PyObject *o
     cdef cnp.ndarray arr
+    cdef DeviceArray dev
     cdef int flags, nd
     cdef Bits bits
     cdef bint contiguous
@@ -342,6 +356,13 @@ cdef Py_ssize_t encode_flat(tuple args, int64_t *sig, int64_t *vals, PyObject **
                     sig[nsig + d] = cnp.PyArray_STRIDES(arr)[d]
                 nsig += nd
             vals[i] = <int64_t><intptr_t>cnp.PyArray_DATA(arr)
+        elif t is DeviceArray:
+            dev = <DeviceArray>o
+            if nsig + dev.nsig > FLAT_SIG_WORDS:
+                return -1
+            memcpy(&sig[nsig], dev.sig, dev.nsig * sizeof(int64_t))
+            nsig += dev.nsig
+            vals[i] = dev.ptr
         elif t is int:
             try:
                 vals[i] = <object>o
@@ -367,7 +388,7 @@ cdef bint _is_flat(bytes sig):
     cdef int tag
     while i < n:
         tag = w[i] & 0xFF
-        if tag == TAG_ARRAY:
+        if tag == TAG_ARRAY or tag == TAG_DEVARRAY:
             nd = (w[i] >> 24) & 0xFFFF
             i += 1 + nd * (1 if (w[i] >> 40) & 1 else 2)
         elif tag in (TAG_FLOAT, TAG_INT, TAG_BOOL):
@@ -549,6 +570,149 @@ cdef class OutputLayout:
             Py_INCREF(arr)
             outs[i] = <PyObject *>arr
         return 0
+
+
+# ---- device arrays -------------------------------------------------------------------------
+# The backends whose memory a DeviceArray can be in, as numbered in its signature words: an
+# array of one backend never matches a program of another.
+DEVICE_KINDS = {"cuda": 1, "devsim": 2}
+DEVICE_NAMES = {v: k for k, v in DEVICE_KINDS.items()}
+DEF MAX_DEVICE_DIMS = 32
+
+
+cdef class DeviceArray:
+    """An array in a device backend's memory: shape, dtype, byte strides and the address of
+    element 0.  A compiled function of that backend binds it without a copy (an argument
+    updated in place is updated on the device), and the results of a call with device
+    arrays among its arguments are DeviceArrays.  `.numpy()` copies it to the host.
+
+    Made by the backends (`fastlaunch.to_device`, results); `memory` keeps the allocation
+    alive and reads it back."""
+
+    def __cinit__(self, *args, **kwargs):
+        self.sig = NULL
+
+    def __init__(self, int64_t ptr, shape, dtype, str device, memory, strides=None,
+                 bint writeable=True):
+        cdef Py_ssize_t d, nd
+        dt = np.dtype(dtype)
+        if dt.kind not in "biuf" or not dt.isnative:
+            raise TypeError(f"DeviceArray: dtype {dt} is not a native number type")
+        if device not in DEVICE_KINDS:
+            raise ValueError(f"DeviceArray: unknown device {device!r}")
+        shape = tuple(int(x) for x in shape)
+        nd = len(shape)
+        if nd > MAX_DEVICE_DIMS or any(x < 0 for x in shape):
+            raise ValueError(f"DeviceArray: bad shape {shape}")
+        c_strides, acc = [], dt.itemsize
+        for x in reversed(shape):
+            c_strides.append(acc)
+            acc *= max(x, 1)
+        c_strides = tuple(reversed(c_strides))
+        strides = c_strides if strides is None else tuple(int(x) for x in strides)
+        if len(strides) != nd:
+            raise ValueError(f"DeviceArray: {len(strides)} strides for {nd} dimensions")
+        contiguous = strides == c_strides
+        self.ptr = ptr
+        self.shape = shape
+        self.strides = strides
+        self.dtype = dt
+        self.device = device
+        self.memory = memory
+        self.writeable = writeable
+        self.nsig = 1 + nd * (1 if contiguous else 2)
+        self.sig = <int64_t *>malloc(self.nsig * sizeof(int64_t))
+        if self.sig == NULL:
+            raise MemoryError()
+        self.sig[0] = (TAG_DEVARRAY | (<int64_t>dt.num << 8) | (<int64_t>nd << 24)
+                       | (<int64_t>contiguous << 40) | (<int64_t>DEVICE_KINDS[device] << 44))
+        for d in range(nd):
+            self.sig[1 + d] = shape[d]
+            if not contiguous:
+                self.sig[1 + nd + d] = strides[d]
+
+    def __dealloc__(self):
+        free(self.sig)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def itemsize(self):
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self):
+        return self.size * self.dtype.itemsize
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d DeviceArray")
+        return self.shape[0]
+
+    def byte_range(self):
+        """(lo, hi): the bytes [ptr + lo, ptr + hi) the array addresses."""
+        if self.size == 0:
+            return 0, 0
+        lo = sum(min(0, (n - 1) * st) for n, st in zip(self.shape, self.strides))
+        hi = sum(max(0, (n - 1) * st) for n, st in zip(self.shape, self.strides))
+        return lo, hi + self.dtype.itemsize
+
+    def numpy(self):
+        """A host copy (a new NumPy array of the same shape and dtype)."""
+        lo, hi = self.byte_range()
+        if hi <= lo:
+            return np.empty(self.shape, self.dtype)
+        raw = self.memory.read(self.ptr + lo, hi - lo)
+        view = np.ndarray(self.shape, self.dtype, buffer=raw, offset=-lo, strides=self.strides)
+        return np.array(view, order="C")
+
+    @property
+    def __cuda_array_interface__(self):
+        if self.device != "cuda":
+            raise AttributeError(f"a {self.device} DeviceArray is not CUDA memory")
+        contiguous = (self.sig[0] >> 40) & 1
+        # every call of a compiled function synchronises its stream before it returns
+        return {"shape": self.shape, "typestr": self.dtype.str, "version": 3,
+                "data": (self.ptr, not self.writeable),
+                "strides": None if contiguous else self.strides, "stream": None}
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        export = getattr(self.memory, "dlpack", None)
+        if export is None:
+            raise BufferError(f"a {self.device} DeviceArray cannot be exported with DLPack")
+        return export(self, stream)
+
+    def __dlpack_device__(self):
+        device = getattr(self.memory, "dlpack_device", None)
+        if device is None:
+            raise BufferError(f"a {self.device} DeviceArray cannot be exported with DLPack")
+        return device()
+
+    def __repr__(self):
+        return f"DeviceArray({self.device}, {self.dtype}{list(self.shape)})"
+
+
+cdef DeviceArray device_array_like(DeviceArray like, int64_t ptr, object memory):
+    cdef DeviceArray arr = DeviceArray.__new__(DeviceArray)
+    arr.sig = <int64_t *>malloc(like.nsig * sizeof(int64_t))
+    if arr.sig == NULL:
+        raise MemoryError()
+    memcpy(arr.sig, like.sig, like.nsig * sizeof(int64_t))
+    arr.nsig = like.nsig
+    arr.ptr = ptr
+    arr.shape = like.shape
+    arr.strides = like.strides
+    arr.dtype = like.dtype
+    arr.device = like.device
+    arr.writeable = like.writeable
+    arr.memory = memory
+    return arr
 
 
 DEF MAX_OUTPUTS = 64
@@ -766,7 +930,9 @@ cdef class Executable:
         cdef int64_t a0, a1, b0, b1
         for i in range(self.nmutated):
             m = self.mutated[i]
-            if not cnp.PyArray_ISWRITEABLE(<cnp.ndarray><object>leaf_objs[m]):
+            leaf = <object>leaf_objs[m]
+            if (not leaf.writeable if type(leaf) is DeviceArray else
+                    not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>leaf)):
                 raise ValueError(f"argument leaf {m} is updated in place but is read-only")
             a0 = leaf_words[m] + self.leaf_lo[m]
             a1 = leaf_words[m] + self.leaf_hi[m]
@@ -775,8 +941,10 @@ cdef class Executable:
                     continue
                 b0 = leaf_words[j] + self.leaf_lo[j]
                 b1 = leaf_words[j] + self.leaf_hi[j]
-                if a0 < b1 and b0 < a1 and np.shares_memory(<object>leaf_objs[m],
-                                                             <object>leaf_objs[j]):
+                # device arrays: their byte ranges decide (NumPy cannot look at them)
+                if a0 < b1 and b0 < a1 and (
+                        type(leaf) is DeviceArray or type(<object>leaf_objs[j]) is DeviceArray
+                        or np.shares_memory(leaf, <object>leaf_objs[j])):
                     raise ValueError(
                         f"argument leaf {m} is updated in place and overlaps argument leaf "
                         f"{j}; fastlaunch treats arguments as distinct arrays: pass a copy")
@@ -954,6 +1122,7 @@ cdef class Dispatcher:
     cdef tuple _static_positions
     cdef bint _replay
     cdef public Py_ssize_t max_entries
+    cdef tuple _keyword_names
 
     def __init__(self, static_positions=(), replay=True, max_entries=DEFAULT_MAX_ENTRIES):
         self._entries = []
@@ -1006,6 +1175,25 @@ cdef class Dispatcher:
     def _miss(self, args, kwargs):
         raise NotImplementedError
 
+    def _set_keyword_names(self, names):
+        """Names of the parameters keywords may fill in order (None: positional-only)."""
+        self._keyword_names = tuple(names)
+
+    cdef object _positional(self, tuple args, dict kwargs):
+        """args + the keyword arguments as positionals, or None when they do not fill the
+        next parameters exactly (a gap, an unknown or repeated name: the slow path binds)."""
+        cdef Py_ssize_t i, n = len(args), total = len(args) + len(kwargs)
+        cdef tuple names = self._keyword_names
+        if names is None or total > len(names):
+            return None
+        out = list(args)
+        for i in range(n, total):
+            name = names[i]
+            if name is None or name not in kwargs:
+                return None
+            out.append(kwargs[name])
+        return tuple(out)
+
     cdef inline object _hit(self, Entry entry, int64_t *vals, PyObject **objs):
         self._tick += 1
         entry.last_used = self._tick
@@ -1018,7 +1206,15 @@ cdef class Dispatcher:
         cdef PyObject *objs[FLAT_MAX_ARGS]
         cdef Py_ssize_t nsig
         cdef Entry entry = self._mru
-        if kwargs or not self._replay or not self._entries:
+        if kwargs:
+            # keywords naming positional parameters, right after the positional arguments,
+            # make the same argument tuple the slow path's binding does (a second call, so
+            # that the positional path below keeps `args` borrowed)
+            merged = self._positional(args, kwargs)
+            if merged is None:
+                return self._miss(args, kwargs)
+            return self(*merged)
+        if not self._replay or not self._entries:
             return self._miss(args, kwargs)
         if not self._static_positions:
             nsig = encode_flat(args, sig, vals, objs)
@@ -1123,6 +1319,22 @@ def leaf_words(tuple args, tuple static_positions=()):
 
 
 # ---- runtime controls --------------------------------------------------------------------
+cdef extern from "csrc/half.h":
+    ctypedef struct fl_symbol:
+        const char *name
+        void *address
+    const fl_symbol *fl_half_libcalls
+
+def half_libcalls():
+    """{libcall name: address} of the float16 conversions LLVM's half lowering calls (the
+    JIT-loaded kernels have no compiler-rt; the CPU backend registers these)."""
+    cdef Py_ssize_t i = 0
+    out = {}
+    while fl_half_libcalls[i].name != NULL:
+        out[fl_half_libcalls[i].name.decode()] = <intptr_t>fl_half_libcalls[i].address
+        i += 1
+    return out
+
 def null_kernel_address():
     return <intptr_t>fl_null_kernel
 

@@ -12,7 +12,9 @@ from libc.stdint cimport int64_t, intptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memmove, memset
 
-from fastlaunch._core cimport Executable, interrupt_pending
+from cpython.ref cimport PyObject, Py_INCREF
+
+from fastlaunch._core cimport DeviceArray, Executable, device_array_like, interrupt_pending
 from fastlaunch._launch cimport *
 
 cimport numpy as cnp
@@ -93,6 +95,24 @@ cdef class DeviceBuffer:
             memcpy(buf.ptr, cnp.PyArray_DATA(a), a.nbytes)
         return buf
 
+    def read(self, int64_t address, Py_ssize_t nbytes):
+        """nbytes from `address` (inside this buffer) as a host uint8 array."""
+        cdef cnp.ndarray out
+        cdef intptr_t base = <intptr_t>self.ptr
+        if nbytes < 0 or address < base or address + nbytes > base + max(self.nbytes, 1):
+            raise ValueError("devsim: read outside the buffer")
+        out = np.empty(nbytes, np.uint8)
+        if nbytes:
+            memcpy(cnp.PyArray_DATA(out), <void *><intptr_t>address, nbytes)
+        return out
+
+
+def to_device(arr):
+    """A DeviceArray holding a copy of a host array, in devsim memory."""
+    a = np.ascontiguousarray(arr)
+    buf = DeviceBuffer.from_array(a)
+    return DeviceArray(buf.address, a.shape, a.dtype, "devsim", buf)
+
 
 cdef class DevSimExecutable(Executable):
     """Runs the bytecode with every kernel buffer in device space.  Kernels are host function
@@ -100,11 +120,20 @@ cdef class DevSimExecutable(Executable):
     cdef fl_kernel_fn *kernels
     cdef Py_ssize_t nkernels
     cdef object device_consts
+    cdef list device_outputs          # (template DeviceArray, nbytes) per result, when results
+                                      # stay on the device
 
     def __init__(self, layout, kernel_addresses, device_consts):
         cdef Py_ssize_t i
         Executable.__init__(self, layout)
         self.device_consts = device_consts
+        program = layout.program
+        self.device_outputs = None
+        if any(program.slots[slot].space != SPACE_HOST for slot, _, _ in program.outputs):
+            self.device_outputs = [
+                (DeviceArray(0, shape, dt, "devsim", None),
+                 int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize)
+                for _, dt, shape in program.outputs]
         self.nkernels = len(kernel_addresses)
         self.kernels = <fl_kernel_fn *>malloc(max(1, self.nkernels) * sizeof(fl_kernel_fn))
         if self.kernels == NULL:
@@ -201,6 +230,20 @@ cdef class DevSimExecutable(Executable):
             device_free(<void *><intptr_t>slots[self.status_slot])
             slots[self.status_slot] = 0
         return STATUS_OK
+
+    cdef int bind_outputs(self, PyObject **outs, int64_t *slots) except -1:
+        """Results of a call with device arrays: DeviceArrays in simulated device memory."""
+        cdef Py_ssize_t i
+        if self.device_outputs is None:
+            return Executable.bind_outputs(self, outs, slots)
+        cdef DeviceBuffer buf
+        for i, (like, nbytes) in enumerate(self.device_outputs):
+            buf = DeviceBuffer(nbytes)
+            arr = device_array_like(like, <int64_t><intptr_t>buf.ptr, buf)
+            slots[self.out_slots[i]] = <int64_t><intptr_t>buf.ptr
+            Py_INCREF(arr)
+            outs[i] = <PyObject *>arr
+        return 0
 
     cdef int release(self, int64_t *slots) except -1:
         cdef Py_ssize_t i

@@ -117,3 +117,30 @@ def compare_outputs(want: list, got: list, rtol: float = 1e-4, check_dtype: bool
         if not err <= rtol:
             return f"{where}relative error {err:.2e} > {rtol:.0e}", err
     return None, worst
+
+
+def plot_times(path, sizes: list, series: dict, title: str) -> str:
+    """Save a log-log PNG of per-call seconds against size, one line per series; returns the
+    absolute path.  Raises ImportError without matplotlib."""
+    import os
+
+    import matplotlib
+    matplotlib.use("Agg")                    # no display needed; never opens a window
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    styles = {"replay": dict(linewidth=2.5), "empty call": dict(linestyle=":", color="grey"),
+              "np.copyto, same bytes": dict(linestyle="--", color="black")}
+    for name, seconds in series.items():
+        ax.plot(sizes, seconds, marker="o", label=name, **styles.get(name, {}))
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("n (elements per array)")
+    ax.set_ylabel("seconds per call (median)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = os.path.abspath(os.fspath(path))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -597,8 +597,9 @@ def _verify_tables(p: Program, kernel_space, leaves, strict, errors) -> bool:
             # the slot addresses the whole result array, and nothing beyond it
             errors.append(f"outputs: slot {slot} range [0, {s.hi}] is not the {tuple(shape)} "
                           f"result's [0, {count - 1}]")
-        if s.space != Space.SPACE_HOST:
-            errors.append(f"outputs: slot {slot} is not in host space (results are NumPy arrays)")
+        if s.space not in (Space.SPACE_HOST, kernel_space):
+            errors.append(f"outputs: slot {slot} is neither in host space (NumPy results) nor "
+                          f"in the kernels' (device results)")
     for i, s in enumerate(p.slots):
         if s.role == SlotRole.OUTPUT and i not in seen_outputs:
             errors.append(f"slot {i}: output slot that is not a result")

@@ -174,8 +174,9 @@ class DiskCache:
     """get(key) -> payload or None; put(key, payload).  Opened on first use."""
 
     def __init__(self, directory: str | None):
-        self.directory = directory
-        self.enabled = directory is not None
+        # "" disables the cache, as FASTLAUNCH_CACHE_DIR="" does (not: the current folder)
+        self.directory = directory or None
+        self.enabled = self.directory is not None
         self.shared = trust_mode() == "shared"
         self._warned = False
         self._opened = False

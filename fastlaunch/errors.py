@@ -44,3 +44,18 @@ def caught_where(err: BaseException) -> str:
     if tb is None:
         return "an unknown place"
     return f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno} (in {tb.tb_frame.f_code.co_name})"
+
+
+class BackendUnavailableError(RuntimeError):
+    """A backend that this process cannot run on: backend="cuda" without an NVIDIA driver, a
+    GPU, or fastlaunch's CUDA extension.  Lowering (`Compiled.lower`) still works."""
+
+
+class CUDAError(RuntimeError):
+    """A CUDA driver call failed while a program ran: `code` is the CUresult, `name` its enum
+    name (CUDA_ERROR_...).  The message ends with the failing bytecode instruction."""
+
+    def __init__(self, message: str, code: int = 0, name: str = ""):
+        super().__init__(message)
+        self.code = code
+        self.name = name

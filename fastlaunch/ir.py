@@ -69,6 +69,8 @@ class Op(enum.Enum):
     LITERAL = ("literal", Kind.LEAF, 0)
     # elementwise, unary
     CAST = ("cast", Kind.ELEMENTWISE, 1)
+    # the same bits read as another dtype of the same size (ndarray.view(dtype))
+    BITCAST = ("bitcast", Kind.ELEMENTWISE, 1)
     NEG = ("neg", Kind.ELEMENTWISE, 1)
     ABS = ("abs", Kind.ELEMENTWISE, 1)
     SIGN = ("sign", Kind.ELEMENTWISE, 1)

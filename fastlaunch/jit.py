@@ -7,18 +7,22 @@ recording and verifying a program, and installing it as a cache entry.
 from __future__ import annotations
 
 import inspect
+import os
+import pickle
 import sys
 import threading
 import time
 import warnings
+import weakref
 from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence, TextIO
 
 import numpy as np
 
 from . import (_core, bytecode, creation, env, fuse, numpy_api, ops, record,  # noqa: F401
                rng)  # numpy_api, creation, rng: the tracer's NumPy API
 from .backends import get_backend
-from ._launch import ResultKind
+from ._launch import ResultKind, Space
 from .backends.base import CallLayout
 from .errors import TracingError
 from .leaves import LeafSpec
@@ -52,12 +56,18 @@ class Lowered:
     program: object = None
     fused: object = None     # the fused, unscheduled plan (what every backend consumes)
 
-    def __str__(self):
+    def text(self, source: bool = True) -> str:
+        """The graph, each kernel's plan (and, with source, its source) and the bytecode."""
         parts = ["== graph ==", self.graph]
         for i, (label, desc, src) in enumerate(self.kernels):
-            parts += [f"== kernel {i}: {label} ==", desc, "-- source --", src]
+            parts += [f"== kernel {i}: {label} ==", desc]
+            if source:
+                parts += ["-- source --", src]
         parts += ["== bytecode ==", self.bytecode]
         return "\n".join(parts)
+
+    def __str__(self):
+        return self.text(source=True)
 
 
 @dataclass
@@ -79,7 +89,17 @@ class Compiled(_core.Dispatcher):
     """The callable returned by fastlaunch.compile."""
 
     def __init__(self, fn, *, static_argnums=(), static_argnames=(), backend=None, replay=True,
-                 seed=None):
+                 seed=None, max_entries: int | None = None,
+                 pickle_programs: bool = False):
+        if not callable(fn):
+            raise TypeError(f"fastlaunch.compile: expected a function to compile, got "
+                            f"{type(fn).__name__} {fn!r:.60}")
+        for flag, value in (("replay", replay), ("pickle_programs", pickle_programs)):
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"fastlaunch.compile: {flag} must be True or False, got "
+                                f"{value!r:.60}")
+        replay, pickle_programs = bool(replay), bool(pickle_programs)
+        name = getattr(fn, "__name__", type(fn).__name__)
         try:
             self._signature = inspect.signature(fn)
         except (TypeError, ValueError):
@@ -87,34 +107,39 @@ class Compiled(_core.Dispatcher):
         params = list(self._signature.parameters.values()) if self._signature else []
         self._param_names = [p.name for p in params
                              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
-        names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
-        positions = set()
-        for n in nums:
-            n = int(n)
-            if n < 0:
-                if not self._param_names or -n > len(self._param_names):
-                    raise ValueError(f"static_argnums={n} does not name a positional parameter")
-                n += len(self._param_names)
-            positions.add(n)
-        for name in names:
-            if name not in self._param_names:
-                raise ValueError(f"static_argnames: {fn.__name__} has no positional parameter "
-                                 f"named {name!r}")
-            positions.add(self._param_names.index(name))
-        super().__init__(tuple(sorted(positions)), replay)
-        self._static = tuple(sorted(positions))
+        keyword_names = [p.name if p.kind == p.POSITIONAL_OR_KEYWORD else None
+                         for p in params
+                         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        varargs = any(p.kind == p.VAR_POSITIONAL for p in params)
+        positions = _static_positions(name, self._signature is not None, self._param_names,
+                                      varargs, static_argnums, static_argnames)
+        if max_entries is None:
+            super().__init__(positions, replay)
+        else:
+            if isinstance(max_entries, bool) or not isinstance(max_entries, (int, np.integer)):
+                raise TypeError(f"fastlaunch.compile: max_entries must be an int, got "
+                                f"{max_entries!r:.60}")
+            if max_entries < 1:
+                raise ValueError(f"fastlaunch.compile: max_entries must be at least 1, got "
+                                 f"{max_entries}")
+            super().__init__(positions, replay, int(max_entries))
+        self._static = positions
+        if self._signature is not None:
+            self._set_keyword_names(keyword_names)
         self.__wrapped__ = fn
-        self.__name__ = getattr(fn, "__name__", "compiled")
+        self.__name__ = name
         self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
+        self.__module__ = getattr(fn, "__module__", None)
         self.__doc__ = getattr(fn, "__doc__", None)
         self.backend = get_backend(backend)
         self.replay = replay
         if seed is not None and (type(seed) is not int or not 0 <= seed < 2**64):
             raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
         self.seed = seed
+        self.pickle_programs = pickle_programs
         self.traces: list[TraceRecord] = []
         self.retraces = 0                  # replay=False: calls traced without caching
+        self.programs_loaded = 0           # entries installed from shipped program bytes
         self._lock = threading.RLock()
         self._warned_at = 0
 
@@ -218,8 +243,10 @@ class Compiled(_core.Dispatcher):
     def _normalize(self, call, contiguous: bool = False):
         """(call, {leaf index: caller's array}, {leaf index of a Generator}): aligned native
         copies of arrays the fast path cannot bind (byte-swapped, misaligned, odd strides),
-        plain ndarray views of harmless subclasses, a fresh uint64 key drawn from each
-        numpy.random.Generator; errors that name the argument for everything else."""
+        plain ndarray views of harmless subclasses, NumPy views of other libraries' CPU arrays
+        (no copy: in-place updates reach them), device views of their CUDA arrays, a fresh
+        uint64 key drawn from each numpy.random.Generator; errors that name the argument for
+        everything else."""
         out, copies, gens, at = [], {}, set(), 0
         for i, arg in enumerate(call):
             if i in self._static:
@@ -228,6 +255,8 @@ class Compiled(_core.Dispatcher):
             leaves, tree = flatten(arg)
             fixed = []
             for leaf in leaves:
+                if _foreign_device_array(leaf):
+                    leaf = self._device_view(self._arg_name(i, call), leaf)
                 if isinstance(leaf, np.random.Generator):
                     # this call's random key, drawn from the caller's Generator (advancing it,
                     # as drawing from it in NumPy would)
@@ -235,6 +264,7 @@ class Compiled(_core.Dispatcher):
                     gens.add(at)
                     at += 1
                     continue
+                leaf = _foreign_view(self._arg_name(i, call), leaf)
                 new = _normalize_leaf(self._arg_name(i, call), leaf)
                 if contiguous and isinstance(new, np.ndarray) and any(st < 0 for st in new.strides):
                     new = np.ascontiguousarray(new)
@@ -245,6 +275,19 @@ class Compiled(_core.Dispatcher):
                 at += 1
             out.append(tree.unflatten(fixed))
         return tuple(out), copies, gens
+
+    def _device_view(self, name: str, obj):
+        """A DeviceArray over another library's CUDA array (CuPy, PyTorch, ...): no copy, so
+        in-place updates reach it."""
+        view = getattr(self.backend, "from_cuda_array", None)
+        if view is None:
+            raise TypeError(f"{name}: a CUDA array ({type(obj).__name__}) can only be passed to a "
+                            f"function compiled with backend='cuda' (this one: "
+                            f"{self.backend.name!r})")
+        try:
+            return view(obj)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"{name}: {err}") from None
 
     def _arg_name(self, i, call) -> str:
         if i < len(self._param_names):
@@ -263,7 +306,7 @@ class Compiled(_core.Dispatcher):
                 continue
             arg_leaves, _ = flatten(arg)
             for leaf in arg_leaves:
-                leaves.append(_describe_leaf(self._arg_name(i, call), leaf))
+                leaves.append(_describe_leaf(self._arg_name(i, call), leaf, self.backend))
                 names.append(self._arg_name(i, call))
 
         special: set = set()           # scalar leaves the trace needs the values of
@@ -337,8 +380,11 @@ class Compiled(_core.Dispatcher):
         fused = fuse.plan(traced.graph, layouts)
         plan = backend.schedule(fused)
         kernels = [backend.compile(k) for k in plan.kernels]
+        # a call with device arrays keeps its results on the device
+        device_results = backend.memory.crosses and any(
+            leaf.is_array and leaf.space == Space.SPACE_DEVICE for leaf in leaves)
         program = record.record(plan, [k.name for k in kernels], leaves, traced.graph.consts,
-                                traced.mutated_leaves, backend.memory)
+                                traced.mutated_leaves, backend.memory, device_results)
         bytecode.verify(program, backend.memory.kernel_space)
         _, out_tree = flatten(result)
         results = result_specs(traced.outputs)
@@ -398,26 +444,31 @@ class Compiled(_core.Dispatcher):
 
     # ---- introspection -----------------------------------------------------------------
     @property
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, Any]:
         """traces: signatures traced and cached (with `history`, why each happened);
         uncached_traces: calls traced in replay=False mode, which keeps no history."""
         return {"traces": len(self.traces), "entries": len(self._entries_list()),
                 "trace_seconds": sum(t.seconds for t in self.traces),
-                "uncached_traces": self.retraces, "history": list(self.traces)}
+                "uncached_traces": self.retraces, "programs_loaded": self.programs_loaded,
+                "history": list(self.traces)}
 
     def clear(self):
-        """Forget every traced signature (kernels stay in the kernel cache)."""
+        """Forget every traced signature; kernels no other function uses are unloaded (the
+        disk cache keeps them cheap to load again)."""
         with self._lock:
             self._forget()
             self.traces.clear()
             self.retraces = 0
             self._warned_at = 0
+        release = getattr(self.backend, "release", None)
+        if release is not None:
+            release()
 
-    def lower(self, *args, **kwargs) -> Lowered:
+    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Trace for these arguments (without running) and return the IR, kernels and bytecode."""
         return self._entry_for(args, kwargs).info.lowered
 
-    def save(self, path, *args, **kwargs):
+    def save(self, path: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
         """Write the program traced for these arguments' signature to `path`;
         fastlaunch.load(path) replays it in another process without this function."""
         from .saved import save_entry
@@ -426,27 +477,34 @@ class Compiled(_core.Dispatcher):
         entry = self._entry_for(args, {})
         save_entry(path, entry, self.backend, self._static)
 
-    def _entry_for(self, args, kwargs):
+    def _entry_for(self, args, kwargs, install=False):
         args, kwargs = self._bind(args, kwargs)
         call = args + ((kwargs,) if kwargs else ())
         enc = _core.encode(call, self._static)
         if enc is None or (self.backend.memory.crosses and self._reversed_leaf(call)):
             call, _, gens = self._normalize(call, contiguous=self.backend.memory.crosses)
             enc = _with_generators(_core.encode(call, self._static), gens)
-        entry = self._find(enc, call) if self.replay else None
-        if entry is None:
-            entry = self._trace(call, enc, bool(kwargs), install=False)
+        if enc is None:
+            raise TypeError(f"{self.__name__}: these arguments cannot be passed to a "
+                            f"compiled function")
+        with self._lock:
+            entry = self._find(enc, call) if self.replay else None
+            if entry is None:
+                entry = self._trace(call, enc, bool(kwargs), install=install and self.replay)
         return entry
 
-    def dis(self, *args, file=None, **kwargs):
-        """Print the IR, kernel sources and bytecode for these arguments (or every cached entry)."""
+    def dis(self, *args: Any, file: TextIO | None = None, source: bool = False,
+            **kwargs: Any) -> None:
+        """Print the traced graph, the kernel plan and the bytecode for these arguments' signature
+        (without arguments: for every cached entry).  source=True adds each kernel's source
+        (LLVM IR on the CPU), which is long."""
         out = file or sys.stdout
         if args or kwargs:
-            print(self.lower(*args, **kwargs), file=out)
+            print(self.lower(*args, **kwargs).text(source=source), file=out)
             return
         for i, entry in enumerate(self._entries_list()):
             print(f"#### entry {i}: {_signature_text(entry.info.leaves)}", file=out)
-            print(entry.info.lowered, file=out)
+            print(entry.info.lowered.text(source=source), file=out)
 
     def __repr__(self):
         return f"<fastlaunch.Compiled {self.__qualname__} ({len(self._entries_list())} entries)>"
@@ -457,9 +515,102 @@ class Compiled(_core.Dispatcher):
         import functools
         return functools.partial(self, obj)
 
+    # ---- pickling and Dask -------------------------------------------------------------
+    def with_programs(self, *args, **kwargs) -> "Compiled":
+        """Trace (without running) for these example arguments' signature and mark this function
+        to ship its programs when pickled: a process that unpickles it installs them and calls
+        them without tracing or compiling.  Returns self:
+        `step = fl.compile(fn).with_programs(x0, y0)`."""
+        if not self.replay:
+            raise ValueError(f"{self.__name__}: with_programs needs replay=True (a replay=False "
+                             f"function traces every call and keeps no program to ship)")
+        self._entry_for(args, kwargs, install=True)
+        self.pickle_programs = True
+        return self
 
-def compile(fn=None, *, static_argnums=(), static_argnames=(), backend=None, replay=True,
-            seed=None):
+    def __reduce__(self):
+        """By reference where this object is importable under its name (a module-level
+        `@fl.compile` function): the receiving process imports it.  Otherwise by value: the
+        function (through cloudpickle where installed: lambdas, closures, `__main__`) and the
+        options; with pickle_programs, also each cached entry as saved-program bytes.  Never
+        raw pointers: the receiving process traces again on first use (kernels come from its
+        disk cache) unless programs were shipped."""
+        key = id(self)
+        if key in _REDUCING.active:
+            raise pickle.PicklingError(f"{self.__qualname__}: a compiled function whose own "
+                                       f"function refers to it cannot be pickled by value")
+        if not self.pickle_programs and _importable(self) and (
+                self.__module__ != "__main__" or _cloudpickle() is None):
+            return self.__qualname__
+        _REDUCING.active.add(key)
+        try:
+            fn = _function_payload(self.__wrapped__, self.__qualname__)
+        finally:
+            _REDUCING.active.discard(key)
+        options = {"static_argnums": self._static, "backend": self.backend.name,
+                   "replay": self.replay, "seed": self.seed, "max_entries": self.max_entries,
+                   "pickle_programs": self.pickle_programs}
+        programs = self._program_bytes() if self.pickle_programs else []
+        return (_rebuild, (fn, options, programs))
+
+    def _program_bytes(self) -> list:
+        """Each cached entry as saved-program bytes; entries a saved program cannot hold
+        (namedtuple arguments, static values other than scalars and strings) are left to be
+        traced again by the receiving process."""
+        from .saved import dumps_entry
+        out = []
+        for entry in self._entries_list():
+            try:
+                out.append(dumps_entry(entry, self.backend, self._static))
+            except TypeError:
+                continue
+        return out
+
+    def _install_program(self, data: bytes) -> None:
+        """Install an entry from saved-program bytes (verified as fastlaunch.load verifies a
+        file) with the introspection record the slow path and `dis` read."""
+        from . import saved
+        from .pytree import TreeDef
+        where = f"{self.__qualname__}: shipped program"
+        meta, program, kernels, entry = saved.loads_entry(data, self.backend.name, where)
+        if tuple(meta["static_positions"]) != self._static:
+            raise saved.SavedProgramError(f"{where}: static positions "
+                                          f"{meta['static_positions']}, expected {self._static}")
+        static_values = [saved._static_value(v) for v in meta["statics"]]
+        leaves = saved._signature_specs(bytes.fromhex(meta["signature"]))
+        lowered = Lowered(meta["graph"],
+                          [(k["label"], "(shipped program: no kernel plan)", ck.source)
+                           for k, ck in zip(meta["kernels"], kernels)],
+                          program.disassemble(), None, program)
+        entry.info = _EntryInfo(
+            leaves, lowered, kernels, [tuple(k) for k in meta["keys"]],
+            [_core.static_key(v) for v in static_values], static_values,
+            [(ResultKind(kind), index, bool(scalar)) for kind, index, scalar in meta["results"]],
+            TreeDef.from_json(meta["out_tree"]),
+            {leaf: (lo, hi) for leaf, lo, hi in meta["int_bounds"]}, list(meta["leaf_names"]))
+        with self._lock:
+            self._install(entry)
+            self.programs_loaded += 1
+
+    def __dask_tokenize__(self):
+        """A token that is the same in every process for the same function and options: an
+        importable compiled function by its name; any other by its function's pickled bytes
+        (closure values included) as Dask tokenizes functions."""
+        options = (self._static, self.backend.name, self.replay)
+        if _importable(self) and self.__module__ != "__main__":
+            return ("fastlaunch.Compiled", self.__module__, self.__qualname__, options)
+        try:
+            from dask.tokenize import normalize_token
+        except ImportError:                        # dask before 2024.2
+            from dask.base import normalize_token
+        return ("fastlaunch.Compiled", normalize_token(self.__wrapped__), options)
+
+
+def compile(fn: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
+            static_argnames: str | Sequence[str] = (), backend: str | None = None,
+            replay: bool = True, seed: int | None = None,
+            max_entries: int | None = None,
+            pickle_programs: bool = False) -> Compiled | Callable[[Callable], Compiled]:
     """Compile a NumPy function: traced once per signature, then replayed from bytecode.
 
     static_argnums / static_argnames: arguments whose *value* is part of the signature.
@@ -469,14 +620,132 @@ def compile(fn=None, *, static_argnums=(), static_argnames=(), backend=None, rep
     replay=False re-traces on every call (hitting the kernel cache): the "before" baseline.
     seed: random numbers drawn inside fn (np.random.*, default_rng()) come from this seed
         (each traced signature counts its calls from it); None: a fresh seed per signature.
+    max_entries: signatures kept (least recently used dropped past it); default 512.
+    pickle_programs: a pickled copy carries the programs traced so far (see
+        Compiled.with_programs), so that the receiving process neither traces nor compiles them.
     """
     def wrap(f):
         return Compiled(f, static_argnums=static_argnums, static_argnames=static_argnames,
-                        backend=backend, replay=replay, seed=seed)
-    return wrap if fn is None else wrap(fn)
+                        backend=backend, replay=replay, seed=seed, max_entries=max_entries,
+                        pickle_programs=pickle_programs)
+    if fn is None:
+        return wrap
+    return wrap(fn)
 
 
 # ---- helpers -----------------------------------------------------------------------------
+def _static_positions(name, has_signature, param_names, varargs, nums, names) -> tuple:
+    """The sorted static positions, with errors naming what is wrong."""
+    nums = (nums,) if isinstance(nums, (int, np.integer)) else nums
+    names = (names,) if isinstance(names, str) else names
+    try:
+        nums, names = tuple(nums), tuple(names)
+    except TypeError:
+        raise TypeError(f"fastlaunch.compile: static_argnums must be an int or a sequence of "
+                        f"ints and static_argnames a str or a sequence of str; got "
+                        f"{nums!r:.60} and {names!r:.60}") from None
+    positions = set()
+    for n in nums:
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+            raise TypeError(f"fastlaunch.compile: static_argnums holds {n!r:.60}; expected "
+                            f"integer positions")
+        n = int(n)
+        where = (f"{name} has {len(param_names)} positional parameter"
+                 f"{'' if len(param_names) == 1 else 's'} ({', '.join(param_names)})")
+        if n < 0:
+            if not param_names or -n > len(param_names):
+                raise ValueError(f"static_argnums={n} does not name a positional parameter: "
+                                 f"{where}")
+            n += len(param_names)
+        elif has_signature and not varargs and n >= len(param_names):
+            raise ValueError(f"static_argnums={n} is out of range: {where}")
+        positions.add(n)
+    for arg in names:
+        if not isinstance(arg, str):
+            raise TypeError(f"fastlaunch.compile: static_argnames holds {arg!r:.60}; expected "
+                            f"parameter names")
+        if arg not in param_names:
+            raise ValueError(f"static_argnames: {name} has no positional parameter named "
+                             f"{arg!r}")
+        positions.add(param_names.index(arg))
+    return tuple(sorted(positions))
+
+
+class _Reducing(threading.local):
+    def __init__(self):
+        self.active = set()
+
+
+_REDUCING = _Reducing()
+
+
+def _cloudpickle():
+    try:
+        import cloudpickle
+    except ImportError:
+        return None
+    return cloudpickle
+
+
+def _importable(obj) -> bool:
+    """Whether pickle's global lookup (module, then qualified name) finds this very object."""
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    qualname = getattr(obj, "__qualname__", "")
+    if module is None or not qualname or "<" in qualname:
+        return False
+    found = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            return False
+    return found is obj
+
+
+def _function_payload(fn, qualname):
+    """The wrapped function as the receiving process will get it: cloudpickle's bytes where
+    cloudpickle is installed (by reference when importable, else by value), else the function
+    itself for pickle's own global lookup."""
+    cp = _cloudpickle()
+    if cp is not None:
+        return ("cloudpickle", cp.dumps(fn))
+    try:
+        pickle.dumps(fn)
+    except (pickle.PicklingError, AttributeError, TypeError) as err:
+        raise pickle.PicklingError(
+            f"{qualname}: a compiled function is pickled with its function, and this one is "
+            f"not importable by name (a lambda, a closure, or one defined in __main__ under "
+            f"its compiled name); install cloudpickle to pickle it by value ({err})") from None
+    return ("object", fn)
+
+
+_REBUILT: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+_REBUILT_LOCK = threading.Lock()
+
+
+def _rebuild(fn, options, programs=()):
+    """Unpickle: a compiled function with the same options (and the shipped entries).
+
+    The same pickled bytes unpickled again in this process give the same object while it is
+    alive, as a function pickled by reference would: a worker that receives the function with
+    every task (Dask's process pool) traces each signature once, not once per task."""
+    kind, payload = fn
+    key = None
+    if kind == "cloudpickle":
+        key = (payload, tuple(sorted(options.items())), tuple(programs))
+        with _REBUILT_LOCK:
+            found = _REBUILT.get(key)
+        if found is not None:
+            return found
+        payload = pickle.loads(payload)
+    compiled = Compiled(payload, **options)
+    for data in programs:
+        compiled._install_program(data)
+    if key is not None:
+        with _REBUILT_LOCK:
+            compiled = _REBUILT.setdefault(key, compiled)
+    return compiled
+
+
 _IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, np.generic, np.dtype, type,
               range, slice, type(Ellipsis), frozenset)
 
@@ -488,7 +757,28 @@ def _immutable(value) -> bool:
     return isinstance(value, _IMMUTABLE)
 
 
-def _describe_leaf(name: str, leaf) -> LeafSpec:
+def _foreign_device_array(leaf) -> bool:
+    return not isinstance(leaf, (np.ndarray, _core.DeviceArray)) and \
+        hasattr(type(leaf), "__cuda_array_interface__")
+
+
+_STATIC_HINT = (". Other objects (a method's `self`, a config object) can be passed as static "
+                "arguments: static_argnums= / static_argnames= (hashable; their value is part "
+                "of the signature, and what fn reads from them is fixed when it is traced)")
+
+
+def _describe_leaf(name: str, leaf, backend=None) -> LeafSpec:
+    if type(leaf) is _core.DeviceArray:
+        ops.check_dtype(leaf.dtype, name)
+        if backend is not None and leaf.device != backend.name:
+            raise TypeError(f"{name}: a DeviceArray in {leaf.device} memory cannot be passed to "
+                            f"a function compiled for backend {backend.name!r}")
+        if any(st % leaf.itemsize for st in leaf.strides):
+            raise TypeError(f"{name}: DeviceArray strides {leaf.strides} are not multiples of "
+                            f"its itemsize")
+        return LeafSpec.array(leaf.dtype, leaf.shape,
+                              tuple(st // leaf.itemsize for st in leaf.strides),
+                              Space.SPACE_DEVICE)
     if isinstance(leaf, np.ndarray):
         ops.check_dtype(leaf.dtype, name)
         return LeafSpec.array(leaf.dtype, leaf.shape, _element_strides(leaf))
@@ -502,7 +792,7 @@ def _describe_leaf(name: str, leaf) -> LeafSpec:
         ops.check_dtype(leaf.dtype, name)
         return LeafSpec.scalar(leaf.dtype)
     raise TypeError(f"{name}: expected a NumPy array, a Python or NumPy scalar, or a "
-                    f"tuple/list/dict of them; got {type(leaf).__name__}")
+                    f"tuple/list/dict of them; got {type(leaf).__name__}{_STATIC_HINT}")
 
 
 # ndarray attributes that a subclass may redefine without changing what operations compute
@@ -527,7 +817,47 @@ def _subclass_overrides(cls) -> list:
     return found
 
 
+_DLPACK_CPU = 1            # DLDeviceType kDLCPU
+_NOT_FOREIGN = (np.ndarray, np.generic, _core.DeviceArray, np.random.Generator, bool, int, float,
+                complex, str, bytes, type(None))
+
+
+def _foreign_view(name: str, leaf):
+    """A CPU array of another library as a NumPy view of its memory (never a copy), through
+    DLPack (PyTorch, JAX, CuPy-style host arrays), the array interface, or the buffer protocol
+    (memoryview, array.array, bytearray); anything else unchanged.  bytes and str stay what
+    NumPy makes of them, scalars, and are refused later."""
+    if isinstance(leaf, _NOT_FOREIGN):
+        return leaf
+    cls = type(leaf)
+    if hasattr(cls, "__dlpack__") and hasattr(cls, "__dlpack_device__"):
+        try:
+            device = leaf.__dlpack_device__()
+        except Exception as err:                          # noqa: BLE001  (the producer's own)
+            raise TypeError(f"{name}: {cls.__name__}.__dlpack_device__() failed: {err}") from None
+        if int(device[0]) != _DLPACK_CPU:
+            raise TypeError(f"{name}: a {cls.__name__} on device {tuple(device)}; fastlaunch "
+                            f"computes on the CPU: pass a CPU array (for PyTorch, x.cpu())")
+        try:
+            return np.from_dlpack(leaf)
+        except (BufferError, TypeError, ValueError, RuntimeError) as err:
+            raise TypeError(f"{name}: {cls.__name__} cannot be shared with NumPy through "
+                            f"DLPack without a copy ({err}); pass np.asarray(x) for a copy")
+    if hasattr(leaf, "__array_interface__") or hasattr(leaf, "__array_struct__"):
+        view = np.asarray(leaf)
+        if isinstance(view, np.ndarray) and view.dtype != object:
+            return view
+        return leaf
+    try:
+        memoryview(leaf).release()
+    except TypeError:
+        return leaf
+    return np.asarray(memoryview(leaf))
+
+
 def _normalize_leaf(name: str, leaf):
+    if type(leaf) is _core.DeviceArray:
+        return leaf
     if isinstance(leaf, np.ndarray) and type(leaf) is not np.ndarray:
         overrides = _subclass_overrides(type(leaf))
         if overrides:
@@ -553,7 +883,7 @@ def _normalize_leaf(name: str, leaf):
     if isinstance(leaf, complex):
         raise TypeError(f"{name}: complex numbers are not supported")
     raise TypeError(f"{name}: expected a NumPy array, a Python or NumPy scalar, or a "
-                    f"tuple/list/dict of them; got {type(leaf).__name__}")
+                    f"tuple/list/dict of them; got {type(leaf).__name__}{_STATIC_HINT}")
 
 
 def _self_overlapping(arr: np.ndarray) -> bool:

@@ -6,15 +6,17 @@ never silently computed some other way.
 """
 from __future__ import annotations
 
+import builtins
 import operator
+from typing import Any
 
 import numpy as np
 
 from . import ops
 from .errors import TracingError
 from .ir import Node, Op, check_shape
-from .trace import (Storage, Tracer, Unreturnable, ViewMap, current_graph, new_tracer, tracing,
-                    view_of)
+from .trace import (Storage, Tracer, Unreturnable, ViewMap, current_graph, frame, new_tracer,
+                    tracing, view_of)
 
 FUNCTIONS: dict = {}
 
@@ -760,10 +762,9 @@ def reshape(a, *shape, order="C", newshape=None, copy=None):
     t = _as_tracer(a)
     new_shape = ops.normalize_shape(shape, t.size)
     scalar = t.scalar and not new_shape        # views of a NumPy scalar stay scalars
-    if t._reshape is None:
-        vm = (t._view or ViewMap.identity(t._storage.node.shape)).squeeze_expand(new_shape)
-        if vm is not None:
-            return view_of(t, vm, scalar=scalar)
+    vm = frame(t).squeeze_expand(new_shape)
+    if vm is not None:
+        return view_of(t, vm, scalar=scalar)
     return view_of(t, reshape=new_shape, scalar=scalar)
 
 
@@ -784,10 +785,7 @@ def transpose(a, axes=None):
     axes = tuple(int(ax) % max(t.ndim, 1) for ax in axes)
     if sorted(axes) != list(range(t.ndim)):
         raise ValueError("axes don't match array")
-    if t._reshape is None:
-        vm = (t._view or ViewMap.identity(t._storage.node.shape)).transpose(axes)
-        return view_of(t, vm, scalar=t.scalar and t.ndim == 0)
-    return wrap(ops.transpose(current_graph(), t.node, axes), scalar=t.scalar and t.ndim == 0)
+    return view_of(t, frame(t).transpose(axes), scalar=t.scalar and t.ndim == 0)
 
 
 @implements(np.swapaxes)
@@ -992,11 +990,7 @@ def _basic_view(t: Tracer, key: tuple) -> Tracer:
         wrapped.append(k)
     key = tuple(wrapped)
     scalar = bool(dims) and all(isinstance(k, int) for k in dims) and None not in key
-    if t._reshape is None:
-        vm = (t._view or ViewMap.identity(t._storage.node.shape)).index(key)
-        return view_of(t, vm, scalar=scalar)
-    base = wrap(t.node, scalar=False)
-    return view_of(base, ViewMap.identity(base.shape).index(key), scalar=scalar)
+    return view_of(t, frame(t).index(key), scalar=scalar)
 
 
 def _advanced(t: Tracer, key: tuple):
@@ -1324,7 +1318,7 @@ for _f in (np.nonzero, np.argwhere, np.flatnonzero, np.unique, np.extract, np.co
     FUNCTIONS[_f] = _data_dependent(f"np.{_f.__name__}")
 
 
-def asarray(obj):
+def asarray(obj: Any) -> Any:
     """Inside a traced function: `obj` (a NumPy array or nested list) as a traced constant, so
     that NumPy-level indexing by traced values works (`fl.asarray(table)[idx]`).  Outside a
     trace this is np.asarray."""
@@ -1410,6 +1404,81 @@ def _weak_unary(ufunc, t):
 
 
 _method("astype", astype)
+
+
+builtins_type = builtins.type
+
+
+def view(self, dtype=None, type=None):
+    """ndarray.view: the same values (a plain ndarray type), or their bits as `dtype`."""
+    if type is not None and type is not np.ndarray:
+        raise TracingError(f"x.view(type={getattr(type, '__name__', type)}) inside a traced "
+                           f"function: only plain ndarrays are traced")
+    if dtype is None or (isinstance(dtype, builtins_type) and issubclass(dtype, np.ndarray)):
+        return self
+    dt = ops.check_dtype(dtype, "x.view(dtype)")
+    return wrap(ops.bitcast(current_graph(), node_of(self), dt), scalar=self.scalar)
+
+
+class FlatIter:
+    """x.flat while tracing: indexing in C order (ints, slices, index arrays), reading and
+    writing."""
+
+    def __init__(self, base: Tracer):
+        self.base = base
+
+    def __getitem__(self, key):
+        if self.base.ndim == 1:
+            return self.base[key]
+        return ravel(self.base)[key]
+
+    def __setitem__(self, key, value):
+        if is_tracer(key):
+            raise TracingError("x.flat[traced index] = v is not supported by fastlaunch; "
+                               "use x.reshape(-1) on a copy, or np.put")
+        idx = np.arange(self.base.size)[key]
+        if np.ndim(idx) == 0:
+            self.base[np.unravel_index(int(idx), self.base.shape)] = value
+        else:
+            self.base[np.unravel_index(idx, self.base.shape)] = value
+
+    def __len__(self):
+        return self.base.size
+
+    def __iter__(self):
+        flat = ravel(self.base)
+        return (flat[i] for i in range(self.base.size))
+
+
+def _imag(self):
+    """The imaginary part of a real array: zeros, read-only (as NumPy's)."""
+    g = current_graph()
+    n = node_of(self)
+    return Tracer(Storage(ops.broadcast_to(g, ops.literal(g, 0, n.dtype), n.shape),
+                          frozen_reason="x.imag of a real array is read-only"),
+                  scalar=self.scalar)
+
+
+Tracer.flat = property(lambda self: FlatIter(self))
+Tracer.imag = property(_imag)
+_method("view", view)
+_method("conj", lambda self: self)
+_method("conjugate", lambda self: self)
+
+
+def _tracer_getattr(self, name):
+    """An ndarray method without a method of its own here: the NumPy function of that name
+    when fastlaunch traces it (x.repeat -> np.repeat); else an AttributeError that says so."""
+    if not name.startswith("_") and hasattr(np.ndarray, name):
+        func = getattr(np, name, None)
+        impl = FUNCTIONS.get(func) if func is not None else None
+        if impl is not None:
+            return lambda *args, **kwargs: impl(self, *args, **kwargs)
+        raise AttributeError(f"x.{name} (ndarray.{name}) is not supported by fastlaunch yet")
+    raise AttributeError(f"'Tracer' object has no attribute {name!r}")
+
+
+Tracer.__getattr__ = _tracer_getattr
 _method("copy", lambda self, order="C": copy(self))
 _method("reshape", lambda self, *shape, order="C", copy=None: reshape(self, *shape, order=order))
 _method("ravel", lambda self, order="C": ravel(self, order))

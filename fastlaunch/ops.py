@@ -80,6 +80,17 @@ def weak_literal(g: Graph, value) -> tuple[Node, type]:
 
 
 # ---- casts and broadcasting --------------------------------------------------------------
+def bitcast(g: Graph, n: Node, dtype) -> Node:
+    """n's bits as `dtype`, of the same itemsize (bool excluded: its bits are not a number)."""
+    dt = np.dtype(dtype)
+    if dt == n.dtype:
+        return n
+    if dt.itemsize != n.dtype.itemsize or "b" in (dt.kind, n.dtype.kind):
+        raise ValueError(f"x.view({dt}) of a {n.dtype} array: fastlaunch reinterprets only "
+                         f"between number dtypes of the same size")
+    return g.add(Op.BITCAST, dt, n.shape, [n])
+
+
 def cast(g: Graph, n: Node, dtype, weak: type | None = None, wraps: bool = False) -> Node:
     """n as dtype.  A weak Python int must fit the dtype (NumPy raises OverflowError: literals
     are checked here, parameters at every call), unless `wraps` (np.where casts unsafely)."""
@@ -186,7 +197,13 @@ def _fold_elementwise(op: Op, values, out_dtype):
 
 
 def _scaled(factor):
-    return lambda g, dt, x: elementwise(g, Op.MUL, dt, [x, literal(g, factor, dt)])
+    def scaled(g, dt, x):
+        if dt == np.float16:    # NumPy's half loop scales in float32 and rounds once
+            f32 = np.dtype(np.float32)
+            wide = elementwise(g, Op.MUL, f32, [cast(g, x, f32), literal(g, factor, f32)])
+            return cast(g, wide, dt)
+        return elementwise(g, Op.MUL, dt, [x, literal(g, factor, dt)])
+    return scaled
 
 
 # ufuncs that are another op on their loop dtypes (NumPy computes them the same way)

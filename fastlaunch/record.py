@@ -7,7 +7,9 @@ right after its last use, so that the caching pool hands the same memory to the 
 The backend's memory model decides where each slot lives.  Kernels touch only the kernels'
 space: an argument in the other space gets a shadow there (ALLOC + TO_DEVICE before its first
 use, and TO_HOST back at the end if it is updated in place); a host result is written by the
-kernels into a shadow and copied out with TO_HOST.  Kernel errors are CHECKed before the
+kernels into a shadow and copied out with TO_HOST.  Device arrays (arguments already in the
+kernels' space) are used in place, and with `device_results` the results are device slots
+the kernels write directly.  Kernel errors are CHECKed before the
 first write of any argument, so a bad index or an overflow leaves the caller's arrays as they
 were; long programs POLL for Ctrl-C between launches, up to that first write.
 """
@@ -47,9 +49,14 @@ def kernel_info(k, name: str) -> KernelInfo:
 
 
 def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: list,
-           mutated_leaves: list[int], memory: MemoryModel = HOST_MEMORY) -> Program:
-    """plan: scheduled (every kernel has its backend's `schedule`)."""
+           mutated_leaves: list[int], memory: MemoryModel = HOST_MEMORY,
+           device_results: bool = False) -> Program:
+    """plan: scheduled (every kernel has its backend's `schedule`).  device_results: the
+    results stay in the kernels' space (a call with device arrays among its arguments): the
+    kernels write them directly, nothing is copied out."""
     kspace = int(memory.kernel_space)
+    if device_results and kspace == Space.SPACE_HOST:
+        raise ValueError("device results need a backend whose kernels use device memory")
     slots: list[SlotInfo] = []
     for i, leaf in enumerate(leaves):
         if leaf.is_array:
@@ -96,10 +103,11 @@ def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: 
         elif b.role == "output":
             out = len(slots)
             slots.append(SlotInfo(SlotRole.OUTPUT, b.dtype.str, 0, b.size - 1,
-                                  label=f"out{b.ref}", space=int(Space.SPACE_HOST)))
+                                  label=f"out{b.ref}",
+                                  space=kspace if device_results else int(Space.SPACE_HOST)))
             outputs.append((b.ref, out, b.dtype.str, b.shape))
             slot_of[b.id] = out
-            if kspace != Space.SPACE_HOST:
+            if kspace != Space.SPACE_HOST and not device_results:
                 sh = shadow(out, f"out{b.ref}@dev")
                 shadow_out[sh] = out
                 slot_of[b.id] = sh

@@ -22,6 +22,7 @@ A process with another target compiles the kernels from their descriptions in bo
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -31,7 +32,7 @@ import tempfile
 import numpy as np
 
 from . import _core
-from ._launch import ResultKind
+from ._launch import ResultKind, Space
 from ._version import __version__
 from .backends import get_backend
 from .backends.base import CallLayout
@@ -67,6 +68,22 @@ def _json_scalar(v, what: str):
 def save_entry(path, entry, backend, static_positions, iterate=None) -> None:
     """iterate: how fl.iterate puts a loop program's results together (iterate.py), or
     None for a plain program."""
+    data = dumps_entry(entry, backend, static_positions, iterate=iterate)
+    path = os.fspath(path)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".fl-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def dumps_entry(entry, backend, static_positions, iterate=None) -> bytes:
+    """The saved-program file's bytes for one traced entry (what save_entry writes; what a
+    pickled compiled function ships with `pickle_programs`)."""
     info = entry.info
     if entry.post is not None:
         raise TypeError(f"a saved program cannot replay side effects on argument containers "
@@ -78,6 +95,9 @@ def save_entry(path, entry, backend, static_positions, iterate=None) -> None:
     for k in info.keys:
         if not isinstance(k, tuple):
             raise TypeError("a saved program cannot take namedtuple arguments")
+    if any(d.is_array and d.space != Space.SPACE_HOST for d in info.leaves):
+        raise TypeError("a saved program takes NumPy arrays: save it with NumPy example "
+                        "arguments, not DeviceArrays")
     meta = {
         "fastlaunch": __version__,
         "backend": backend.name,
@@ -103,18 +123,8 @@ def save_entry(path, entry, backend, static_positions, iterate=None) -> None:
     blobs = [json.dumps(meta, sort_keys=True).encode(), program.to_bytes()]
     blobs += [k.obj for k in info.kernels]
     payload = b"".join(struct.pack("<Q", len(b)) + b for b in blobs)
-    data = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(payload),
+    return _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(payload),
                         hashlib.sha256(payload).digest()) + payload
-    path = os.fspath(path)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".fl-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _static_json(v):
@@ -160,14 +170,19 @@ def _signature_specs(sig: bytes) -> list:
                     raise SavedProgramError("signature: strides not a multiple of the itemsize")
                 strides = tuple(st // dtype.itemsize for st in strides)
             specs.append(LeafSpec.array(dtype, shape, strides))
-        else:
+        elif leaf[0] == "scalar":
             specs.append(LeafSpec.scalar(leaf[1], leaf[2]))
+        else:
+            raise SavedProgramError("signature: a saved program cannot take device arrays")
     return specs
 
 
 def _read(path) -> tuple[dict, Program, list]:
     with open(path, "rb") as f:
-        data = f.read()
+        return _parse(f.read(), path)
+
+
+def _parse(data: bytes, path) -> tuple[dict, Program, list]:
     if len(data) < _HEADER.size or data[:8] != MAGIC:
         raise SavedProgramError(f"{path}: not a fastlaunch saved program")
     _, version, _, length, digest = _HEADER.unpack_from(data)
@@ -286,7 +301,8 @@ class LoadedProgram(_core.Dispatcher):
         return f"<fastlaunch.LoadedProgram {self.path}>"
 
 
-def load(path, backend: str | None = None, *, machine_code: bool = True) -> LoadedProgram:
+def load(path: str | os.PathLike, backend: str | None = None, *,
+         machine_code: bool = True) -> LoadedProgram:
     """Load a program written by `Compiled.save`; no tracing, no source function needed.
 
     **Only load files you trust.**  A saved program holds native machine code, and by default
@@ -305,9 +321,30 @@ def load(path, backend: str | None = None, *, machine_code: bool = True) -> Load
     In both modes the bytecode is verified before anything runs, and a file that fails any
     check raises SavedProgramError (a ValueError)."""
     path = os.fspath(path)
-    try:
+    with _invalid(path):
         meta, program, objects = _read(path)
-        return _load(path, meta, program, objects, backend, machine_code)
+        entry, _, leaves, names = _load(path, meta, program, objects, backend, machine_code)
+        finish = _iterate_finish(meta, program, len(meta["results"]), len(leaves))
+    if finish is not None:
+        return LoadedIteration(path, meta, entry, leaves, names, finish)
+    return LoadedProgram(path, meta, entry, leaves, names)
+
+
+def loads_entry(data: bytes, backend: str | None = None, where: str = "saved program bytes",
+                machine_code: bool = True):
+    """(meta, program, kernels, entry) from bytes made by dumps_entry, checked and verified as
+    `load` checks a file (the same trust rule: the bytes hold machine code that will run)."""
+    with _invalid(where):
+        meta, program, objects = _parse(bytes(data), where)
+        entry, kernels, _, _ = _load(where, meta, program, objects, backend, machine_code)
+    return meta, program, kernels, entry
+
+
+@contextlib.contextmanager
+def _invalid(path):
+    """Every malformed-input error as one SavedProgramError naming the file."""
+    try:
+        yield
     except SavedProgramError as err:
         if str(err).startswith(path):
             raise
@@ -318,7 +355,8 @@ def load(path, backend: str | None = None, *, machine_code: bool = True) -> Load
                                 f"{err}") from None
 
 
-def _load(path, meta, program: Program, objects, backend, machine_code) -> LoadedProgram:
+def _load(path, meta, program: Program, objects, backend, machine_code):
+    """(entry, compiled kernels, signature leaves, leaf names) of a parsed saved program."""
     sig = bytes.fromhex(_str(meta["signature"], "signature"))
     leaves = _signature_specs(sig)
     be = get_backend(backend or _str(meta["backend"], "backend"))
@@ -386,15 +424,21 @@ def _load(path, meta, program: Program, objects, backend, machine_code) -> Loade
         specialized.append((leaf, _int(sp[1], "specialised value")))
     call = CallLayout(results, out_tree, int_bounds)
     entry = link_entry(be, program, compiled, call, sig, keys, statics, specialized)
-    if "iterate" in meta:
-        finish = check_finish(meta["iterate"], len(results), len(leaves))
-        # what fl.iterate records: one loop, of the iteration count the results are for
-        loops = program.loops()
-        if len(loops) != 1 or loops[0][3] != finish["n"]:
-            raise SavedProgramError(f"iterate: the program's loops {[c for *_, c in loops]} "
-                                    f"do not run the iteration count {finish['n']}")
-        return LoadedIteration(path, meta, entry, leaves, names, finish)
-    return LoadedProgram(path, meta, entry, leaves, names)
+    _iterate_finish(meta, program, len(results), len(leaves))
+    return entry, compiled, leaves, names
+
+
+def _iterate_finish(meta, program: Program, nresults: int, nleaves: int):
+    """A saved fl.iterate loop's finishing description, checked (None for a plain program)."""
+    if "iterate" not in meta:
+        return None
+    finish = check_finish(meta["iterate"], nresults, nleaves)
+    # what fl.iterate records: one loop, of the iteration count the results are for
+    loops = program.loops()
+    if len(loops) != 1 or loops[0][3] != finish["n"]:
+        raise SavedProgramError(f"iterate: the program's loops {[c for *_, c in loops]} do not "
+                                f"run the iteration count {finish['n']}")
+    return finish
 
 
 class LoadedIteration(LoadedProgram):

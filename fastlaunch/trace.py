@@ -129,15 +129,18 @@ class Storage:
 class Tracer:
     """An array inside a traced function.  See numpy_api.py for what it supports."""
 
-    __slots__ = ("_storage", "_view", "_reshape", "_node", "_version", "weak", "scalar",
+    __slots__ = ("_storage", "_view", "_reshape", "_post", "_node", "_version", "weak", "scalar",
                  "__weakref__")
     __array_priority__ = 1000
 
     def __init__(self, storage: Storage, view: ViewMap | None = None, reshape: tuple | None = None,
-                 weak: type | None = None, scalar: bool = False):
+                 weak: type | None = None, scalar: bool = False, post: ViewMap | None = None):
+        # the value is post(reshape(view(storage))): a view of the storage, optionally
+        # reshaped (C order), and a view of that reshaped value; writes go back the same way
         self._storage = storage
         self._view = view
         self._reshape = reshape
+        self._post = post if reshape is not None else None
         self._node = None
         self._version = -1
         self.weak = weak          # Python type of a NEP 50 weak scalar, else None
@@ -152,6 +155,8 @@ class Tracer:
                 n = self._view.read(current_graph(), n)
             if self._reshape is not None:
                 n = ops.reshape(current_graph(), n, self._reshape)
+                if self._post is not None:
+                    n = self._post.read(current_graph(), n)
             self._node = n
             self._version = st.version
         return self._node
@@ -250,11 +255,15 @@ class Tracer:
             raise TracingError(f"{operation}: a scalar cannot be written in place")
         if st.frozen_reason:
             raise TracingError(f"{operation}: {st.frozen_reason}")
-        if self._reshape is not None:
-            raise TracingError(f"{operation}: writing through a reshaped view is not supported; "
-                               f"index the original array instead")
         g = current_graph()
         view = self._view or ViewMap.identity(st.node.shape)
+        if self._reshape is not None:
+            # into the reshaped value (through the post view), then back through the reshape
+            viewed = view.read(g, st.node)
+            reshaped = ops.reshape(g, viewed, self._reshape)
+            if self._post is not None:
+                value_node = self._post.write(g, reshaped, value_node)
+            value_node = ops.reshape(g, value_node, viewed.shape)
         st.node = view.write(g, st.node, value_node)
         st.version += 1
 
@@ -264,16 +273,32 @@ def new_tracer(node: Node, weak: type | None = None, scalar: bool | None = None)
     return Tracer(Storage(node), None, None, weak, node.ndim == 0 if scalar is None else scalar)
 
 
+def frame(t: Tracer) -> ViewMap:
+    """The view map a further view of t composes with: over the storage's shape, or over the
+    reshaped shape when t is (a view of) a reshape."""
+    if t._reshape is not None:
+        return t._post or ViewMap.identity(t._reshape)
+    return t._view or ViewMap.identity(t._storage.node.shape)
+
+
 def view_of(t: Tracer, view: ViewMap | None = None, reshape: tuple | None = None,
             scalar: bool = False) -> Tracer:
-    """A view of t's storage: writes through it reach t's base."""
-    base_view = t._view if t._view is not None else ViewMap.identity(t._storage.node.shape)
+    """A view of t's storage, writable through: `view` (over frame(t)), or a reshape of t."""
+    if reshape is not None:
+        if t._reshape is None:
+            return Tracer(t._storage, frame(t), reshape, None, scalar)
+        if t._post is None or t._post.is_identity:
+            # a reshape of a reshape (C order) is one reshape of the same view
+            return Tracer(t._storage, t._view, reshape, None, scalar)
+        # a reshape of a view of a reshape: a copy, read-only so that no write is lost
+        src = Tracer(Storage(t.node, frozen_reason="this array is a reshape of a view of a "
+                                                   "reshaped array, which fastlaunch cannot "
+                                                   "write through; index the original array"))
+        return Tracer(src._storage, None, reshape, None, scalar)
+    vm = view if view is not None else frame(t)
     if t._reshape is not None:
-        # a view of a reshaped view cannot be written through: read-only copy semantics
-        src = Tracer(Storage(t.node, frozen_reason="this array is a view of a reshaped view, "
-                                                   "which fastlaunch cannot write through"))
-        return view_of(src, view, reshape, scalar)
-    return Tracer(t._storage, view if view is not None else base_view, reshape, None, scalar)
+        return Tracer(t._storage, t._view, t._reshape, None, scalar, post=vm)
+    return Tracer(t._storage, vm, None, None, scalar)
 
 
 # ---- the trace driver --------------------------------------------------------------------------

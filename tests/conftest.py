@@ -1,8 +1,15 @@
 """Test session setup: kernels compile into a fresh disk cache, not the user's; the backend
 the suite runs on (`pytest --backend devsim`, or FASTLAUNCH_BACKEND) is the default of every
-fl.compile that names none."""
+fl.compile that names none; `--cuda-ptx` also lowers every traced function for CUDA and
+assembles its kernels with ptxas for sm_90 and sm_80 (tests/cuda_ptx.py); tests marked
+`cuda` skip, with the reason, where no GPU is usable."""
 import os
+import sys
 import tempfile
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # tests/cuda_ptx.py
 
 # before any test imports the CPU backend, which reads the variable once
 os.environ.setdefault("FASTLAUNCH_CACHE_DIR", tempfile.mkdtemp(prefix="fastlaunch-test-cache-"))
@@ -12,12 +19,55 @@ def pytest_addoption(parser):
     parser.addoption("--backend", default=None,
                      help="backend for fl.compile calls that name none (default: "
                           "FASTLAUNCH_BACKEND, else cpu)")
+    parser.addoption("--cuda-ptx", action="store_true", default=False,
+                     help="also lower every traced function for CUDA (PTX for sm_90 and "
+                          "sm_80, assembled by ptxas); needs ptxas and libdevice, no GPU")
+    parser.addoption("--cuda-ptx-every", type=int, default=1,
+                     help="with --cuda-ptx: check one traced function in N")
 
 
 def pytest_configure(config):
     backend = config.getoption("--backend")
     if backend:
         os.environ["FASTLAUNCH_BACKEND"] = backend
+    if config.getoption("--cuda-ptx"):
+        import cuda_ptx
+        cuda_ptx.install(max(1, config.getoption("--cuda-ptx-every")))
+
+
+def pytest_collection_modifyitems(config, items):
+    cuda = [item for item in items if item.get_closest_marker("cuda") is not None]
+    if not cuda:
+        return
+    why = _cuda_unusable()
+    if why:
+        skip = pytest.mark.skip(reason=f"needs a usable NVIDIA GPU: {why}")
+        for item in cuda:
+            item.add_marker(skip)
+
+
+def _cuda_unusable():
+    """None where the CUDA backend can run, else why not."""
+    try:
+        from fastlaunch import _cuda
+    except ImportError:
+        return "fastlaunch was built without its CUDA extension (no cuda.h)"
+    return _cuda.driver_error()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if session.config.getoption("--cuda-ptx"):
+        import cuda_ptx
+        session.config._cuda_ptx_summary = cuda_ptx.summary()   # assembles what is queued
+        if cuda_ptx.FAILURES and session.exitstatus == 0:
+            session.exitstatus = 1          # a kernel ptxas refused fails the run
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    text = getattr(config, "_cuda_ptx_summary", None)
+    if text:
+        for line in text.splitlines():
+            terminalreporter.write_line(line)
 
 
 def pytest_report_header(config):

@@ -56,6 +56,12 @@ def _devsim():
     return DevSimBackend(get_backend("cpu"))
 
 
+def _cuda():
+    from .cuda import CUDABackend
+    return CUDABackend()
+
+
 register_backend("cpu", _cpu)
 register_backend("null", _null)
 register_backend("devsim", _devsim)
+register_backend("cuda", _cuda)

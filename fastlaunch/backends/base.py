@@ -18,6 +18,8 @@ everything after that:
     link(program, kernels, call)
                           a verified bytecode program + its compiled kernels -> an executable
                           (a _core.Executable subclass: the thing the dispatcher calls)
+    release()             optional: free the code of kernels no executable uses any more
+                          (Compiled.clear() calls it)
 
 `null.py` implements all of it in a few lines; `cpu.py` is the LLVM host backend; `devsim.py`
 is the CPU's kernels behind a simulated device boundary.  `Backend` below spells the interface

@@ -2,18 +2,35 @@
 
 Kernels are optimised with the new pass manager at O3 for the host CPU (its name and feature
 string, so AVX2/AVX-512 code comes out) and emitted as object code.  The object code is what
-the disk cache stores and what one long-lived MCJIT engine loads.  Math functions are called
-through `fastlaunch_<name>` aliases of libm, annotated with their glibc libmvec vector
-variants, so that LLVM's loop vectoriser calls e.g. `_ZGVdN8v_expf` eight lanes at a time.
+the disk cache stores.  Math functions are called through `fastlaunch_<name>` aliases of libm,
+annotated with their glibc libmvec vector variants, so that LLVM's loop vectoriser calls e.g.
+`_ZGVdN8v_expf` eight lanes at a time.
+
+Loading.  MCJIT cannot unload code, so each kernel gets an engine of its own (KernelCode),
+which is the `owner` of every CompiledKernel handed out for it: executables keep their
+kernels' CompiledKernels, so an engine lives exactly as long as some executable may call into
+it.  The in-memory kernel cache holds engines weakly, plus the most recently used few
+strongly (so that replay=False, or a function compiled anew in a loop, does not reload every
+call); dropped kernels come back from the disk cache.  An engine whose last user went is not
+destroyed on the spot (that may happen in any thread, during garbage collection, while this
+thread parses IR in the same LLVM context) but queued and disposed of under the backend's
+lock, at the next compile or at `release()`.
+
+Before an object is loaded, its undefined symbols (elf.py) are checked against what the JIT
+resolves: an unresolved one would be called at address 0.  LLVM's float16 lowering calls
+compiler-rt's conversion routines, which the process does not have: _core provides them.
 """
 from __future__ import annotations
 
+import collections
 import ctypes
 import ctypes.util
+import hashlib
 import logging
 import os
 import threading
 import time
+import weakref
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -22,13 +39,31 @@ from .._version import __version__
 from ..cache import DiskCache, default_cache_dir, kernel_key
 from ..codegen.llvm import (MATH_ALIAS_PREFIX, MATH_FUNCTIONS, PLACEHOLDER_NAME, MathTarget,
                             generate)
+from .. import _core
 from ..kernel import Kernel
-from . import cpu_schedule
+from . import cpu_schedule, elf
 from .base import HOST_MEMORY, CompiledKernel
 
 log = logging.getLogger("fastlaunch")
 
 OPT_LEVEL = 3
+KEEP_RECENT = 64        # kernels the memory cache keeps loaded after their last user went
+
+
+# symbols the JIT's linker defines itself (the object's GOT), not the process
+_LINKER_DEFINED = frozenset({"_GLOBAL_OFFSET_TABLE_"})
+
+
+class UnresolvedSymbolError(RuntimeError):
+    """A kernel's object code needs a symbol that the JIT cannot resolve in this process."""
+
+
+def _register_runtime_symbols() -> None:
+    """The float16 conversions LLVM's half lowering calls (see csrc/half.h), unless the
+    process already has them (a libgcc or compiler-rt that exports them)."""
+    for name, address in _core.half_libcalls().items():
+        if not llvm.address_of_symbol(name):
+            llvm.add_symbol(name, address)
 
 
 def _host_features() -> str:
@@ -71,6 +106,20 @@ def _load_math(features: str) -> MathTarget:
     return MathTarget(tuple(isas), frozenset(available), wide)
 
 
+class KernelCode:
+    """One kernel's machine code in an MCJIT engine of its own (CompiledKernel.owner).  When
+    the last reference goes, the engine is queued for disposal (see the module docstring)."""
+    __slots__ = ("engine", "key", "name", "address", "source", "obj", "_graveyard",
+                 "__weakref__")
+
+    def __init__(self, engine, key, name, address, source, obj, graveyard):
+        self.engine, self.key, self.name, self.address = engine, key, name, address
+        self.source, self.obj, self._graveyard = source, obj, graveyard
+
+    def __del__(self):
+        self._graveyard.append(self.engine)
+
+
 class CPUBackend:
     name = "cpu"
     memory = HOST_MEMORY         # kernels read and write the caller's arrays directly
@@ -83,8 +132,10 @@ class CPUBackend:
         self.triple = llvm.get_process_triple()
         self._target = llvm.Target.from_triple(self.triple)
         self._tm = self._machine()
-        # the engine owns its own target machine and its (empty) first module
-        self._engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._machine())
+        # the context of the engines' (empty) modules: engines are disposed of under our
+        # lock, never racing another user of llvmlite's global context
+        self._context = llvm.create_context()
+        _register_runtime_symbols()
         self.math = _load_math(self.features)
         self.target_key = "|".join([
             f"fastlaunch={__version__}", f"llvmlite={llvmlite.__version__}",
@@ -92,9 +143,13 @@ class CPUBackend:
             self.features, f"O{OPT_LEVEL}"])
         self.disk = DiskCache(default_cache_dir() if cache_dir is ... else cache_dir)
         self._lock = threading.RLock()
-        self._loaded: dict[str, CompiledKernel] = {}
+        self._loaded = weakref.WeakValueDictionary()       # key -> KernelCode still in use
+        self._recent: collections.OrderedDict = collections.OrderedDict()  # ... and kept
+        self._graveyard: list = []                         # engines no kernel uses any more
+        self._resolved: set = set()                        # symbols known to resolve
         self.compile_count = 0      # kernels compiled by LLVM (not loaded from a cache)
         self.disk_loads = 0
+        self.engines_disposed = 0
 
     def _machine(self):
         return self._target.create_target_machine(cpu=self.cpu_name, features=self.features,
@@ -123,26 +178,32 @@ class CPUBackend:
         key = kernel_key(text, self.target_key)
         name = "fl_" + key[:32]
         with self._lock:
-            hit = self._loaded.get(key)
-            if hit is not None:
-                return CompiledKernel(hit.name, hit.address, hit.source, 0.0, "memory", key, hit.obj)
+            self._bury()
+            code = self._cached(key)
+            if code is not None:
+                return CompiledKernel(name, code.address, code.source, 0.0, "memory", key,
+                                      code.obj, code)
             source = text.replace(PLACEHOLDER_NAME, name)
             t0 = time.perf_counter()
+            code, origin = None, "disk"
             obj = self.disk.get(key)
-            origin = "disk"
-            if obj is None:
+            if obj is not None:
+                try:
+                    code = self._load(obj, key, name, source)
+                    self.disk_loads += 1
+                except (elf.ElfError, UnresolvedSymbolError) as err:
+                    log.warning("fastlaunch: cached kernel %s cannot be loaded (%s); "
+                                "compiling it again", name, err)
+            if code is None:
                 obj = self.object_code(source)
+                code = self._load(obj, key, name, source)
                 self.disk.put(key, obj)
                 origin = "compiled"
                 self.compile_count += 1
-            else:
-                self.disk_loads += 1
-            address = self._load(obj, name)
             seconds = time.perf_counter() - t0
-            compiled = CompiledKernel(name, address, source, seconds, origin, key, obj)
-            self._loaded[key] = compiled
+            self._remember(code)
             log.debug("kernel %s (%s): %s in %.2f ms", name, label, origin, seconds * 1e3)
-            return compiled
+            return CompiledKernel(name, code.address, source, seconds, origin, key, obj, code)
 
     def load_object(self, text: str, obj: bytes, target_key: str) -> CompiledKernel:
         """A kernel saved with its machine code: loaded as is when it was compiled for this
@@ -152,20 +213,69 @@ class CPUBackend:
         key = kernel_key(text, self.target_key)
         name = "fl_" + key[:32]
         with self._lock:
-            hit = self._loaded.get(key)
-            if hit is None:
-                source = text.replace(PLACEHOLDER_NAME, name)
-                hit = CompiledKernel(name, self._load(obj, name), source, 0.0, "saved", key, obj)
-                self._loaded[key] = hit
-            return hit
+            self._bury()
+            code = self._cached(key)        # compiled here from the same source: our own code
+            origin = "memory"
+            if code is None:
+                # A file's machine code is remembered under a key of its own bytes, never
+                # under its source's: a later compile of that source must not run code that
+                # came from a file (which need not be what the source compiles to).
+                saved_key = "saved-" + hashlib.sha256(key.encode() + b"\0" + obj).hexdigest()
+                code = self._cached(saved_key)
+                if code is None:
+                    code = self._load(obj, saved_key, name, text.replace(PLACEHOLDER_NAME, name))
+                    self._remember(code)
+                    origin = "saved"
+            return CompiledKernel(name, code.address, code.source, 0.0, origin, key, code.obj,
+                                  code)
+
+    def release(self) -> int:
+        """Dispose of the engines no executable uses any more, forget the recently used
+        ones that nothing else holds, and give freed memory back to the system.  Returns
+        the number of engines disposed of."""
+        with self._lock:
+            self._recent.clear()
+            n = self._bury()
+        _trim_heap()
+        return n
+
+    @property
+    def loaded_kernels(self) -> int:
+        """Kernels whose machine code is loaded now."""
+        with self._lock:
+            return len(self._loaded)
+
+    # ---- the memory cache --------------------------------------------------------------
+    def _cached(self, key: str):
+        code = self._loaded.get(key)
+        if code is not None:
+            self._recent[key] = code
+            self._recent.move_to_end(key)
+        return code
+
+    def _remember(self, code: KernelCode) -> None:
+        self._loaded[code.key] = code
+        self._recent[code.key] = code
+        self._recent.move_to_end(code.key)
+        while len(self._recent) > KEEP_RECENT:
+            self._recent.popitem(last=False)
+
+    def _bury(self) -> int:
+        """Dispose of queued engines (under the lock: no parse in our context meanwhile)."""
+        n = 0
+        while self._graveyard:
+            self._graveyard.pop().close()
+            n += 1
+        self.engines_disposed += n
+        return n
 
     def kernel_text(self, compiled: CompiledKernel) -> str:
         """The placeholder-named source of a compiled kernel (what compile_source takes)."""
         return compiled.source.replace(compiled.name, PLACEHOLDER_NAME)
 
     # ---- compilation -------------------------------------------------------------------
-    def optimized_module(self, source: str):
-        mod = llvm.parse_assembly(source)
+    def optimized_module(self, source: str, context):
+        mod = llvm.parse_assembly(source, context=context)
         mod.triple = self.triple
         mod.data_layout = str(self._tm.target_data)
         mod.verify()
@@ -173,21 +283,87 @@ class CPUBackend:
         pto.loop_vectorization = True
         pto.slp_vectorization = True
         pb = llvm.create_pass_builder(self._tm, pto)
-        pb.getModulePassManager().run(mod, pb)
+        mpm = pb.getModulePassManager()
+        try:
+            mpm.run(mod, pb)
+        finally:
+            _close_pass_manager(mpm)
         return mod
 
+    def _emit(self, source: str, emit):
+        # A context per compilation: LLVM never frees what a context uniques (constants,
+        # types, metadata), so one long-lived context would grow with every new kernel.
+        context = llvm.create_context()
+        mod = None
+        try:
+            with self._lock:
+                mod = self.optimized_module(source, context)
+                return emit(mod)
+        finally:
+            if mod is not None:
+                mod.close()
+            context.close()
+
     def object_code(self, source: str) -> bytes:
-        return self._tm.emit_object(self.optimized_module(source))
+        return self._emit(source, self._tm.emit_object)
 
     def assembly(self, kernel: Kernel) -> str:
         """The optimised machine code of a kernel, as assembly text (for tests and dis)."""
         source = generate(kernel, self.math).replace(PLACEHOLDER_NAME, "fl_kernel")
-        return self._tm.emit_assembly(self.optimized_module(source))
+        return self._emit(source, self._tm.emit_assembly)
 
-    def _load(self, obj: bytes, name: str) -> int:
-        self._engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-        self._engine.finalize_object()
-        address = self._engine.get_function_address(name)
+    def check_symbols(self, obj: bytes, name: str = "") -> None:
+        """Raise UnresolvedSymbolError naming the first symbol the object needs that the JIT
+        cannot resolve (ElfError where the bytes are not an ELF64 object)."""
+        for sym in elf.undefined_symbols(obj):
+            if sym.weak or sym.name in self._resolved or sym.name in _LINKER_DEFINED:
+                continue          # an absent weak symbol is a null address the code tests
+            if not llvm.address_of_symbol(sym.name):
+                raise UnresolvedSymbolError(
+                    f"fastlaunch: kernel {name or '(object)'} calls {sym.name!r}, which is "
+                    f"not defined in this process; its machine code cannot be loaded")
+            self._resolved.add(sym.name)
+
+    def _load(self, obj: bytes, key: str, name: str, source: str) -> KernelCode:
+        """Object code -> a KernelCode in a new engine, with its symbols checked first."""
+        self.check_symbols(obj, name)
+        # The engine only links objects: it never generates code, so a generic target
+        # machine does (cheaper to make), and finalize_object(), which would compile the
+        # empty module, is skipped: get_function_address applies the relocations and makes
+        # the code executable.
+        engine = llvm.create_mcjit_compiler(
+            llvm.parse_assembly("", context=self._context),
+            self._target.create_target_machine(cpu="", features="", opt=0, jit=True))
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        address = engine.get_function_address(name)
         if not address:
+            engine.close()
             raise RuntimeError(f"fastlaunch: kernel {name} did not load")
-        return address
+        return KernelCode(engine, key, name, address, source, obj, self._graveyard)
+
+
+def _close_pass_manager(mpm) -> None:
+    """Free a module pass manager.  llvmlite <= 0.50's ModulePassManager never frees its
+    pipeline (~70 KB a kernel): ObjectRef's no-op _dispose comes first in its MRO, ahead of
+    NewPassManager's.  Where that is so, call the right one; a fixed llvmlite closes it."""
+    from llvmlite.binding.newpassmanagers import NewPassManager
+    if type(mpm)._dispose is NewPassManager._dispose:
+        mpm.close()
+    else:
+        NewPassManager._dispose(mpm)
+        mpm.detach()
+
+
+def _trim_heap() -> None:
+    """Hand freed heap memory back to the system (glibc keeps it otherwise)."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            _MALLOC_TRIM = ctypes.CDLL(None).malloc_trim
+        except (OSError, AttributeError):
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+_MALLOC_TRIM = None

@@ -46,6 +46,14 @@ class DevSimBackend:
     def kernel_text(self, compiled: CompiledKernel) -> str:
         return self.host.kernel_text(compiled)
 
+    def release(self) -> int:
+        return self.host.release()
+
+    def to_device(self, arr):
+        """A DeviceArray with a copy of `arr` in simulated device memory."""
+        from .. import _devsim
+        return _devsim.to_device(arr)
+
     def link(self, program, kernels, call):
         from .. import _devsim
         from ..link import executable_layout

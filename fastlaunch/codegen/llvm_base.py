@@ -14,6 +14,7 @@ A target is a subclass that says how that code is reached and what it calls:
                       this launch covers (the CPU: a [start, end) chunk of flat positions)
   emit_launch()       the launch's whole loop nest; by default launch_loop(point_body).  A
                       target with its own reduction schedule (the CPU's tiles) overrides it
+  float_remainder()   fmod (LLVM's frem by default)
   math_call(...)      a float32/float64 math-library call (`MATH_FUNCTIONS` names the C
                       function of each op); float16 is widened before it is asked
   report_error(word)  OR the kernel's nonzero error word (KernelError bits) into the status
@@ -145,6 +146,11 @@ class LLVMEmitter:
     def report_error(self, word: str):
         """OR the i64 error word (nonzero KernelError bits) into the status argument."""
         raise NotImplementedError
+
+    def float_remainder(self, dt: np.dtype, a: str, b: str) -> str:
+        """C's fmod(a, b), exactly (LLVM's frem; a target whose frem is approximate, such as
+        NVPTX's a - trunc(a/b)*b, calls its library instead)."""
+        return self.fw.op(f"frem {llvm_type(dt)} {a}, {b}")
 
     def emit_launch(self):
         """The launch's loop nest: the loop driver over the point body."""
@@ -456,6 +462,8 @@ class LLVMEmitter:
         dts = [o.dtype for o in e.operands]
         if e.op is Op.CAST:
             return self.convert(args[0], dts[0], e.dtype)
+        if e.op is Op.BITCAST:
+            return fw.op(f"bitcast {llvm_type(dts[0])} {args[0]} to {llvm_type(e.dtype)}")
         if e.op is Op.WHERE:
             ty = llvm_type(e.dtype)
             return fw.op(f"select i1 {args[0]}, {ty} {args[1]}, {ty} {args[2]}")
@@ -819,7 +827,7 @@ def _half_nextafter(em, a, b) -> str:
     stepped = fw.op(f"select i1 {grow}, i16 {bigger}, i16 {smaller}")
     r = fw.op(f"select i1 {zero}, i16 {tiny}, i16 {stepped}")
     r = fw.op(f"bitcast i16 {r} to half")
-    r = fw.op(f"select i1 {same}, half {b}, half {r}")
+    r = fw.op(f"select i1 {same}, half {a}, half {r}")     # npy_half_nextafter: x == y -> x
     return fw.op(f"select i1 {nan}, half 0xH7E00, half {r}")
 
 
@@ -834,6 +842,8 @@ def _min_max(em, op, dt, a, b) -> str:
         word = "min" if op in (Op.MINIMUM, Op.FMIN) else "max"
         return em.mod.intrinsic(fw, f"llvm.{sign}{word}.{ty}", ty, [(ty, a), (ty, b)])
     pred = "olt" if op in (Op.MINIMUM, Op.FMIN) else "ogt"
+    if dt == np.float16:    # float16: NumPy's half loops compare with <= / >=, ties return a
+        pred = "ole" if op in (Op.MINIMUM, Op.FMIN) else "oge"
     better = fw.op(f"fcmp {pred} {ty} {a}, {b}")
     if op in (Op.MINIMUM, Op.MAXIMUM):
         special = fw.op(f"fcmp uno {ty} {a}, {a}")      # a is NaN: keep it
@@ -850,9 +860,13 @@ def _float_pow(em, dt, a, b) -> str:
 def _float_divmod(em, op, dt, a, b) -> str:
     """NumPy's npy_divmod / npy_fmod for floats, step for step."""
     fw = em.fw
+    if dt == np.float16:    # float16: NumPy's half loops compute in float32, round once
+        wide = [fw.op(f"fpext half {x} to float") for x in (a, b)]
+        r = _float_divmod(em, op, np.dtype(np.float32), *wide)
+        return fw.op(f"fptrunc float {r} to half")
     ty = llvm_type(dt)
     c = lambda x: const_text(x, dt)  # noqa: E731
-    mod = fw.op(f"frem {ty} {a}, {b}")
+    mod = em.float_remainder(dt, a, b)
     if op is Op.FMOD:
         return mod
     b_zero = fw.op(f"fcmp oeq {ty} {b}, {c(0)}")
@@ -965,6 +979,10 @@ out:
 def _logaddexp(em, op, dt, a, b) -> str:
     """NumPy's npy_logaddexp(2): x + log1p(exp(-|x-y|)) around the larger, x when x == y."""
     fw = em.fw
+    if dt == np.float16:    # float16: NumPy's half loop computes in float32, rounds once
+        wide = [fw.op(f"fpext half {x} to float") for x in (a, b)]
+        r = _logaddexp(em, op, np.dtype(np.float32), *wide)
+        return fw.op(f"fptrunc float {r} to half")
     ty = llvm_type(dt)
     c = lambda x: const_text(x, dt)  # noqa: E731
     base2 = op is Op.LOGADDEXP2

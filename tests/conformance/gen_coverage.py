@@ -32,19 +32,20 @@ suite (`tests/conformance/`); do not edit by hand.  Run the suite with
 Every function below is compiled with `fastlaunch.compile` and compared with plain NumPy on
 the same inputs (`tests/conformance/harness.py`):
 
-* **inputs**: random values across float32, float64, int8/16/32/64, uint8/16/32/64 and bool
-  (the dtypes NumPy accepts for the function; where NumPy rejects a dtype, the compiled
-  function must raise the same exception class), shapes 0-d, (0,), (3, 0), (1,), odd sizes
-  (7, 33, 257, 1000), 2-D and 3-D, broadcasting pairs ((5,1) with (1,7), (7,) with (5,7)),
-  NumPy scalars (runtime parameters) and Python scalars (NEP 50 weak operands), and memory
-  layouts: transposed, stepped, negative strides, stride 0.  Floats include NaN, +-inf, +-0.0,
-  the smallest subnormal, tiny and huge values; integers their min and max, zero divisors and
-  MIN // -1.
-* **compared**: result structure, ndarray versus NumPy scalar, dtype, shape and values:
-  exact for integers and bool (overflow wraps as in NumPy); for floats NaN positions and
-  infinities exactly, finite values within rtol 2e-6 (float32) / 1e-14 (float64) for IEEE
-  arithmetic and 1e-5 / 1e-12 for libm functions, with a tolerance scaled by the data for
-  reductions and products; signed zeros where NumPy defines them.  Arguments updated in place
+* **inputs**: random values across float16, float32, float64, int8/16/32/64, uint8/16/32/64
+  and bool (the dtypes NumPy accepts for the function; where NumPy rejects a dtype, the
+  compiled function must raise the same exception class), shapes 0-d, (0,), (3, 0), (1,), odd
+  sizes (7, 33, 257, 1000), 2-D and 3-D, broadcasting pairs ((5,1) with (1,7), (7,) with
+  (5,7)), NumPy scalars (runtime parameters) and Python scalars (NEP 50 weak operands), and
+  memory layouts: transposed, stepped, negative strides, stride 0.  Floats include NaN, +-inf,
+  +-0.0, the smallest subnormal, tiny and huge values; integers their min and max, zero
+  divisors and MIN // -1.
+* **compared**: result structure, ndarray versus NumPy scalar, dtype, shape and values: exact
+  for integers and bool (overflow wraps as in NumPy); for floats NaN positions and infinities
+  exactly, finite values exactly (float16: NumPy computes in float32 and rounds once, as the
+  kernels do) / within rtol 2e-6 (float32) / 1e-14 (float64) for IEEE arithmetic and 1e-3 (one
+  float16 ulp) / 1e-5 / 1e-12 for libm functions, with a tolerance scaled by the data for
+  reductions and products; signed zeros where NumPy defines them. Arguments updated in place
   are compared after the call, and every call is made twice (trace + replay).
 * **not compared**: values NumPy itself leaves platform-defined (float -> int casts of NaN,
   inf and out-of-range values; integer `np.reciprocal(0)`): there only "no crash" and the

@@ -17,7 +17,7 @@ from .harness import check, check_many, cover, make, param, rng_for, short
 
 GATHER, SCATTER = "gather", "scatter"
 GATHERX = "x[idx] (integer-array indexing)"
-DTYPES = [np.float32, np.float64, np.int8, np.int64, np.uint16, np.uint64, np.bool_]
+DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int64, np.uint16, np.uint64, np.bool_]
 IDX_DTYPES = [np.int64, np.int32, np.int8, np.uint8, np.uint64]
 
 

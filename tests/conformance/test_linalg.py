@@ -7,7 +7,7 @@ import pytest
 from .harness import check, check_many, cover, make, param, short
 
 LA = "linear algebra"
-DTYPES = [np.float32, np.float64, np.int8, np.int32, np.int64, np.uint8, np.uint64, np.bool_]
+DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int32, np.int64, np.uint8, np.uint64, np.bool_]
 
 
 def _atol(*arrays):

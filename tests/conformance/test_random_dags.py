@@ -44,9 +44,9 @@ import fastlaunch as fl
 
 from .harness import Mismatch, assert_same, cover, make
 
-DTYPES = [np.dtype(t) for t in (np.float32, np.float64, np.float32, np.float64, np.int8, np.int16,
-                                np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
-                                np.bool_)]
+DTYPES = [np.dtype(t) for t in (np.float16, np.float32, np.float64, np.float32, np.float64,
+                                np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+                                np.uint32, np.uint64, np.bool_)]
 LAYOUTS = ["C", "C", "T", "step", "neg", "negstep"]
 MAX_DEPTH = 8
 

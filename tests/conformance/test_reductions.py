@@ -194,7 +194,7 @@ def test_nan_reduction(name, dtype):
 
 
 # ---- np.linalg.norm --------------------------------------------------------------------------------
-NORM_DTYPES = [np.float32, np.float64, np.int32, np.uint8, np.bool_]
+NORM_DTYPES = [np.float16, np.float32, np.float64, np.int32, np.uint8, np.bool_]
 
 
 @pytest.mark.parametrize("dtype", [param(d, name="np.linalg.norm", dtype=d, id=short(d))

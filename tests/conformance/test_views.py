@@ -261,3 +261,67 @@ def test_empty_slice_of_inserted_axis(dtype):
 
 
 cover(EMPTYNEW, VIEWS, SOME, test="test_views.py::test_empty_slice_of_inserted_axis")
+
+
+def _set(x, key, v):
+    x[key] = v
+    return x
+
+
+# Writes through reshaped views reach the base (they were silently lost before: the view of a
+# reshape was a copy).
+WRITE_THROUGH_RESHAPE = {
+    "y = x.reshape; y[i, j] = v": lambda x: (_set(x.reshape(2, 6), (0, 1), 5), x),
+    "x.reshape(...).T[i, j] = v": lambda x: (_set(x.reshape(2, 6).T, (5, 1), 9), x),
+    "x.reshape(...)[:, 1:] = v": lambda x: (_set(x.reshape(3, 4)[:, 1:], Ellipsis, 1), x),
+    "y = x.reshape; y += 1": lambda x: (x.reshape(4, 3).__iadd__(1), x),
+    "x.reshape(a).reshape(b)[i] = v": lambda x: (_set(x.reshape(2, 6).reshape(3, 4), (2, 0), 7), x),
+    "x[::2].reshape(...)[i] = v": lambda x: (_set(x[::2].reshape(3, 2), (1, 0), 4), x),
+    "x.reshape(...)[:, ::2].reshape(-1)": lambda x: x.reshape(3, 4)[:, ::2].reshape(-1) * 2,
+    "return (x, y) with y a written reshape": lambda x: (x, _set(x.reshape(2, 6), (1, 1), 8)),
+    "x.flat[a:b] = v": lambda x: (_set(x.reshape(3, 4).flat, slice(1, 7), 2), x)[1],
+    "x.flat[[i, j]] = v": lambda x: (_set(x.reshape(3, 4).flat, [0, 11], 3), x)[1],
+}
+
+
+@pytest.mark.parametrize("dtype", SOME)
+def test_writes_through_reshaped_views(dtype):
+    for name, body in WRITE_THROUGH_RESHAPE.items():
+        check(body, make((12,), dtype))
+
+
+cover("x.reshape(...)[...] = v (write through a reshaped view)", "views", SOME,
+      test="test_views.py::test_writes_through_reshaped_views")
+
+
+TRACER_ATTRIBUTES = {
+    "x.flat[i]": lambda x: x.reshape(3, 4).flat[5],
+    "x.flat[a:b]": lambda x: x.reshape(3, 4).flat[2:9] * 2,
+    "iter(x.flat)": lambda x: np.stack(list(x.reshape(3, 4).flat)),
+    "x.imag": lambda x: x.imag + x,
+    "x.conj()": lambda x: x.conj() * 2,
+    "x.view(same-size dtype)": lambda x: x.view({1: np.int8, 2: np.int16, 4: np.int32,
+                                                 8: np.int64}[x.itemsize]) if x.dtype.kind
+    != "b" else x,
+    "x.view(np.ndarray)": lambda x: x.view(np.ndarray) + x,
+    "x.nbytes, x.itemsize": lambda x: x * (x.nbytes + x.itemsize) if x.dtype.kind != "b" else x,
+}
+
+
+@pytest.mark.parametrize("dtype", SOME)
+def test_tracer_attributes(dtype):
+    for name, body in TRACER_ATTRIBUTES.items():
+        check(body, make((12,), dtype))
+
+
+cover("ndarray.flat / .imag / .conj / .view(dtype)", "views", SOME,
+      test="test_views.py::test_tracer_attributes")
+
+
+def test_unsupported_methods_name_themselves():
+    import fastlaunch as fl
+    with pytest.raises(AttributeError, match=r"x.searchsorted \(ndarray.searchsorted\) is not "
+                                             r"supported by fastlaunch"):
+        fl.compile(lambda x: x.searchsorted(1.0))(np.arange(3.0))
+    with pytest.raises(fl.TracingError, match=r"x.item\(\) needs the value"):
+        fl.compile(lambda x: x.item(0))(np.arange(3.0))

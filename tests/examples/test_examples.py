@@ -15,6 +15,7 @@ CASES = {
     "black_scholes": ("black_scholes", dict(n=10001)),
     "diffusion": ("diffusion_step", dict(n=67)),
     "particles": ("particle_step", dict(n=5003, grid=16)),
+    "dask_pipeline": ("block_step", dict(n=10007)),
 }
 
 
@@ -45,3 +46,17 @@ def test_example_matches_numpy(name):
             else:
                 np.testing.assert_allclose(g, w, rtol=2e-5, atol=1e-6)
     assert compiled.stats["traces"] == 1   # the second seed replayed
+
+
+def test_dask_pipeline_example_runs_as_a_script():
+    """The copyable Dask example, as a user runs it (threaded scheduler, small sizes)."""
+    pytest.importorskip("dask.array")
+    import os
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, str(EXAMPLES / "dask_pipeline.py"), "--n", "40000",
+                           "--chunk", "10000"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              [str(EXAMPLES.parent), os.environ.get("PYTHONPATH", "")])})
+    assert done.returncode == 0, done.stderr
+    assert "results equal to NumPy's" in done.stdout

@@ -228,3 +228,43 @@ def test_writing_traced_values_into_a_numpy_array_made_outside_is_refused():
         return out
 
     np.testing.assert_array_equal(fl.compile(inside)(np.arange(3.0) + 1), [1.0, 0, 0])
+
+
+def test_time_and_other_python_calls_are_evaluated_once_when_tracing():
+    """time.time() (or reading a file, or any Python call that is not a traced NumPy operation)
+    runs once, while tracing: its value is a constant of the program."""
+    import time
+    calls = []
+
+    def now():
+        calls.append(1)
+        return time.time()
+
+    f = fl.compile(lambda x: x * 0 + now())
+    first = f(np.zeros(2))
+    time.sleep(0.002)
+    np.testing.assert_array_equal(f(np.zeros(2)), first)
+    assert len(calls) == 1
+
+
+class _Model:
+    def __init__(self, k):
+        self.k = k
+
+    @fl.compile(static_argnums=0)
+    def apply(self, x):
+        return x * self.k
+
+
+def test_method_state_is_read_when_tracing():
+    """A compiled method takes `self` as a static argument (it is not an array): what it reads
+    from self is fixed at trace time, and with the default identity hash each object is traced
+    once, whatever its attributes become.  Pass changing state as arguments."""
+    m = _Model(2.0)
+    x = np.ones(3)
+    np.testing.assert_array_equal(m.apply(x), x * 2.0)
+    m.k = 5.0
+    np.testing.assert_array_equal(m.apply(x), x * 2.0)     # still the traced value
+    np.testing.assert_array_equal(_Model(5.0).apply(x), x * 5.0)   # another object: traced
+    with pytest.raises(TypeError, match="static arguments"):
+        fl.compile(_Model.apply.__wrapped__)(m, x)         # self not static: refused, with a hint

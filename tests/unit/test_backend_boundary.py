@@ -16,6 +16,7 @@ from fastlaunch.__main__ import step
 from fastlaunch.backends import available_backends, base, get_backend
 from fastlaunch.backends.base import Backend, CallLayout, CompiledKernel, MemoryModel
 from fastlaunch.backends.null import NullSchedule
+from fastlaunch.errors import BackendUnavailableError
 from fastlaunch.jit import result_specs
 from fastlaunch.link import link_entry
 from fastlaunch.pytree import flatten
@@ -59,6 +60,22 @@ def test_backend_conforms_to_the_interface(name):
             f"{name}.{method}: extra parameters need defaults"
 
 
+def _cuda_extension_built() -> bool:
+    try:
+        from fastlaunch import _cuda  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _gpu_usable() -> bool:
+    try:
+        from fastlaunch import _cuda
+    except ImportError:
+        return False
+    return _cuda.driver_error() is None
+
+
 # ---- the whole pipeline, stage by stage, on every backend ------------------------------------
 def small(x, idx):
     return x[idx] * 2.0 + x.sum(), np.sqrt(x)
@@ -99,6 +116,10 @@ def test_pipeline_stage_by_stage_on_every_backend(name):
 
     _, out_tree = flatten(result)
     call = CallLayout(result_specs(traced.outputs), out_tree, dict(traced.int_bounds))
+    if name == "cuda" and not _cuda_extension_built():
+        with pytest.raises(BackendUnavailableError, match="without its CUDA extension"):
+            backend.link(program, kernels, call)
+        return
     executable = backend.link(program, kernels, call)
     assert isinstance(executable, _core.Executable)
     assert executable.program is program
@@ -106,6 +127,11 @@ def test_pipeline_stage_by_stage_on_every_backend(name):
     sig, _, keys, statics = _core.encode(args)
     entry = link_entry(backend, program, kernels, call, sig, keys, statics)
     assert entry.executable.program is program
+    if name == "cuda" and not _gpu_usable():
+        # everything up to the call works without a GPU; the call says why it cannot run
+        with pytest.raises(BackendUnavailableError, match="backend 'cuda' cannot run here"):
+            _core.run_entry(entry, args)
+        return
     got = _core.run_entry(entry, args)
     want = small(*args)
     assert type(got) is tuple and len(got) == len(want)

@@ -1,0 +1,132 @@
+"""The CUDA backend's schedule: how each fused kernel runs on the GPU.
+
+Every decision depends on the kernel's shapes alone (never on the device's size), so a
+program computes the same bits on every run and on every GPU:
+
+  * map: elementwise kernels run a grid-stride loop over their flat space, BLOCK threads per
+    block and at most MAX_GRID blocks;
+  * serial: stores at data-dependent indices (scatters, `np.add.at`) apply in loop order, as
+    NumPy's do: one thread walks the space.  Float scatter-add is therefore exact NumPy
+    order (and slow for large index arrays); no atomics are used, for integers either;
+  * thread_reduce: one thread per output folds its reduction in C order: scans, arg-
+    reductions, reductions with many outputs (>= THREAD_OUTPUTS: enough threads already)
+    and short ones (< BLOCK_REDUCE_MIN elements).  A matrix product is such a reduction
+    (one thread per output element; no cuBLAS);
+  * block_reduce: a block per output folds it with interleaved (coalesced) loads and a fixed
+    shared-memory tree; when the outputs are few and the reduction long, a block per
+    (output, split) writes partials of the accumulator dtype to a temporary and a combine
+    kernel (itself scheduled by these rules) folds them in split order.
+
+`launch_size` is what LAUNCH n carries (points; blocks for a block reduction); `params` are
+the executable's per-kernel words: (grid blocks, threads per block).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..ir import Op
+from ..kernel import Index, Kernel, KernelArg, Load, Reduction, address, idents, set_extents, \
+    substitute
+
+BLOCK = 256                 # threads per block
+MAX_GRID = 8192             # blocks of a grid-stride launch (the loop covers the rest)
+THREAD_OUTPUTS = 8192       # at least this many outputs: one thread per output
+BLOCK_REDUCE_MIN = 512      # reductions shorter than this: one thread per output
+ITEMS_PER_THREAD = 16       # a split block folds about BLOCK * ITEMS_PER_THREAD elements
+MAX_REDUCE_BLOCKS = 2048    # outputs x splits of a split reduction, at most
+MAX_PARAMS = 512            # kernel parameters (8 bytes each: CUDA's 4 KiB parameter limit)
+
+_COMBINE = {Op.SUM: Op.SUM, Op.PROD: Op.PROD, Op.MAX: Op.MAX, Op.MIN: Op.MIN,
+            Op.ANY: Op.ANY, Op.ALL: Op.ALL}
+
+
+@dataclass(frozen=True)
+class CUDASchedule:
+    kind: str                # map | serial | thread_reduce | block_reduce
+    launch_size: int
+    grid: int
+    block: int
+    splits: int = 1
+
+    @property
+    def params(self) -> tuple:
+        return (self.grid, self.block)
+
+    def describe(self) -> str:
+        split = f" splits={self.splits}" if self.splits > 1 else ""
+        return f"{self.kind} n={self.launch_size} grid={self.grid} block={self.block}{split}"
+
+
+def schedule(plan):
+    """A new plan with every kernel scheduled for the GPU (split reductions add a partials
+    temporary and a combine kernel); the fused plan stays unscheduled."""
+    out = plan.with_kernels([])
+    for k in plan.kernels:
+        if len(k.args) > MAX_PARAMS:
+            raise ValueError(f"kernel {k.label!r} has {len(k.args)} arguments; a CUDA kernel "
+                             f"takes at most {MAX_PARAMS}")
+        out.kernels += _schedule(out, k)
+    return out
+
+
+def _scheduled(k: Kernel, sched: CUDASchedule) -> Kernel:
+    return replace(k, args=list(k.args), stores=list(k.stores), checks=list(k.checks),
+                   schedule=sched)
+
+
+def _grid(points: int) -> int:
+    return max(1, min(MAX_GRID, -(-points // BLOCK)))
+
+
+def _schedule(plan, k: Kernel) -> list:
+    if k.schedule is not None:
+        raise ValueError(f"kernel {k.label!r} is already scheduled ({k.schedule.describe()})")
+    if k.ordered_stores:
+        return [_scheduled(k, CUDASchedule("serial", k.size, 1, 1))]
+    r = k.reduction
+    if r is None:
+        return [_scheduled(k, CUDASchedule("map", k.size, _grid(k.size), BLOCK))]
+    rsize = int(np.prod(k.rspace, dtype=np.int64))
+    outputs = k.size
+    if (r.scan or r.chunk or r.op in (Op.ARGMAX, Op.ARGMIN) or outputs >= THREAD_OUTPUTS
+            or rsize < BLOCK_REDUCE_MIN or outputs == 0):
+        return [_scheduled(k, CUDASchedule("thread_reduce", outputs, _grid(outputs), BLOCK))]
+    want = -(-rsize // (BLOCK * ITEMS_PER_THREAD))
+    splits = max(1, min(want, MAX_REDUCE_BLOCKS // outputs))
+    if splits == 1:
+        return [_scheduled(k, CUDASchedule("block_reduce", outputs, min(outputs, MAX_GRID),
+                                           BLOCK))]
+    return _split(plan, k, splits)
+
+
+def _split(plan, k: Kernel, splits: int) -> list:
+    """Partials over (outputs..., splits), then a combine kernel over the splits."""
+    r = k.reduction
+    nspace = len(k.space)
+    acc = r.acc_dtype
+    partial_shape = tuple(k.space) + (splits,)
+    partial = plan.add_temp(acc, partial_shape)
+    # the split is a new last space dim; the reduction dims shift up by one
+    shifted = substitute(k, partial_shape, k.rspace,
+                         lambda d: Index.loop(d + 1 if d >= nspace else d))
+    args = list(shifted.args)
+    args[r.arg] = KernelArg("buffer", acc, partial.id, 0, True)
+    first = Kernel(partial_shape, tuple(k.rspace), args, [], None, k.label + " partial",
+                   shifted.status, list(shifted.checks))
+    first.reduction = Reduction(r.op, shifted.reduction.value, r.arg,
+                                address(partial.strides, idents(nspace + 1)), 0, r.acc)
+    set_extents(first)
+    blocks = k.size * splits
+    out = [_scheduled(first, CUDASchedule("block_reduce", blocks, min(blocks, MAX_GRID), BLOCK,
+                                          splits))]
+    out_arg = k.args[r.arg]
+    second = Kernel(tuple(k.space), (splits,),
+                    [KernelArg("buffer", acc, partial.id),
+                     KernelArg("buffer", out_arg.dtype, out_arg.buffer, 0, True)],
+                    label=k.label + " combine")
+    loads = Load(0, np.dtype(acc), address(partial.strides, idents(nspace + 1)))
+    second.reduction = Reduction(_COMBINE[r.op], loads, 1, r.index, 0, acc)
+    set_extents(second)
+    return out + _schedule(plan, second)

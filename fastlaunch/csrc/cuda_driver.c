@@ -1,0 +1,246 @@
+/* The CUDA driver, opened lazily (see cuda_driver.h).
+
+   Entry points are resolved by the names cuda.h maps each function to (cuMemAlloc is
+   cuMemAlloc_v2, ...): STR(cuMemAlloc) expands the header's macro before quoting, and the
+   pointer's type is the header's own prototype, so the ABI we call is the one we compiled
+   against.  Nothing here holds the GIL or touches Python. */
+#include "cuda_driver.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STR2(x) #x
+#define STR(x) STR2(x)
+#define FN(name) __typeof__(&name) name##_p
+
+static struct {
+    FN(cuInit);
+    FN(cuDriverGetVersion);
+    FN(cuDeviceGetCount);
+    FN(cuDeviceGet);
+    FN(cuDeviceGetAttribute);
+    FN(cuDeviceGetName);
+    FN(cuDevicePrimaryCtxRetain);
+    FN(cuCtxSetCurrent);
+    FN(cuStreamCreate);
+    FN(cuStreamSynchronize);
+    FN(cuGetErrorName);
+    FN(cuGetErrorString);
+    FN(cuMemAlloc);
+    FN(cuMemFree);
+    FN(cuMemAllocAsync);
+    FN(cuMemFreeAsync);
+    FN(cuMemcpyHtoDAsync);
+    FN(cuMemcpyDtoHAsync);
+    FN(cuMemcpyDtoDAsync);
+    FN(cuMemsetD8Async);
+    FN(cuMemHostAlloc);
+    FN(cuMemFreeHost);
+    FN(cuMemGetInfo);
+    FN(cuDeviceGetDefaultMemPool);
+    FN(cuMemPoolSetAttribute);
+    FN(cuModuleLoadDataEx);
+    FN(cuModuleGetFunction);
+    FN(cuModuleUnload);
+    FN(cuLaunchKernel);
+} api;
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int init_status = FL_CU_NO_LIBRARY;
+static char init_msg[512] = "the CUDA driver was not initialised";
+static int init_ordinal = 0;
+static CUdevice device;
+static CUcontext context;
+static CUstream stream;
+static int64_t live_bytes = 0;
+
+#define say(...) snprintf(init_msg, sizeof init_msg, __VA_ARGS__)
+
+static void load(void) {
+    const char *path = getenv("FASTLAUNCH_LIBCUDA");
+    void *lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char *why = dlerror();
+        say("no NVIDIA driver: libcuda could not be loaded (%s)", why ? why : "?");
+        init_status = FL_CU_NO_LIBRARY;
+        return;
+    }
+#define LOAD(name)                                                              \
+    if (!(api.name##_p = (__typeof__(api.name##_p))dlsym(lib, STR(name)))) {    \
+        say("the NVIDIA driver is too old: libcuda has no %s", STR(name));           \
+        init_status = FL_CU_NO_SYMBOL;                                          \
+        return;                                                                 \
+    }
+    LOAD(cuInit) LOAD(cuDriverGetVersion) LOAD(cuDeviceGetCount) LOAD(cuDeviceGet)
+    LOAD(cuDeviceGetAttribute) LOAD(cuDeviceGetName) LOAD(cuDevicePrimaryCtxRetain)
+    LOAD(cuCtxSetCurrent) LOAD(cuStreamCreate) LOAD(cuStreamSynchronize) LOAD(cuGetErrorName)
+    LOAD(cuGetErrorString) LOAD(cuMemAlloc) LOAD(cuMemFree) LOAD(cuMemAllocAsync)
+    LOAD(cuMemFreeAsync) LOAD(cuMemcpyHtoDAsync) LOAD(cuMemcpyDtoHAsync)
+    LOAD(cuMemcpyDtoDAsync) LOAD(cuMemsetD8Async) LOAD(cuMemHostAlloc) LOAD(cuMemFreeHost)
+    LOAD(cuMemGetInfo) LOAD(cuDeviceGetDefaultMemPool) LOAD(cuMemPoolSetAttribute)
+    LOAD(cuModuleLoadDataEx) LOAD(cuModuleGetFunction) LOAD(cuModuleUnload)
+    LOAD(cuLaunchKernel)
+#undef LOAD
+    CUresult r = api.cuInit_p(0);
+    if (r != CUDA_SUCCESS) {
+        const char *name = "?";
+        api.cuGetErrorName_p(r, &name);
+        if (r == CUDA_ERROR_NO_DEVICE)
+            say("no CUDA device: cuInit failed with %s (%d); is CUDA_VISIBLE_DEVICES empty?",
+                name, r);
+        else
+            say("the CUDA driver did not initialise: cuInit failed with %s (%d)", name, r);
+        init_status = r;
+        return;
+    }
+    int count = 0;
+    if ((r = api.cuDeviceGetCount_p(&count)) == CUDA_SUCCESS && count <= init_ordinal) {
+        say("no CUDA device %d: the driver sees %d device(s)", init_ordinal, count);
+        init_status = CUDA_ERROR_INVALID_DEVICE;
+        return;
+    }
+    CUmemoryPool pool;
+    cuuint64_t keep = ~(cuuint64_t)0;
+    if (r == CUDA_SUCCESS) r = api.cuDeviceGet_p(&device, init_ordinal);
+    if (r == CUDA_SUCCESS) r = api.cuDevicePrimaryCtxRetain_p(&context, device);
+    if (r == CUDA_SUCCESS) r = api.cuCtxSetCurrent_p(context);
+    if (r == CUDA_SUCCESS) r = api.cuStreamCreate_p(&stream, CU_STREAM_NON_BLOCKING);
+    /* stream-ordered allocations stay in the device's pool between calls instead of
+       going back to the driver at every synchronisation */
+    if (r == CUDA_SUCCESS) r = api.cuDeviceGetDefaultMemPool_p(&pool, device);
+    if (r == CUDA_SUCCESS)
+        r = api.cuMemPoolSetAttribute_p(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+    if (r != CUDA_SUCCESS) {
+        const char *name = "?";
+        api.cuGetErrorName_p(r, &name);
+        say("the CUDA device could not be set up: %s (%d)", name, r);
+        init_status = r;
+        return;
+    }
+    init_status = CUDA_SUCCESS;
+    init_msg[0] = 0;
+}
+
+int fl_cu_init(int ordinal, char *msg, size_t msglen) {
+    init_ordinal = ordinal;
+    pthread_once(&once, load);
+    if (msg && msglen) snprintf(msg, msglen, "%s", init_msg);
+    return init_status;
+}
+
+int fl_cu_ready(void) { return init_status == CUDA_SUCCESS; }
+
+const char *fl_cu_error_name(int code) {
+    const char *s = NULL;
+    if (api.cuGetErrorName_p == NULL || api.cuGetErrorName_p((CUresult)code, &s) != CUDA_SUCCESS)
+        return "";
+    return s ? s : "";
+}
+
+const char *fl_cu_error_string(int code) {
+    const char *s = NULL;
+    if (api.cuGetErrorString_p == NULL ||
+        api.cuGetErrorString_p((CUresult)code, &s) != CUDA_SUCCESS)
+        return "";
+    return s ? s : "";
+}
+
+int fl_cu_device_info(int *major, int *minor, int *multiprocessors, int *driver_version,
+                      char *name, int namelen) {
+    CUresult r = api.cuDeviceGetAttribute_p(major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                            device);
+    if (r == CUDA_SUCCESS)
+        r = api.cuDeviceGetAttribute_p(minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                                       device);
+    if (r == CUDA_SUCCESS)
+        r = api.cuDeviceGetAttribute_p(multiprocessors,
+                                       CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device);
+    if (r == CUDA_SUCCESS) r = api.cuDriverGetVersion_p(driver_version);
+    if (r == CUDA_SUCCESS) r = api.cuDeviceGetName_p(name, namelen, device);
+    return r;
+}
+
+int fl_cu_current(void) { return api.cuCtxSetCurrent_p(context); }
+
+int fl_cu_mem_alloc(uint64_t *dptr, size_t nbytes) {
+    CUdeviceptr p = 0;
+    CUresult r = api.cuMemAlloc_p(&p, nbytes ? nbytes : 1);
+    *dptr = (uint64_t)p;
+    return r;
+}
+
+int fl_cu_mem_free(uint64_t dptr) { return api.cuMemFree_p((CUdeviceptr)dptr); }
+
+int fl_cu_alloc_async(uint64_t *dptr, size_t nbytes) {
+    CUdeviceptr p = 0;
+    CUresult r = api.cuMemAllocAsync_p(&p, nbytes ? nbytes : 1, stream);
+    *dptr = (uint64_t)p;
+    return r;
+}
+
+int fl_cu_free_async(uint64_t dptr) { return api.cuMemFreeAsync_p((CUdeviceptr)dptr, stream); }
+
+void fl_cu_count(int64_t nbytes) { __atomic_fetch_add(&live_bytes, nbytes, __ATOMIC_RELAXED); }
+
+int64_t fl_cu_live_bytes(void) { return __atomic_load_n(&live_bytes, __ATOMIC_RELAXED); }
+
+int fl_cu_htod(uint64_t dst, const void *src, size_t nbytes) {
+    return api.cuMemcpyHtoDAsync_p((CUdeviceptr)dst, src, nbytes, stream);
+}
+
+int fl_cu_dtoh(void *dst, uint64_t src, size_t nbytes) {
+    return api.cuMemcpyDtoHAsync_p(dst, (CUdeviceptr)src, nbytes, stream);
+}
+
+int fl_cu_dtod(uint64_t dst, uint64_t src, size_t nbytes) {
+    return api.cuMemcpyDtoDAsync_p((CUdeviceptr)dst, (CUdeviceptr)src, nbytes, stream);
+}
+
+int fl_cu_zero(uint64_t dst, size_t nbytes) {
+    return api.cuMemsetD8Async_p((CUdeviceptr)dst, 0, nbytes, stream);
+}
+
+int fl_cu_sync(void) { return api.cuStreamSynchronize_p(stream); }
+
+int fl_cu_stream_sync(uint64_t other) {
+    return api.cuStreamSynchronize_p((CUstream)(uintptr_t)other);
+}
+
+int fl_cu_host_alloc(void **ptr, size_t nbytes) { return api.cuMemHostAlloc_p(ptr, nbytes, 0); }
+
+int fl_cu_host_free(void *ptr) { return api.cuMemFreeHost_p(ptr); }
+
+int fl_cu_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    return api.cuMemGetInfo_p(free_bytes, total_bytes);
+}
+
+int fl_cu_module_load(const void *image, const char *entry, void **module, void **function,
+                      char *log, size_t loglen) {
+    /* the JIT's error log says why PTX did not compile (when the image is PTX) */
+    CUjit_option opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *vals[2] = {log, (void *)(uintptr_t)loglen};
+    CUmodule m = NULL;
+    CUfunction f = NULL;
+    if (log && loglen) log[0] = 0;
+    CUresult r = api.cuModuleLoadDataEx_p(&m, image, log && loglen ? 2 : 0, opts, vals);
+    if (r != CUDA_SUCCESS) return r;
+    r = api.cuModuleGetFunction_p(&f, m, entry);
+    if (r != CUDA_SUCCESS) {
+        api.cuModuleUnload_p(m);
+        return r;
+    }
+    *module = m;
+    *function = f;
+    return CUDA_SUCCESS;
+}
+
+int fl_cu_module_unload(void *module) { return api.cuModuleUnload_p((CUmodule)module); }
+
+int fl_cu_launch(void *function, unsigned grid, unsigned block, void **params) {
+    return api.cuLaunchKernel_p((CUfunction)function, grid, 1, 1, block, 1, 1, 0, stream,
+                                params, NULL);
+}

@@ -1,0 +1,59 @@
+/* The CUDA driver as the CUDA executable (_cuda.pyx) calls it: libcuda is opened with dlopen
+   on first use (never at import), its entry points are resolved once into a table, and each
+   call below is one driver call returning its CUresult (0: success).  Handles cross as
+   void *, device pointers as uint64_t, so the Cython side needs no driver types.
+
+   One process-wide context (the device's primary context) and one non-blocking stream:
+   every program runs in order on it, and fl_cu_* calls make the context current first
+   where a calling thread may not have it. */
+#ifndef FASTLAUNCH_CUDA_DRIVER_H
+#define FASTLAUNCH_CUDA_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Returned by fl_cu_init when it did not get as far as a driver call (no libcuda, a
+   missing entry point); not a CUresult. */
+#define FL_CU_NO_LIBRARY (-1)
+#define FL_CU_NO_SYMBOL (-2)
+
+/* Open libcuda (FASTLAUNCH_LIBCUDA, else libcuda.so.1), resolve the entry points, cuInit,
+   take device `ordinal`'s primary context and create the stream.  Idempotent: later calls
+   return the first outcome.  On failure msg holds why. */
+int fl_cu_init(int ordinal, char *msg, size_t msglen);
+int fl_cu_ready(void);
+/* The CUresult's enum name ("CUDA_ERROR_OUT_OF_MEMORY") and description; "" if unknown or
+   the driver is not loaded. */
+const char *fl_cu_error_name(int code);
+const char *fl_cu_error_string(int code);
+
+int fl_cu_device_info(int *major, int *minor, int *multiprocessors, int *driver_version,
+                      char *name, int namelen);
+int fl_cu_current(void);                       /* cuCtxSetCurrent(primary context) */
+
+/* memory: synchronous (link time) and stream-ordered (the interpreter) */
+int fl_cu_mem_alloc(uint64_t *dptr, size_t nbytes);
+int fl_cu_mem_free(uint64_t dptr);
+int fl_cu_alloc_async(uint64_t *dptr, size_t nbytes);
+int fl_cu_free_async(uint64_t dptr);
+int fl_cu_htod(uint64_t dst, const void *src, size_t nbytes);
+int fl_cu_dtoh(void *dst, uint64_t src, size_t nbytes);
+int fl_cu_dtod(uint64_t dst, uint64_t src, size_t nbytes);
+int fl_cu_zero(uint64_t dst, size_t nbytes);
+int fl_cu_sync(void);
+int fl_cu_stream_sync(uint64_t stream);          /* another library's stream (a CUstream) */
+int fl_cu_host_alloc(void **ptr, size_t nbytes);  /* pinned host memory */
+int fl_cu_host_free(void *ptr);
+int fl_cu_mem_info(size_t *free_bytes, size_t *total_bytes);
+/* a count of the device bytes fastlaunch holds (its callers add and subtract), so tests
+   can check that failed runs leak nothing */
+void fl_cu_count(int64_t nbytes);
+int64_t fl_cu_live_bytes(void);
+
+/* modules */
+int fl_cu_module_load(const void *image, const char *entry, void **module, void **function,
+                      char *log, size_t loglen);
+int fl_cu_module_unload(void *module);
+int fl_cu_launch(void *function, unsigned grid, unsigned block, void **params);
+
+#endif

@@ -1,0 +1,30 @@
+"""Device arrays: `to_device` puts a NumPy array into a device backend's memory.
+
+A `DeviceArray` (defined in _core, so that the replay path encodes it without importing any
+backend) binds to a function compiled for its backend without a copy; the results of such a
+call are DeviceArrays too, and `.numpy()` copies one back.  Arrays of other libraries that
+expose `__cuda_array_interface__` (CuPy, PyTorch) are taken as they are by backend="cuda".
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._core import DeviceArray
+from .backends import get_backend
+
+__all__ = ["DeviceArray", "to_device"]
+
+
+def to_device(arr, backend: str | None = None) -> DeviceArray:
+    """A DeviceArray holding a copy of `arr` in the memory of `backend` ("cuda", or "devsim"
+    for tests; None: FASTLAUNCH_BACKEND, else cuda)."""
+    import os
+    name = backend or os.environ.get("FASTLAUNCH_BACKEND") or "cuda"
+    b = get_backend(name)
+    if not hasattr(b, "to_device"):
+        raise ValueError(f"backend {name!r} has no device memory (device arrays need 'cuda', "
+                         f"or 'devsim' in tests)")
+    a = np.asarray(arr)
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"to_device: dtype {a.dtype} is not supported")
+    return b.to_device(a)

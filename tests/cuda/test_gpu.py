@@ -1,0 +1,175 @@
+"""The CUDA backend on a GPU (skipped, with the reason, where none is usable): the NumPy path
+(NumPy in, NumPy out) and the device-array path (DeviceArrays, CuPy and PyTorch arrays in,
+DeviceArrays out), against NumPy; deterministic reductions; errors that leak nothing.
+bench/gpu_check.sh runs these, then the conformance and jit suites with --backend cuda."""
+import numpy as np
+import pytest
+
+import fastlaunch as fl
+
+pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    from fastlaunch import _cuda
+    return _cuda
+
+
+def step(p, m, v, target, lr):
+    y = np.sin(p) + p * p
+    r = y - target
+    loss = np.mean(r * r)
+    g = 2 * r * (np.cos(p) + 2 * p) / p.size
+    m = 0.9 * m + 0.1 * g
+    v = 0.999 * v + 0.001 * g * g
+    p = p - lr * m / (np.sqrt(v) + 1e-8)
+    return p, m, v, loss
+
+
+def state(n, dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype) * 0.1,
+            rng.random(n).astype(dtype) * 0.1, rng.standard_normal(n).astype(dtype)]
+
+
+def close(got, want, rtol):
+    got = got.numpy() if isinstance(got, fl.DeviceArray) else got
+    assert np.shape(got) == np.shape(want) and np.asarray(got).dtype == np.asarray(want).dtype
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * 1e-3)
+
+
+# ---- NumPy in, NumPy out ---------------------------------------------------------------------
+@pytest.mark.parametrize("n", [16, 1 << 20])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_step_numpy_path(n, dtype):
+    args = state(n, dtype) + [1e-2]
+    f = fl.compile(step, backend="cuda")
+    want = step(*args)
+    for _ in range(2):                      # the trace, then the replay
+        got = f(*args)
+        assert all(isinstance(g, (np.ndarray, np.generic)) for g in got)
+        for g, w in zip(got, want):
+            close(g, w, 1e-4 if dtype == np.float32 else 1e-10)
+
+
+def test_reductions_are_deterministic_and_right():
+    x = np.random.default_rng(1).standard_normal(1 << 22).astype(np.float32)
+    f = fl.compile(lambda a: (a.sum(), a.max(), np.argmax(a), a.reshape(64, -1).sum(axis=1),
+                              a.reshape(-1, 64).sum(axis=0), np.cumsum(a[:1000]),
+                              np.any(a > 4), (a[:100].astype(np.float64) + 1.5).prod()),
+                   backend="cuda")
+    first = f(x)
+    again = f(x)
+    for a, b in zip(first, again):
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()     # the same bits
+    want = (x.sum(dtype=np.float64).astype(np.float32), x.max(), np.argmax(x),
+            x.reshape(64, -1).sum(axis=1), x.reshape(-1, 64).sum(axis=0), np.cumsum(x[:1000]),
+            np.any(x > 4), (x[:100].astype(np.float64) + 1.5).prod())
+    for g, w in zip(first, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4)
+
+
+def test_scatter_add_applies_repeated_indices_in_order():
+    rng = np.random.default_rng(2)
+    idx = rng.integers(0, 50, 5000)
+    vals = rng.standard_normal(5000)
+    f = fl.compile(lambda a, i, v: np.add.at(a, i, v), backend="cuda")
+    a = np.zeros(50)
+    f(a, idx, vals)
+    want = np.zeros(50)
+    np.add.at(want, idx, vals)
+    assert a.tobytes() == want.tobytes()          # loop order: NumPy's bits exactly
+
+
+def test_math_matmul_float16_and_fmod():
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((70, 90)), rng.standard_normal((90, 30))
+    close(fl.compile(lambda x, y: x @ y, backend="cuda")(a, b), a @ b, 1e-12)
+    x = rng.uniform(-30, 30, 1000)
+    got = fl.compile(lambda x: (np.fmod(x, 2.5), np.exp(x / 10), np.arctan2(x, 3.0)),
+                     backend="cuda")(x)
+    np.testing.assert_array_equal(got[0], np.fmod(x, 2.5))      # fmod is exact
+    close(got[1], np.exp(x / 10), 1e-14)
+    close(got[2], np.arctan2(x, 3.0), 1e-14)
+    h = rng.random(100).astype(np.float16)
+    close(fl.compile(lambda x: x * x + np.float16(1), backend="cuda")(h), h * h + np.float16(1),
+          1e-3)
+
+
+def test_kernel_errors_leave_arguments_and_device_memory_as_they_were(cuda):
+    def gather_and_update(x, i):
+        x += 1
+        return x[i]
+    f = fl.compile(gather_and_update, backend="cuda")
+    x = np.arange(5.0)
+    f(x.copy(), np.array([0]))
+    live = cuda.memory_stats()["live_bytes"]
+    with pytest.raises(IndexError, match="no argument was modified"):
+        f(x, np.array([0, 9]))
+    np.testing.assert_array_equal(x, np.arange(5.0))
+    assert cuda.memory_stats()["live_bytes"] == live
+    np.testing.assert_array_equal(f(x, np.array([0, 4])), [1.0, 5.0])
+
+
+def test_cuda_errors_are_named(cuda):
+    with pytest.raises(fl.CUDAError, match=r"CUDA_ERROR_OUT_OF_MEMORY \(2\)") as err:
+        cuda.check(2, "a test")
+    assert err.value.name == "CUDA_ERROR_OUT_OF_MEMORY" and err.value.code == 2
+
+
+# ---- device arrays ---------------------------------------------------------------------------
+def test_step_on_device_arrays():
+    host = state(1 << 16)
+    f = fl.compile(step, backend="cuda")
+    p, m, v, target = [fl.to_device(a) for a in host]
+    hp, hm, hv = host[:3]
+    for _ in range(5):
+        p, m, v, loss = f(p, m, v, target, 1e-2)
+        hp, hm, hv, hloss = step(hp, hm, hv, host[3], 1e-2)
+    assert type(p) is fl.DeviceArray and type(loss) is fl.DeviceArray and loss.shape == ()
+    close(p, hp, 1e-4)
+    close(loss, hloss, 1e-4)
+    assert len(f.traces) == 1
+    ops = {op.name for _, op, _ in f.lower(p, m, v, target, 1e-2).program.instructions()}
+    assert "TO_DEVICE" not in ops and "TO_HOST" not in ops
+
+
+def test_in_place_update_of_a_device_array():
+    def update(p, g):
+        p -= 0.5 * g
+    f = fl.compile(update, backend="cuda")
+    p, g = fl.to_device(np.arange(8.0)), fl.to_device(np.ones(8))
+    f(p, g)
+    f(p, g)
+    np.testing.assert_array_equal(p.numpy(), np.arange(8.0) - 1.0)
+
+
+def test_cupy_and_torch_arrays_bind_without_copies():
+    cupy = pytest.importorskip("cupy")
+    x = cupy.arange(10, dtype=cupy.float32)
+
+    def update(a):
+        a *= 2
+        return a.sum()
+    total = fl.compile(update, backend="cuda")(x)
+    assert float(total.numpy()) == 90.0
+    np.testing.assert_array_equal(cupy.asnumpy(x), np.arange(10, dtype=np.float32) * 2)
+    # our results are CUDA arrays for CuPy (the interface) and PyTorch (DLPack)
+    y = fl.compile(lambda a: a + 1, backend="cuda")(fl.to_device(np.arange(4.0)))
+    np.testing.assert_array_equal(cupy.asnumpy(cupy.asarray(y)), np.arange(4.0) + 1)
+    torch = pytest.importorskip("torch")
+    t = torch.from_dlpack(y)
+    assert t.is_cuda and t.cpu().numpy().tolist() == [1.0, 2.0, 3.0, 4.0]
+    tt = torch.arange(6, dtype=torch.float64, device="cuda")
+    out = fl.compile(lambda a: a * 3, backend="cuda")(tt)
+    np.testing.assert_array_equal(out.numpy(), np.arange(6.0) * 3)
+
+
+def test_benchmark_floors_run(cuda):
+    f = fl.compile(step, backend="cuda")
+    args = state(16) + [1e-2]
+    f(*args)
+    exe = f._entries_list()[0].executable
+    assert 0 < cuda.launch_floor(exe, 10) < 1.0
+    assert cuda.copy_bandwidth(1 << 20, 10) > 1e9

@@ -1,0 +1,89 @@
+"""A built wheel installs into a fresh virtual environment and its demo runs from another folder.
+
+Needs what building from source needs (a C compiler, Cython, setuptools, numpy, wheel) but no
+network: the wheel is built without build isolation from this checkout, and the virtual
+environment sees this Python's site-packages for numpy and llvmlite.  Deselect with
+`-m 'not packaging'`."""
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.packaging
+
+
+def _prerequisites():
+    if not (ROOT / ".git").exists() or shutil.which("git") is None:
+        return "not a git checkout"
+    if shutil.which(sysconfig.get_config_var("CC").split()[0] if sysconfig.get_config_var("CC")
+                    else "cc") is None:
+        return "no C compiler"
+    for module in ("Cython", "setuptools", "numpy", "wheel"):
+        try:
+            __import__(module)
+        except ImportError:
+            return f"{module} is not installed"
+    return None
+
+
+def run(cmd, cwd, env, timeout):
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"{cmd}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+def test_wheel_installs_into_a_fresh_venv_and_the_demo_runs(tmp_path):
+    missing = _prerequisites()
+    if missing and os.environ.get("CI"):
+        pytest.fail(f"CI must run the wheel test: {missing} (the [test] extra installs the "
+                    f"build tools)")
+    if missing:
+        pytest.skip(missing)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env["FASTLAUNCH_CACHE_DIR"] = str(tmp_path / "cache")
+    # the sources as a clean clone has them (tracked and new files; no build outputs)
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    src = tmp_path / "src"
+    for name in filter(None, files):
+        if (ROOT / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, src / name)
+    run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index",
+         "-w", str(tmp_path / "dist"), str(src)], tmp_path, env, 600)
+    (wheel,) = (tmp_path / "dist").glob("fastlaunch-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "fastlaunch/py.typed" in names and "fastlaunch/_core.pxd" in names
+    assert any(n.startswith("fastlaunch/_core.") and n.endswith(".so") for n in names)
+    assert not [n for n in names if n.endswith((".pyx", ".c", ".cpp"))], names
+    assert any(n.endswith("dist-info/LICENSE") or "licenses/LICENSE" in n for n in names)
+
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+        tmp_path, env, 120)
+    python = str(venv / "bin" / "python")
+    # no index: numpy and llvmlite must be satisfied from the system site-packages
+    run([python, "-m", "pip", "install", "--no-index", str(wheel)], tmp_path, env, 300)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    where = run([python, "-c", "import fastlaunch; print(fastlaunch.__file__)"], elsewhere, env,
+                60).stdout.strip()
+    assert pathlib.Path(where).is_relative_to(venv), where
+    plot = elsewhere / "demo.png"
+    done = run([python, "-m", "fastlaunch", "--quick", "--plot", str(plot)], elsewhere, env, 300)
+    assert "numpy/replay" in done.stdout and "replay vs bound" in done.stdout
+    assert "[1/3] n=16" in done.stderr                          # progress while it runs
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "matplotlib is not installed" in done.stdout
+    else:
+        assert f"plot: {plot}" in done.stdout
+        assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
