@@ -245,6 +245,10 @@ class Iterated:
         call = list(call)
         for pos in self._positions(call):
             x = call[pos]
+            if isinstance(x, _core.DeviceArray):
+                raise TypeError(f"fl.iterate: carried {self._name(pos, call)} is a DeviceArray; "
+                                f"a loop carries NumPy arrays (pass x.numpy()); device arrays "
+                                f"may be loop-invariant arguments")
             if not isinstance(x, np.ndarray):
                 raise TypeError(f"fl.iterate: carried {self._name(pos, call)} must be a NumPy "
                                 f"array, got {type(x).__name__} (pass np.asarray(x))")

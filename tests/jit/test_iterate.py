@@ -530,3 +530,15 @@ def test_the_gil_is_released_for_the_whole_loop():
     th.join()
     inside = [t for t in stamps if t0 + 0.1 * (t1 - t0) < t < t1 - 0.1 * (t1 - t0)]
     assert len(inside) >= 5, (len(inside), t1 - t0)
+
+
+def test_device_arrays_as_invariant_arguments():
+    p, m, v, t = inputs(16)
+    f = fl.compile(step, backend="devsim")
+    dt = fl.to_device(t, "devsim")
+    got = fl.iterate(f, 5, p, m, v, dt, 1e-2, carry=("p", "m", "v"))
+    want = python_loop(f, 5, p, m, v, t)
+    for g, w in zip(got, want):
+        assert isinstance(g, np.ndarray) and same(g, w)
+    with pytest.raises(TypeError, match="carried argument 'p' is a DeviceArray"):
+        fl.iterate(f, 5, fl.to_device(p, "devsim"), m, v, dt, 1e-2, carry=("p", "m", "v"))
