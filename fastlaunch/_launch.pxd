@@ -28,7 +28,7 @@ cpdef enum Opcode:
                       #                             is written (ping-pong of carried state)
     ROW = 0x0B06      # ROW dst src ctr every stride  slots[dst] <- slots[src] +
                       #                             (slots[ctr] / every) * stride (bytes)
-    COPY = 0x0C04     # COPY dst src nbytes         copy nbytes between two slots of one space
+    COPY = 0x0C04     # COPY dst src nbytes         copy nbytes between two slots in the kernels' space
                       #                             (nothing when both hold the same address)
     SET = 0x0D03      # SET slot value              slots[slot] <- value (a loop counter)
     LOOP = 0x0E04     # LOOP ctr count target       slots[ctr] += 1; jump back to target

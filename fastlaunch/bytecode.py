@@ -1219,9 +1219,11 @@ class _CodeVerifier:
             return
         d, s = p.slots[dst], p.slots[src]
         if op is Opcode.COPY:
-            if d.space != s.space:
+            # in the kernels' space only: a device executable copies device to device
+            if d.space != self.kspace or s.space != self.kspace:
                 self.err(f"{where}: copies {SPACE_NAMES.get(s.space)} slot {src} to "
-                         f"{SPACE_NAMES.get(d.space)} slot {dst}; COPY stays in one space")
+                         f"{SPACE_NAMES.get(d.space)} slot {dst}; COPY stays in the kernels' "
+                         f"space ({SPACE_NAMES.get(self.kspace)})")
         else:
             want_dst, want_src = ((Space.SPACE_DEVICE, Space.SPACE_HOST)
                                   if op is Opcode.TO_DEVICE
