@@ -397,6 +397,12 @@ def record_loop(loop: Loop, leaves: list[LeafSpec], mutated_leaves: list[int],
     if loop.until:
         asm.row(flag_row, flag_buf, ctr, 1, 1)
     nstep = len(loop.parts[0].plan.kernels)
+    # one iteration that is itself long: POLL before each launch too, as record() does, while
+    # no launch of the body writes an argument (stopped there, the caller's arrays are as a
+    # completed iteration left them)
+    inner_polls = work // n >= POLL_WORK and not any(
+        a.writes and a.kind == "buffer" and slots[s].role == SlotRole.INPUT
+        for _, _, arg_slots, k in launches for a, s in zip(k.args, arg_slots))
     unchecked = False
     for i, (index, size, arg_slots, k) in enumerate(launches):
         if i == nstep:
@@ -411,6 +417,8 @@ def record_loop(loop: Loop, leaves: list[LeafSpec], mutated_leaves: list[int],
             asm.check(status)       # no argument is written after a kernel raised an error
             unchecked = False
         unchecked |= k.status is not None
+        if inner_polls and i > 0:
+            asm.poll()
         asm.launch(index, size, arg_slots)
     if nstep == len(launches):
         for c, v in sorted(loop.new_from.items()):

@@ -542,3 +542,23 @@ def test_device_arrays_as_invariant_arguments():
         assert isinstance(g, np.ndarray) and same(g, w)
     with pytest.raises(TypeError, match="carried argument 'p' is a DeviceArray"):
         fl.iterate(f, 5, fl.to_device(p, "devsim"), m, v, dt, 1e-2, carry=("p", "m", "v"))
+
+
+def test_long_iterations_poll_between_launches_too():
+    """An iteration of more than record.POLL_WORK operations POLLs before each launch (as a
+    long plain call does), not only at the loop's head; short loops do not POLL at all."""
+    def step2(x, y):
+        a = np.sqrt(x * x + 1e-3)
+        s = a.sum()
+        return a * 0.999 + y + s * 1e-12, s
+
+    big = np.linspace(0, 1, 12_000_000, dtype=np.float32)
+    prog = fl.iterated(fl.compile(step2, backend="null"), 3, carry="x").lower(big, big).program
+    (head, end, _, _), = prog.loops()
+    ops = [(pc, op) for pc, op, _ in prog.instructions() if head <= pc <= end]
+    launches = [pc for pc, op in ops if op is Opcode.LAUNCH]
+    polls = [pc for pc, op in ops if op is Opcode.POLL]
+    assert len(polls) == len(launches) and polls[0] == head
+    small = np.ones(16, np.float32)
+    prog = fl.iterated(step2, 3, carry="x").lower(small, small).program
+    assert not any(op is Opcode.POLL for _, op, _ in prog.instructions())
