@@ -671,6 +671,8 @@ class _State:
         self.copy_of = {}
         self.unsaved = {}
         # alias slot -> ("ptr", frozenset((target slot, its ALLOC, first, last element
+        # offset)), written through since set, tag: ("set", pc) of the instruction that set
+        # it, or ("join", pc) where paths with different setters meet); see below
         # offset)), written through since set); counter slot -> ("ctr", lowest, highest)
         self.vals = {}
 
@@ -684,7 +686,7 @@ class _State:
     def __eq__(self, other):
         return all(getattr(self, f) == getattr(other, f) for f in _State.__slots__)
 
-    def join(self, other: "_State") -> "_State":
+    def join(self, other: "_State", at: int) -> "_State":
         j = _State()
         j.live = {s: a for s, a in self.live.items() if other.live.get(s) == a}
         j.written = self.written & other.written
@@ -695,11 +697,11 @@ class _State:
         for s, v in self.vals.items():
             w = other.vals.get(s)
             if w is not None and w[0] == v[0]:
-                j.vals[s] = _join_value(v, w)
+                j.vals[s] = _join_value(v, w, at)
         return j
 
 
-def _join_value(v, w):
+def _join_value(v, w, at: int):
     if v[0] == "ctr":
         return ("ctr", min(v[1], w[1]), max(v[2], w[2]))
     spans: dict = {}
@@ -707,7 +709,7 @@ def _join_value(v, w):
         old = spans.get((target, alloc))
         spans[(target, alloc)] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
     return ("ptr", frozenset((t, a, lo, hi) for (t, a), (lo, hi) in spans.items()),
-            v[2] and w[2])
+            v[2] and w[2], v[3] if v[3] == w[3] else ("join", at))
 
 
 def _verify_code(p: Program, kernel_space, strict, errors):
@@ -840,7 +842,7 @@ class _CodeVerifier:
             if old.live != st.live:
                 self.err(f"{target:04d}: the paths meeting here hold different temporaries "
                          f"({sorted(old.live)} and {sorted(st.live)})")
-            new = old.join(st)
+            new = old.join(st, target)
             if new == old:
                 return
         self.ins[target] = new
@@ -892,9 +894,12 @@ class _CodeVerifier:
         return info.lo, info.hi
 
     def same_pointer(self, st: _State, s: int, value) -> bool:
-        """Alias s still holds the pointer it held when its value was `value`."""
+        """Alias s still holds the pointer it held when its value was `value`: the same
+        setter (an instruction, or a join point) and no other setting since.  The target set
+        alone would not do: ping-pong aliases may point at either of two buffers in turn."""
         cur = st.vals.get(s)
-        return cur is not None and cur[0] == "ptr" and value is not None and cur[1] == value[1]
+        return cur is not None and cur[0] == "ptr" and value is not None and \
+            value[0] == "ptr" and cur[1] == value[1] and cur[3] == value[3]
 
     def writable(self, target: int) -> bool:
         role = self.role(target)
@@ -908,7 +913,7 @@ class _CodeVerifier:
             if v is None or v[0] != "ptr":
                 return
             if self.same_pointer(st, s, v):
-                st.vals[s] = ("ptr", v[1], True)
+                st.vals[s] = ("ptr", v[1], True, v[3])
             owners = {t for t, _, _, _ in v[1]}
         else:
             owners = {s}
@@ -973,7 +978,8 @@ class _CodeVerifier:
             dst, src = ops
             if self.alias(where, dst) and self.memory(where, src, st):
                 if self.fits(where, dst, src):
-                    st.vals[dst] = ("ptr", self.targets(st, src), self.initialized(st, src))
+                    st.vals[dst] = ("ptr", self.targets(st, src), self.initialized(st, src),
+                                    ("set", pc))
                 else:
                     st.vals.pop(dst, None)
         elif op is Opcode.ROTATE:
@@ -989,10 +995,13 @@ class _CodeVerifier:
                 elif any(st.vals.get(s, ("",))[0] != "ptr" for s in ops):
                     self.err(f"{where}: reads an alias before it is set")
                 else:
-                    w = st.vals[write]
-                    st.vals[read], st.vals[write], st.vals[spare] = w, st.vals[spare], w
+                    # every word changes: each takes a fresh tag
+                    w, sp = st.vals[write], st.vals[spare]
+                    tag = ("set", pc)
+                    st.vals[read] = st.vals[spare] = ("ptr", w[1], w[2], tag)
+                    st.vals[write] = ("ptr", sp[1], sp[2], tag)
         elif op is Opcode.ROW:
-            self.row(where, ops, st)
+            self.row(where, ops, st, pc)
         elif op is Opcode.SET:
             slot, value = ops
             if self.role(slot) != SlotRole.COUNTER:
@@ -1074,7 +1083,7 @@ class _CodeVerifier:
             return False
         return True
 
-    def row(self, where, ops, st: _State):
+    def row(self, where, ops, st: _State, pc: int):
         dst, src, ctr, every, stride = ops
         if not (self.alias(where, dst) and self.memory(where, src, st)):
             return
@@ -1097,7 +1106,7 @@ class _CodeVerifier:
         if self.fits(where, dst, src, offsets):
             (target, alloc, _, _), = self.targets(st, src)
             init = self.role(src) in (SlotRole.INPUT, SlotRole.CONST)
-            st.vals[dst] = ("ptr", frozenset({(target, alloc) + offsets}), init)
+            st.vals[dst] = ("ptr", frozenset({(target, alloc) + offsets}), init, ("set", pc))
         else:
             st.vals.pop(dst, None)
 
