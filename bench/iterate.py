@@ -18,6 +18,9 @@ iteration to the next and the loss of every iteration kept:
 - `iterate-null`: the `iterate` loop on the null backend, whose kernels do nothing: the
   interpreter's own cost per iteration (3 BIND + 3 LAUNCH, 3 ROTATE, ROW, LOOP).
 
+`--instructions` also counts the instructions one iteration executes (callgrind), on the cpu
+and the null backend: repeatable on a loaded machine, where the timings are not.
+
 Before timing, `iterate` is checked bit for bit against `python-loop`, and every runner
 against NumPy (float tolerance).  Times are medians over interleaved batches
 (benchtools.interleaved: batches of each runner alternate, so machine noise hits them
@@ -120,12 +123,49 @@ def measure(n: int, iters: int, batches: int) -> dict:
             "launches_per_iteration": loop.lower(p, m, v, t, lr).program.launch_count()}
 
 
+COUNT_CHILD = r"""
+import sys
+sys.path.insert(0, sys.argv[3])
+import fastlaunch as fl
+from iterate import inputs, step
+n, iters, backend = int(sys.argv[1]), int(sys.argv[2]), sys.argv[4]
+p, m, v, t = inputs(n)
+loop = fl.iterated(fl.compile(step, backend=backend), iters, carry=("p", "m", "v"))
+loop.lower(p, m, v, t, 1e-2)
+loop(p, m, v, t, 1e-2)
+"""
+
+
+def instructions_per_iteration(n: int, backend: str) -> float:
+    """Instructions one iteration executes inside the executable (interpreter, launches,
+    kernels), under valgrind's callgrind: the difference between loops of 3000 and 1000
+    iterations, so the call's own cost cancels out.  Repeatable where timings are not."""
+    import re
+    import subprocess
+    import tempfile
+    here = os.path.dirname(os.path.abspath(__file__))
+    counts = []
+    for iters in (1000, 3000):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "cg.out")
+            subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                            "--collect-atstart=no", "--toggle-collect=*Executable_execute*",
+                            sys.executable, "-c", COUNT_CHILD, str(n), str(iters), here,
+                            backend],
+                           env=dict(os.environ, FASTLAUNCH_NUM_THREADS="1"),
+                           capture_output=True, text=True, check=True)
+            counts.append(int(re.search(r"^summary:\s+(\d+)", open(out).read(), re.M)[1]))
+    return (counts[1] - counts[0]) / 2000
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--iters", type=int, default=10_000)
     ap.add_argument("--sizes", default="16")
     ap.add_argument("--batches", type=int, default=9)
     ap.add_argument("--json", default=None, help="also write the numbers to this file")
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count instructions per iteration (callgrind; cpu and null)")
     a = ap.parse_args(argv)
     print(f"fastlaunch {fl.__version__}, numpy {np.__version__}, python "
           f"{platform.python_version()}, {os.cpu_count()} CPUs; {a.iters} iterations per call, "
@@ -139,6 +179,12 @@ def main(argv=None):
         print(f"\nstep at n={n}, float32 ({r['launches_per_iteration']} launches per iteration); "
               f"checks: {', '.join(k for k, ok in r['checks'].items() if ok)}")
         print(format_table(["runner", "per iteration", "vs iterate"], rows))
+        if a.instructions:
+            r["instructions_per_iteration"] = {
+                b: instructions_per_iteration(n, b) for b in ("cpu", "null")}
+            print("instructions per iteration (callgrind, one thread): " + ", ".join(
+                f"{b} {c:.0f}" for b, c in r["instructions_per_iteration"].items()) +
+                "  (null: the interpreter and launches alone)")
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(results, fh, indent=1)
