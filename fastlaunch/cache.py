@@ -187,11 +187,12 @@ class DiskCache:
         self.refused: str | None = None     # why the folder is not used (trust rules)
         self.hits = self.misses = self.writes = self.rejected = 0
 
-    def __del__(self):
+    def __del__(self, _close=os.close):
+        # os.close bound at definition: at interpreter exit the module's globals may be gone
         fd = getattr(self, "_dir_fd", None)
         if fd is not None:
             try:
-                os.close(fd)
+                _close(fd)
             except OSError:
                 pass
 
