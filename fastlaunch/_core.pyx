@@ -15,7 +15,7 @@ from cpython.ref cimport PyObject, Py_INCREF
 from cpython.tuple cimport PyTuple_New
 from libc.stdint cimport int64_t, uint64_t, intptr_t
 from libc.stdlib cimport malloc, free, realloc
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memcmp, memcpy, memmove, memset
 
 cimport numpy as cnp
 import numpy as np
@@ -437,7 +437,10 @@ cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, i
     """Execute host bytecode from state.start.  Returns a Status (state.pc: where it stopped);
     never touches Python objects.  The verifier has proved every index below in range."""
     cdef Py_ssize_t pc = state.start, k
-    cdef int64_t op
+    cdef int64_t op, w
+    cdef int64_t *dst
+    cdef const int64_t *src
+    cdef const int64_t *end
     cdef void *p
     while pc < ncode:
         op = code[pc]
@@ -445,8 +448,15 @@ cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, i
             k = code[pc + 1]
             fl_launch(kernels[k], code[pc + 2], work[k], &argwords[code[pc + 3]])
         elif op == BIND:
-            for k in range(code[pc + 3]):
-                argwords[code[pc + 1] + k] = slots[lists[code[pc + 2] + k]]
+            # through local pointers: the stores into argwords could alias the code, so
+            # indexing through code[...] reloads it on every word
+            dst = &argwords[code[pc + 1]]
+            src = &lists[code[pc + 2]]
+            end = src + code[pc + 3]
+            while src < end:
+                dst[0] = slots[src[0]]
+                dst += 1
+                src += 1
         elif op == ALLOC:
             p = fl_mem_alloc(code[pc + 2])
             if p == NULL:
@@ -465,8 +475,40 @@ cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, i
                 state.pc = pc
                 return STATUS_INTERRUPTED
         else:
-            state.pc = pc
-            return STATUS_BAD_OPCODE
+            # loops (fl.iterate), after the plain opcodes: their dispatch leaves the plain
+            # path's as it was
+            if op == LOOP:
+                k = code[pc + 1]
+                slots[k] += 1
+                if slots[k] < code[pc + 2]:
+                    pc = code[pc + 3]
+                    continue
+            elif op == ROTATE:
+                # read <- write; write <-> spare: pointers move, the buffers stay
+                w = slots[code[pc + 2]]
+                slots[code[pc + 2]] = slots[code[pc + 3]]
+                slots[code[pc + 3]] = w
+                slots[code[pc + 1]] = w
+            elif op == ROW:
+                k = slots[code[pc + 3]]
+                if code[pc + 4] != 1:
+                    k = k / code[pc + 4]
+                slots[code[pc + 1]] = slots[code[pc + 2]] + k * code[pc + 5]
+            elif op == MOVE:
+                slots[code[pc + 1]] = slots[code[pc + 2]]
+            elif op == BREAK_IF:
+                if (<const char *><intptr_t>slots[code[pc + 1]])[0] != 0:
+                    pc = code[pc + 2]
+                    continue
+            elif op == COPY:
+                if code[pc + 3] > 0 and slots[code[pc + 1]] != slots[code[pc + 2]]:
+                    memmove(<void *><intptr_t>slots[code[pc + 1]],
+                            <const void *><intptr_t>slots[code[pc + 2]], code[pc + 3])
+            elif op == SET:
+                slots[code[pc + 1]] = code[pc + 2]
+            else:
+                state.pc = pc
+                return STATUS_BAD_OPCODE
         pc += op & 0xFF
     return STATUS_OK
 

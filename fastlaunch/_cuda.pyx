@@ -414,6 +414,7 @@ cdef class CUDAExecutable(Executable):
     cdef Py_ssize_t nkernels
     cdef uint64_t status_dev
     cdef int64_t *status_host
+    cdef char *flag_host              # pinned: BREAK_IF reads a loop's until flag into it
     cdef pthread_mutex_t lock
     cdef bint lock_made
     cdef bint ready
@@ -429,6 +430,7 @@ cdef class CUDAExecutable(Executable):
         self.nargs = NULL
         self.slot_bytes = NULL
         self.status_host = NULL
+        self.flag_host = NULL
         self.lock_made = False
 
     def __init__(self, layout, functions, launch, nargs, device_objects, unavailable=None):
@@ -486,6 +488,12 @@ cdef class CUDAExecutable(Executable):
             if code == 0:
                 code = fl_cu_host_alloc(<void **>&self.status_host, 8)
             check(code, "allocating the status word")
+        if unavailable is None and any(op == BREAK_IF for _, op, _ in
+                                       program.instructions()):
+            code = fl_cu_current()
+            if code == 0:
+                code = fl_cu_host_alloc(<void **>&self.flag_host, 8)
+            check(code, "allocating the loop flag")
         pthread_mutex_init(&self.lock, NULL)
         self.lock_made = True
 
@@ -496,6 +504,8 @@ cdef class CUDAExecutable(Executable):
             fl_cu_count(-8)
         if self.status_host != NULL and fl_cu_ready():
             fl_cu_host_free(self.status_host)
+        if self.flag_host != NULL and fl_cu_ready():
+            fl_cu_host_free(self.flag_host)
         free(self.functions)
         free(self.grid)
         free(self.block)
@@ -523,8 +533,10 @@ cdef class CUDAExecutable(Executable):
         return status
 
     cdef int run(self, int64_t *slots, int64_t *argwords, RunState *state) noexcept nogil:
-        cdef Py_ssize_t pc = 0, k, i
-        cdef int64_t op, n
+        # from state.start: a run interrupted at a POLL resumes after it, its slots (loop
+        # counters, aliases, live temporaries) as it left them
+        cdef Py_ssize_t pc = state.start, k, i
+        cdef int64_t op, n, w
         cdef int code
         cdef uint64_t p
         cdef int64_t *words
@@ -584,6 +596,37 @@ cdef class CUDAExecutable(Executable):
                 if interrupt_pending():
                     state.pc = pc
                     return STATUS_INTERRUPTED
+            # loops (fl.iterate): a host-side loop of launches on the stream; only BREAK_IF
+            # waits for the device (one byte read back per iteration)
+            elif op == LOOP:
+                k = c[pc + 1]
+                slots[k] += 1
+                if slots[k] < c[pc + 2]:
+                    pc = c[pc + 3]
+                    continue
+            elif op == ROTATE:
+                w = slots[c[pc + 2]]
+                slots[c[pc + 2]] = slots[c[pc + 3]]
+                slots[c[pc + 3]] = w
+                slots[c[pc + 1]] = w
+            elif op == ROW:
+                slots[c[pc + 1]] = slots[c[pc + 2]] + (slots[c[pc + 3]] / c[pc + 4]) * c[pc + 5]
+            elif op == MOVE:
+                slots[c[pc + 1]] = slots[c[pc + 2]]
+            elif op == SET:
+                slots[c[pc + 1]] = c[pc + 2]
+            elif op == COPY:
+                # the verifier keeps COPY in the kernels' space: device to device
+                n = c[pc + 3]
+                if n > 0 and slots[c[pc + 1]] != slots[c[pc + 2]]:
+                    code = fl_cu_dtod(<uint64_t>slots[c[pc + 1]], <uint64_t>slots[c[pc + 2]], n)
+            elif op == BREAK_IF:
+                code = fl_cu_dtoh(self.flag_host, <uint64_t>slots[c[pc + 1]], 1)
+                if code == 0:
+                    code = fl_cu_sync()
+                if code == 0 and self.flag_host[0] != 0:
+                    pc = c[pc + 2]
+                    continue
             else:
                 state.pc = pc
                 return STATUS_BAD_OPCODE

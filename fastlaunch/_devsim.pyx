@@ -10,7 +10,7 @@ device backend needs runs in CI without a GPU, computing real results.
 """
 from libc.stdint cimport int64_t, intptr_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy, memmove, memset
 
 from cpython.ref cimport PyObject, Py_INCREF
 
@@ -150,6 +150,7 @@ cdef class DevSimExecutable(Executable):
     cdef int execute(self, int64_t *slots, int64_t *argwords, RunState *state) except -1 nogil:
         cdef Py_ssize_t pc = state.start, k
         cdef int64_t op, word
+        cdef char flag
         cdef void *p
         cdef const int64_t *code = self.code
         if self.status_slot >= 0 and pc == 0:     # (a resumed run has its word already)
@@ -192,6 +193,35 @@ cdef class DevSimExecutable(Executable):
                 if interrupt_pending():
                     state.pc = pc
                     return STATUS_INTERRUPTED
+            elif op == LOOP:
+                k = code[pc + 1]
+                slots[k] += 1
+                if slots[k] < code[pc + 2]:
+                    pc = code[pc + 3]
+                    continue
+            elif op == ROTATE:
+                word = slots[code[pc + 2]]
+                slots[code[pc + 2]] = slots[code[pc + 3]]
+                slots[code[pc + 3]] = word
+                slots[code[pc + 1]] = word
+            elif op == ROW:
+                slots[code[pc + 1]] = slots[code[pc + 2]] + \
+                    (slots[code[pc + 3]] / code[pc + 4]) * code[pc + 5]
+            elif op == MOVE:
+                slots[code[pc + 1]] = slots[code[pc + 2]]
+            elif op == BREAK_IF:
+                # the flag lives on the device: one byte read back, as CHECK reads its word
+                memcpy(&flag, <void *><intptr_t>slots[code[pc + 1]], 1)
+                if flag != 0:
+                    pc = code[pc + 2]
+                    continue
+            elif op == COPY:
+                # a device-to-device copy
+                if code[pc + 3] > 0 and slots[code[pc + 1]] != slots[code[pc + 2]]:
+                    memmove(<void *><intptr_t>slots[code[pc + 1]],
+                            <void *><intptr_t>slots[code[pc + 2]], code[pc + 3])
+            elif op == SET:
+                slots[code[pc + 1]] = code[pc + 2]
             else:
                 state.pc = pc
                 return STATUS_BAD_OPCODE

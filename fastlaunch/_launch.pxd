@@ -18,6 +18,24 @@ cpdef enum Opcode:
     POLL = 0x0801     # POLL                        stop with STATUS_INTERRUPTED if a signal
                       #                             (Ctrl-C) arrived: long programs only
 
+    # ---- loops (fl.iterate) ---------------------------------------------------------------
+    # A loop is a do-while: its body runs from a LOOP's target to the LOOP, which jumps back
+    # while its counter (a slot word) is below the count.  Carried state lives in ALIAS
+    # slots: pointers to buffers that other slots own, moved around without copying.
+    MOVE = 0x0903     # MOVE dst src                slots[dst] <- slots[src] (dst an alias)
+    ROTATE = 0x0A04   # ROTATE read write spare     read <- write; write <-> spare: the buffer
+                      #                             just written is read next, the other one
+                      #                             is written (ping-pong of carried state)
+    ROW = 0x0B06      # ROW dst src ctr every stride  slots[dst] <- slots[src] +
+                      #                             (slots[ctr] / every) * stride (bytes)
+    COPY = 0x0C04     # COPY dst src nbytes         copy nbytes between two slots in the kernels' space
+                      #                             (nothing when both hold the same address)
+    SET = 0x0D03      # SET slot value              slots[slot] <- value (a loop counter)
+    LOOP = 0x0E04     # LOOP ctr count target       slots[ctr] += 1; jump back to target
+                      #                             while slots[ctr] < count
+    BREAK_IF = 0x0F03  # BREAK_IF flag target       jump forward to target if the byte at
+                       #                            slots[flag] is nonzero (fl.iterate's until=)
+
 
 # Status codes of an interpreter's run loop (0 is success).
 cpdef enum Status:
@@ -45,6 +63,9 @@ cpdef enum SlotRole:
     ROLE_TEMP = 4       # memory between ALLOC and FREE
     ROLE_STATUS = 5     # the call's error word (KernelError bits)
     ROLE_RNG = 6        # the call's random key: a scalar word the executable sets per call
+    ROLE_ALIAS = 7      # (loops) a pointer into a buffer another slot owns: set by MOVE,
+                        # ROTATE or ROW, never allocated or freed through it
+    ROLE_COUNTER = 8    # (loops) a loop counter: an integer word set by SET, stepped by LOOP
 
 
 # How a kernel takes one argument word.

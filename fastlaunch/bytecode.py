@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import heapq
 import io
 import json
 import math
@@ -37,18 +38,30 @@ OPERANDS = {
     Opcode.TO_DEVICE: ("dst", "src", "nbytes"),
     Opcode.TO_HOST: ("dst", "src", "nbytes"),
     Opcode.POLL: (),
+    # loops (fl.iterate)
+    Opcode.MOVE: ("dst", "src"),
+    Opcode.ROTATE: ("read", "write", "spare"),
+    Opcode.ROW: ("dst", "src", "ctr", "every", "stride"),
+    Opcode.COPY: ("dst", "src", "nbytes"),
+    Opcode.SET: ("slot", "value"),
+    Opcode.LOOP: ("ctr", "count", "target"),
+    Opcode.BREAK_IF: ("flag", "target"),
 }
 for _op, _names in OPERANDS.items():
     assert (_op & 0xFF) == 1 + len(_names), f"{_op.name}: width and operand names disagree"
 
 
 VALID_OPCODES = {int(op) for op in OPERANDS}
+# Opcodes that jump, and the operand holding their target pc.
+JUMP_OPERAND = {Opcode.LOOP: 2, Opcode.BREAK_IF: 1}
 
 # Limits a program must respect (also what a hostile file could inflate).
 MAX_SLOTS = 1 << 20
 MAX_ARGWORDS = 1 << 22
 MAX_ELEMENTS = 1 << 56      # elements a slot may address (byte offsets stay inside int64)
 MAX_BYTES = 1 << 60         # bytes of one temporary, constant or result
+MAX_COUNT = 1 << 62         # loop counts and counter values (a counter never overflows)
+MAX_PASSES = 64             # the verifier's passes over one loop before it gives up
 
 
 class SlotRole(str, enum.Enum):
@@ -61,6 +74,8 @@ class SlotRole(str, enum.Enum):
     TEMP = "temp"
     STATUS = "status"
     RNG = "rng"
+    ALIAS = "alias"
+    COUNTER = "counter"
 
 
 class ArgKind(str, enum.Enum):
@@ -94,7 +109,8 @@ class VerifyError(ValueError):
 
 @dataclass
 class SlotInfo:
-    role: str                 # a SlotRole (input | param | const | output | temp | status)
+    role: str                 # a SlotRole (input | param | const | output | temp | status |
+                              # rng | alias | counter)
     dtype: str                # dtype.str
     lo: int = 0               # addressable element range [lo, hi] relative to the pointer
     hi: int = -1
@@ -165,6 +181,11 @@ class Program:
     def launch_count(self) -> int:
         return sum(1 for _, op, _ in self.instructions() if op is Opcode.LAUNCH)
 
+    def loops(self) -> list:
+        """(head, pc of the LOOP, counter slot, count) of each loop, innermost first."""
+        return [(ops[2], pc, ops[0], ops[1]) for pc, op, ops in self.instructions()
+                if op is Opcode.LOOP]
+
     @property
     def status_slot(self) -> int:
         """The slot kernels raise errors through (-1: the program has no checks)."""
@@ -184,8 +205,13 @@ class Program:
             if s.space != Space.SPACE_HOST:
                 extra += f" @{SPACE_NAMES.get(s.space, s.space)}"
             lines.append(f";   slot {i}: {_text(s.role)} {_dtype_text(s.dtype)} {s.label}{extra}")
+        heads: dict = {}
+        for head, end, ctr, count in self.loops():
+            heads.setdefault(head, []).append(
+                f"; ---- loop {head:04d}..{end:04d}: again while {self._slot_name(ctr)} < {count}")
         pc = 0
         for pc, op, operands in self.instructions():
+            lines += heads.get(pc, [])
             lines.append(self._line(pc, op, operands))
             pc += width(op)
         if pc < len(self.code):
@@ -214,8 +240,21 @@ class Program:
             named += f"  ; {self.kernels[operands[0]].label} ({self.kernels[operands[0]].name})"
         elif op in (Opcode.ALLOC, Opcode.FREE, Opcode.CHECK):
             named += f"  ; {self._slot_name(operands[0])}"
-        elif op in (Opcode.TO_DEVICE, Opcode.TO_HOST):
+        elif op in (Opcode.TO_DEVICE, Opcode.TO_HOST, Opcode.MOVE, Opcode.COPY):
             named += f"  ; {self._slot_name(operands[0])} <- {self._slot_name(operands[1])}"
+        elif op is Opcode.ROTATE:
+            named += (f"  ; {self._slot_name(operands[0])} <- {self._slot_name(operands[1])} "
+                      f"<-> {self._slot_name(operands[2])}")
+        elif op is Opcode.ROW:
+            named += (f"  ; {self._slot_name(operands[0])} <- {self._slot_name(operands[1])} + "
+                      f"{self._slot_name(operands[2])} / {operands[3]} * {operands[4]}")
+        elif op is Opcode.SET:
+            named += f"  ; {self._slot_name(operands[0])}"
+        elif op is Opcode.LOOP:
+            named += (f"  ; {self._slot_name(operands[0])} += 1, back to {operands[2]:04d} while "
+                      f"< {operands[1]}")
+        elif op is Opcode.BREAK_IF:
+            named += f"  ; out to {operands[1]:04d} if {self._slot_name(operands[0])}"
         return " " + named if named else ""
 
     def _slot_name(self, s: int) -> str:
@@ -382,6 +421,36 @@ class Assembler:
     def to_host(self, dst: int, src: int, nbytes: int):
         self.code += [Opcode.TO_HOST, dst, src, nbytes]
 
+    def here(self) -> int:
+        """The pc of the next instruction (a jump target)."""
+        return len(self.code)
+
+    def move(self, dst: int, src: int):
+        self.code += [Opcode.MOVE, dst, src]
+
+    def rotate(self, read: int, write: int, spare: int):
+        self.code += [Opcode.ROTATE, read, write, spare]
+
+    def row(self, dst: int, src: int, ctr: int, every: int, stride: int):
+        self.code += [Opcode.ROW, dst, src, ctr, every, stride]
+
+    def copy(self, dst: int, src: int, nbytes: int):
+        self.code += [Opcode.COPY, dst, src, nbytes]
+
+    def set(self, slot: int, value: int):
+        self.code += [Opcode.SET, slot, value]
+
+    def loop(self, ctr: int, count: int, head: int):
+        self.code += [Opcode.LOOP, ctr, count, head]
+
+    def break_if(self, flag: int) -> int:
+        """BREAK_IF with its target left open: returns the word to patch() later."""
+        self.code += [Opcode.BREAK_IF, flag, -1]
+        return len(self.code) - 1
+
+    def patch(self, at: int, value: int):
+        self.code[at] = value
+
     def launch(self, kernel: int, n: int, slots: list[int]):
         """BIND the argument slots into fresh argument words, then LAUNCH."""
         args_at = self.nargwords
@@ -413,6 +482,14 @@ def verify(p: Program, kernel_space: int = int(Space.SPACE_HOST), leaves=None,
     * every output written before the end (a device result copied out to its host slot);
     * every in-place update a kernel makes on a copy of an argument (a device shadow) copied
       back with TO_HOST before that copy is freed;
+    * loops: jumps land on instructions inside the code, LOOP only backwards and BREAK_IF only
+      forwards, loops nest, no jump enters a loop's body but at its head, no ALLOC or FREE in
+      a body, a loop's counter set before it and changed only by its LOOP; the checks above
+      hold in every iteration (a body is checked until the state at its head settles): every
+      slot read in iteration i+1 was set, and every buffer read was written, in iteration i or
+      before the loop; aliases (MOVE, ROTATE, ROW) point only into live buffers of their
+      dtype and space, within range for every counter value, and are written through only
+      where every buffer they may point at is writeable;
     * strict (programs from files): every kernel's recorded launch size, and LAUNCH n equal
       to it, so that the element ranges checked above are the ones the kernel touches.
 
@@ -465,7 +542,8 @@ def _verify_tables(p: Program, kernel_space, leaves, strict, errors) -> bool:
         if is_leaf != (s.role in (SlotRole.INPUT, SlotRole.PARAM)):
             errors.append(f"{where}: {_text(s.role)} slot where the "
                           f"{'arguments' if is_leaf else 'program' + chr(39) + 's own slots'} are")
-        if s.role in (SlotRole.CONST, SlotRole.OUTPUT, SlotRole.TEMP) and s.lo != 0:
+        if s.role in (SlotRole.CONST, SlotRole.OUTPUT, SlotRole.TEMP, SlotRole.ALIAS) and \
+                s.lo != 0:
             errors.append(f"{where}: {_text(s.role)} range must start at element 0")
         if s.role == SlotRole.TEMP and not 0 <= s.nbytes <= MAX_BYTES:
             errors.append(f"{where}: temporary size {s.nbytes} out of range")
@@ -477,6 +555,8 @@ def _verify_tables(p: Program, kernel_space, leaves, strict, errors) -> bool:
             errors.append(f"{where}: device space on a host-only backend")
         if s.role in (SlotRole.CONST, SlotRole.STATUS) and s.space != kernel_space:
             errors.append(f"{where}: {_text(s.role)} slot outside the kernels' space")
+        if s.role == SlotRole.COUNTER and (dt != np.int64 or s.space != Space.SPACE_HOST):
+            errors.append(f"{where}: a counter is an int64 word of the interpreter (host)")
     rngs = [i for i, s in enumerate(p.slots) if s.role == SlotRole.RNG]
     if len(rngs) > 1 or any(np.dtype(p.slots[i].dtype) != np.uint64 for i in rngs):
         errors.append(f"random key slots {rngs}: at most one, of uint64")
@@ -565,189 +645,626 @@ def _verify_leaves(p: Program, leaves, errors):
                           f"a {leaf.dtype} scalar")
 
 
+# ---- the code: an abstract interpretation ---------------------------------------------------
+# Straight-line code is checked in one pass.  Jumps (LOOP, BREAK_IF) make a control-flow graph:
+# the state reaching a jump target is the join of the states of every path to it (what holds
+# on all of them), and a loop's body is checked again until the state at its head stops
+# changing.  What is proved at a loop's head then holds for every iteration: every slot read
+# in iteration i+1 was set (and every buffer read was written) in iteration i or before the
+# loop, and every pointer a kernel gets stays inside its buffer for every counter value.
+
+_MEMORY = (SlotRole.INPUT, SlotRole.CONST, SlotRole.OUTPUT, SlotRole.TEMP, SlotRole.ALIAS)
+
+
+class _State:
+    """What the verifier knows at one point of the code (on every path reaching it)."""
+    __slots__ = ("live", "written", "bound", "args_written", "copy_of", "unsaved", "vals")
+
+    def __init__(self):
+        self.live = {}              # temporary slot -> pc of the ALLOC that set it
+        self.written = set()        # slots some kernel or copy has written
+        self.bound = {}             # args_at -> ((slot, its ALLOC, its alias value), ...)
+        self.args_written = False   # an argument array may have been written in place
+        # an argument updated in place through a copy in the kernels' space: the copy's slot
+        # -> the argument's, and the arguments whose copy a kernel wrote and no TO_HOST
+        # brought back -> where
+        self.copy_of = {}
+        self.unsaved = {}
+        # alias slot -> ("ptr", frozenset((target slot, its ALLOC, first, last element
+        # offset)), written through since set, tag: ("set", pc) of the instruction that set
+        # it, or ("join", pc) where paths with different setters meet); see below
+        # offset)), written through since set); counter slot -> ("ctr", lowest, highest)
+        self.vals = {}
+
+    def copy(self) -> "_State":
+        c = _State.__new__(_State)
+        c.live, c.written, c.bound = dict(self.live), set(self.written), dict(self.bound)
+        c.args_written, c.copy_of = self.args_written, dict(self.copy_of)
+        c.unsaved, c.vals = dict(self.unsaved), dict(self.vals)
+        return c
+
+    def __eq__(self, other):
+        return all(getattr(self, f) == getattr(other, f) for f in _State.__slots__)
+
+    def join(self, other: "_State", at: int) -> "_State":
+        j = _State()
+        j.live = {s: a for s, a in self.live.items() if other.live.get(s) == a}
+        j.written = self.written & other.written
+        j.bound = {a: v for a, v in self.bound.items() if other.bound.get(a) == v}
+        j.args_written = self.args_written or other.args_written
+        j.copy_of = {**other.copy_of, **self.copy_of}
+        j.unsaved = {**other.unsaved, **self.unsaved}
+        for s, v in self.vals.items():
+            w = other.vals.get(s)
+            if w is not None and w[0] == v[0]:
+                j.vals[s] = _join_value(v, w, at)
+        return j
+
+
+def _join_value(v, w, at: int):
+    if v[0] == "ctr":
+        return ("ctr", min(v[1], w[1]), max(v[2], w[2]))
+    spans: dict = {}
+    for target, alloc, lo, hi in list(v[1]) + list(w[1]):
+        old = spans.get((target, alloc))
+        spans[(target, alloc)] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+    return ("ptr", frozenset((t, a, lo, hi) for (t, a), (lo, hi) in spans.items()),
+            v[2] and w[2], v[3] if v[3] == w[3] else ("join", at))
+
+
 def _verify_code(p: Program, kernel_space, strict, errors):
-    nslots = len(p.slots)
-    # set at entry: arguments, constants, outputs (allocated before the run), the status word
-    always_set = {i for i, s in enumerate(p.slots) if s.role != SlotRole.TEMP}
-    live: dict[int, int] = {}     # temporary slot -> the ALLOC that set it (its pc)
-    written: set = set()
-    bound: dict[int, list] = {}   # args_at -> (slot, the ALLOC its word came from) bound there
-    arguments_written = False     # an argument array has been written in place
-    # an argument updated in place through a copy in the kernels' space: the copy's slot ->
-    # the argument's, and the arguments whose copy a kernel wrote and no TO_HOST brought back
-    copy_of: dict[int, int] = {}
-    unsaved: dict[int, str] = {}
-    pc, code = 0, p.code
-    while pc < len(code):
-        op, ops = decode(code, pc)
-        if op is None:
-            errors.append(f"{pc:04d}: {ops}")
-            break
+    v = _CodeVerifier(p, kernel_space, strict)
+    v.run()
+    errors += list(v.errors)
+
+
+class _CodeVerifier:
+    def __init__(self, p: Program, kernel_space, strict):
+        self.p, self.kspace, self.strict = p, kernel_space, strict
+        self.slots = p.slots
+        self.nslots = len(p.slots)
+        self.mutated = set(p.mutated_leaves)
+        self.errors: dict = {}      # an ordered set: a loop's body is checked several times
+        self.heads: set = set()     # loop heads
+
+    def err(self, msg: str):
+        self.errors[msg] = None
+
+    def role(self, s: int):
+        return self.slots[s].role if 0 <= s < self.nslots else None
+
+    # ---- control flow ---------------------------------------------------------------------
+    def structure(self):
+        """(instruction starts, jump targets), after checking the shape of every jump and
+        loop; None when the code cannot be followed."""
+        code = self.p.code
+        starts, jumps, pc = [], [], 0
+        while pc < len(code):
+            op, ops = decode(code, pc)
+            if op is None:
+                self.err(f"{pc:04d}: {ops}")
+                return None
+            starts.append(pc)
+            if op in JUMP_OPERAND:
+                jumps.append((pc, op, ops))
+            pc += width(op)
+        end = len(code)
+        boundaries = set(starts) | {end}
+        loops, ok = [], True
+        for pc, op, ops in jumps:
+            target, where = ops[JUMP_OPERAND[op]], f"{pc:04d}: {op.name}"
+            if target not in boundaries:
+                self.err(f"{where}: target {target} is not the start of an instruction")
+                ok = False
+            elif op is Opcode.LOOP and target > pc:
+                self.err(f"{where}: jumps forward to {target}; a loop jumps back to its head")
+                ok = False
+            elif op is Opcode.BREAK_IF and target <= pc:
+                self.err(f"{where}: jumps back to {target}; only LOOP jumps back")
+                ok = False
+            elif op is Opcode.LOOP:
+                loops.append((target, pc, ops[0]))
+        for a in loops:
+            for b in loops:
+                if a[0] < b[0] <= a[1] < b[1]:
+                    self.err(f"{a[1]:04d}: LOOP: its body {a[0]:04d}..{a[1]:04d} and that of "
+                             f"the loop at {b[1]:04d} overlap without one holding the other")
+                    ok = False
+                elif a != b and a[0] <= b[0] and b[1] <= a[1] and a[2] == b[2]:
+                    self.err(f"{b[1]:04d}: LOOP: nested in the loop at {a[1]:04d} with the same "
+                             f"counter, slot {a[2]}")
+                    ok = False
+        for head, last, ctr in loops:
+            for pc in starts:
+                if not head <= pc < last:
+                    continue
+                op, ops = decode(code, pc)
+                if op in (Opcode.ALLOC, Opcode.FREE):
+                    self.err(f"{pc:04d}: {op.name} inside the loop {head:04d}..{last:04d}: "
+                             f"temporaries are allocated before a loop and freed after it")
+                    ok = False
+                elif op is Opcode.SET and ops[0] == ctr:
+                    self.err(f"{pc:04d}: SET of slot {ctr}, the counter of the loop "
+                             f"{head:04d}..{last:04d} it is in (the loop might never end)")
+                    ok = False
+        for pc, op, ops in jumps:
+            target = ops[JUMP_OPERAND[op]]
+            for head, last, _ in loops:
+                if not head <= pc <= last and head < target <= last:
+                    self.err(f"{pc:04d}: {op.name}: jumps into the middle of the loop "
+                             f"{head:04d}..{last:04d}")
+                    ok = False
+        if not ok:
+            return None
+        self.heads = {head for head, _, _ in loops}
+        return starts, {ops[JUMP_OPERAND[op]] for _, op, ops in jumps}
+
+    def run(self):
+        shape = self.structure()
+        if shape is None:
+            return
+        _, targets = shape
+        code, end = self.p.code, len(self.p.code)
+        self.ins: dict = {0: _State()}
+        heap, queued, passes = [0], {0}, {}
+        while heap:
+            start = heapq.heappop(heap)
+            queued.discard(start)
+            if start == end:
+                continue
+            passes[start] = passes.get(start, 0) + 1
+            if passes[start] > MAX_PASSES:
+                self.err(f"{start:04d}: the loop analysis does not settle")
+                return
+            st, pc = self.ins[start].copy(), start
+            while pc < end:
+                op, ops = decode(code, pc)
+                jumps, falls = self.step(pc, op, ops, st)
+                for target, state in jumps:
+                    self.flow(target, state, heap, queued)
+                if not falls:
+                    break
+                pc += width(op)
+                if pc in targets or pc == end:
+                    self.flow(pc, st, heap, queued)
+                    break
+        final = self.ins.get(end)
+        if final is None:
+            self.err("end: never reached")
+            return
+        self.finish(final)
+
+    def flow(self, target: int, st: _State, heap, queued):
+        old = self.ins.get(target)
+        if old is None:
+            new = st.copy()
+        else:
+            if old.live != st.live:
+                self.err(f"{target:04d}: the paths meeting here hold different temporaries "
+                         f"({sorted(old.live)} and {sorted(st.live)})")
+            new = old.join(st, target)
+            if new == old:
+                return
+        self.ins[target] = new
+        if target not in queued:
+            queued.add(target)
+            heapq.heappush(heap, target)
+
+    def finish(self, st: _State):
+        p = self.p
+        for slot in st.live:
+            self.err(f"end: temporary slot {slot} is never freed")
+        for arg, at in st.unsaved.items():
+            self.err(f"end: argument slot {arg} is updated in place through a copy written at "
+                     f"{at}, which is never copied back with TO_HOST")
+        for slot, _, _ in p.outputs:
+            if 0 <= slot < self.nslots and slot not in st.written and p.slots[slot].hi >= 0:
+                self.err(f"end: output slot {slot} is never written"
+                         + (" (a device result must be copied out with TO_HOST)"
+                            if self.kspace != Space.SPACE_HOST else ""))
+
+    # ---- what slots hold -------------------------------------------------------------------
+    def targets(self, st: _State, s: int):
+        """What the word of memory slot s may point at: a frozenset of (slot owning the
+        buffer, its ALLOC, first and last element offset); None while s is not set."""
+        role = self.role(s)
+        if role == SlotRole.ALIAS:
+            v = st.vals.get(s)
+            return v[1] if v is not None and v[0] == "ptr" else None
+        if role == SlotRole.TEMP:
+            return frozenset({(s, st.live[s], 0, 0)}) if s in st.live else None
+        if role in (SlotRole.INPUT, SlotRole.CONST, SlotRole.OUTPUT):
+            return frozenset({(s, None, 0, 0)})
+        return None
+
+    def initialized(self, st: _State, s: int, value=None) -> bool:
+        role = self.role(s)
+        if role == SlotRole.ALIAS:
+            v = st.vals.get(s) if value is None else value
+            return v is not None and v[0] == "ptr" and v[2]
+        if role in (SlotRole.INPUT, SlotRole.CONST):
+            return True
+        return s in st.written
+
+    def extent(self, s: int):
+        """The element range [lo, top] memory slot s may address from its pointer."""
+        info = self.slots[s]
+        if info.role == SlotRole.TEMP:
+            return 0, info.nbytes // info.itemsize - 1
+        return info.lo, info.hi
+
+    def same_pointer(self, st: _State, s: int, value) -> bool:
+        """Alias s still holds the pointer it held when its value was `value`: the same
+        setter (an instruction, or a join point) and no other setting since.  The target set
+        alone would not do: ping-pong aliases may point at either of two buffers in turn."""
+        cur = st.vals.get(s)
+        return cur is not None and cur[0] == "ptr" and value is not None and \
+            value[0] == "ptr" and cur[1] == value[1] and cur[3] == value[3]
+
+    def writable(self, target: int) -> bool:
+        role = self.role(target)
+        return role in (SlotRole.OUTPUT, SlotRole.TEMP) or \
+            (role == SlotRole.INPUT and target in self.mutated)
+
+    def wrote(self, st: _State, s: int, where: str, value=None):
+        """Slot s (through its word, whose value `value` for an alias) was written."""
+        if self.role(s) == SlotRole.ALIAS:
+            v = st.vals.get(s) if value is None else value
+            if v is None or v[0] != "ptr":
+                return
+            if self.same_pointer(st, s, v):
+                st.vals[s] = ("ptr", v[1], True, v[3])
+            owners = {t for t, _, _, _ in v[1]}
+        else:
+            owners = {s}
+        for t in owners:
+            if len(owners) == 1:
+                st.written.add(t)
+            if self.role(t) == SlotRole.INPUT:
+                st.args_written = True
+            if t in st.copy_of:
+                st.unsaved[st.copy_of[t]] = where
+
+    # ---- one instruction -------------------------------------------------------------------
+    def step(self, pc: int, op, ops, st: _State):
+        """Check the instruction at pc against st and apply it to st; returns ([(jump
+        target, state there)], whether it falls through)."""
         where = f"{pc:04d}: {op.name}"
+        p, nslots = self.p, self.nslots
         if op is Opcode.ALLOC:
             slot, nbytes = ops
             if not 0 <= slot < nslots or p.slots[slot].role != SlotRole.TEMP:
-                errors.append(f"{where}: slot {slot} is not a temporary")
-            elif slot in live:
-                errors.append(f"{where}: slot {slot} is already allocated")
+                self.err(f"{where}: slot {slot} is not a temporary")
+            elif slot in st.live:
+                self.err(f"{where}: slot {slot} is already allocated")
             elif nbytes < 0 or nbytes < p.slots[slot].nbytes:
-                errors.append(f"{where}: {nbytes} bytes is less than slot {slot} needs")
+                self.err(f"{where}: {nbytes} bytes is less than slot {slot} needs")
             elif nbytes > MAX_BYTES:
-                errors.append(f"{where}: {nbytes} bytes is more than a temporary may have")
+                self.err(f"{where}: {nbytes} bytes is more than a temporary may have")
             else:
-                live[slot] = pc
+                st.live[slot] = pc
+                st.written.discard(slot)
         elif op is Opcode.FREE:
             (slot,) = ops
-            if slot not in live:
-                errors.append(f"{where}: slot {slot} is not allocated")
+            if slot not in st.live:
+                self.err(f"{where}: slot {slot} is not allocated")
             else:
-                del live[slot]
-                arg = copy_of.pop(slot, None)
-                if arg in unsaved:
-                    errors.append(f"{where}: frees slot {slot}, the copy of argument slot {arg} "
-                                  f"written at {unsaved.pop(arg)}, before a TO_HOST brings the "
-                                  f"in-place update back")
+                del st.live[slot]
+                st.written.discard(slot)
+                for a, v in list(st.vals.items()):
+                    if v[0] == "ptr" and any(t == slot for t, _, _, _ in v[1]):
+                        del st.vals[a]          # an alias of a freed buffer is unset
+                arg = st.copy_of.pop(slot, None)
+                if arg in st.unsaved:
+                    self.err(f"{where}: frees slot {slot}, the copy of argument slot {arg} "
+                             f"written at {st.unsaved.pop(arg)}, before a TO_HOST brings the "
+                             f"in-place update back")
         elif op is Opcode.BIND:
-            args_at, list_at, count = ops
-            if count < 0 or not 0 <= list_at <= list_at + count <= len(p.arg_lists):
-                errors.append(f"{where}: argument list [{list_at}, +{count}) out of range")
-            elif not 0 <= args_at <= args_at + count <= p.nargwords:
-                errors.append(f"{where}: argument words [{args_at}, +{count}) out of range")
-            else:
-                slots = [int(s) for s in p.arg_lists[list_at:list_at + count]]
-                for s in slots:
-                    if not 0 <= s < nslots:
-                        errors.append(f"{where}: slot {s} out of range")
-                    elif s not in always_set and s not in live:
-                        errors.append(f"{where}: slot {s} is read before it is allocated")
-                # words bound earlier that this BIND overlaps no longer hold their slots
-                for at in [a for a in bound if a < args_at + count and args_at < a + len(bound[a])]:
-                    del bound[at]
-                bound[args_at] = [(s, live.get(s)) for s in slots]
+            self.bind(where, ops, st)
         elif op is Opcode.CHECK:
             (slot,) = ops
             if not 0 <= slot < nslots or p.slots[slot].role != SlotRole.STATUS:
-                errors.append(f"{where}: slot {slot} is not a status slot")
+                self.err(f"{where}: slot {slot} is not a status slot")
         elif op is Opcode.POLL:
-            if arguments_written:
-                # an interrupted run that goes on starts again from the top
-                errors.append(f"{where}: after an argument was written in place")
-        elif op in (Opcode.TO_DEVICE, Opcode.TO_HOST):
-            errors += _check_copy(p, where, op, ops, live, always_set, written)
-            if 0 <= ops[0] < nslots and p.slots[ops[0]].role == SlotRole.INPUT:
-                arguments_written = True
-            dst, src = ops[0], ops[1]
-            if op is Opcode.TO_DEVICE and src in p.mutated_leaves:
-                copy_of[dst] = src
-            elif op is Opcode.TO_HOST and copy_of.get(src) == dst:
-                unsaved.pop(dst, None)
+            if st.args_written and pc not in self.heads:
+                # a KeyboardInterrupt must leave the arguments as they were, or, at the head
+                # of a loop, as a completed iteration left them
+                self.err(f"{where}: after an argument was written in place")
+        elif op in (Opcode.TO_DEVICE, Opcode.TO_HOST, Opcode.COPY):
+            self.copy(where, op, ops, st)
         elif op is Opcode.LAUNCH:
-            kernel, n, args_at = ops
-            if not 0 <= kernel < len(p.kernels):
-                errors.append(f"{where}: kernel {kernel} out of range")
-            elif n < 0:
-                errors.append(f"{where}: negative launch size {n}")
-            elif args_at not in bound:
-                errors.append(f"{where}: no arguments bound at {args_at}")
+            self.launch(where, ops, st)
+        elif op is Opcode.MOVE:
+            dst, src = ops
+            if self.alias(where, dst) and self.memory(where, src, st):
+                if self.fits(where, dst, src):
+                    st.vals[dst] = ("ptr", self.targets(st, src), self.initialized(st, src),
+                                    ("set", pc))
+                else:
+                    st.vals.pop(dst, None)
+        elif op is Opcode.ROTATE:
+            read, write, spare = ops
+            if len({read, write, spare}) != 3:
+                self.err(f"{where}: needs three different slots")
+            elif all(self.alias(where, s) for s in ops):
+                a, b, c = (p.slots[s] for s in ops)
+                if not ((a.dtype, a.lo, a.hi, a.space) == (b.dtype, b.lo, b.hi, b.space) ==
+                        (c.dtype, c.lo, c.hi, c.space)):
+                    self.err(f"{where}: slots {read}, {write} and {spare} differ in dtype, range "
+                             f"or space")
+                elif any(st.vals.get(s, ("",))[0] != "ptr" for s in ops):
+                    self.err(f"{where}: reads an alias before it is set")
+                else:
+                    # every word changes: each takes a fresh tag
+                    w, sp = st.vals[write], st.vals[spare]
+                    tag = ("set", pc)
+                    st.vals[read] = st.vals[spare] = ("ptr", w[1], w[2], tag)
+                    st.vals[write] = ("ptr", sp[1], sp[2], tag)
+        elif op is Opcode.ROW:
+            self.row(where, ops, st, pc)
+        elif op is Opcode.SET:
+            slot, value = ops
+            if self.role(slot) != SlotRole.COUNTER:
+                self.err(f"{where}: slot {slot} is not a counter")
+            elif not 0 <= value <= MAX_COUNT:
+                # from 0 up: a loop runs at most `count` times (a file cannot make it endless)
+                self.err(f"{where}: value {value} out of range [0, {MAX_COUNT}]")
             else:
-                k = p.kernels[kernel]
-                if (k.launch_size >= 0 or strict) and n != k.launch_size:
-                    errors.append(f"{where}: launch size {n}, but kernel {k.name}'s element "
-                                  f"ranges are for {k.launch_size}")
-                for s, alloc in bound[args_at]:
-                    # a word bound from a temporary holds that allocation's pointer: it must
-                    # still be the live one (not freed, nor freed and allocated again)
-                    if 0 <= s < nslots and p.slots[s].role == SlotRole.TEMP and \
-                            (alloc is None or live.get(s) != alloc):
-                        errors.append(f"{where}: slot {s} was freed after it was bound")
-                slots = [s for s, _ in bound[args_at]]
-                errors += _check_arguments(p, where, k, slots, kernel_space, written)
-                for s, writes in zip(slots, k.arg_writes):
-                    if writes and s in copy_of:
-                        unsaved[copy_of[s]] = where
-                arguments_written |= any(
-                    w and 0 <= s < nslots and p.slots[s].role == SlotRole.INPUT
-                    for s, w in zip(slots, k.arg_writes))
-        pc += width(op)
-    for slot in live:
-        errors.append(f"end: temporary slot {slot} is never freed")
-    for arg, at in unsaved.items():
-        errors.append(f"end: argument slot {arg} is updated in place through a copy written at "
-                      f"{at}, which is never copied back with TO_HOST")
-    for slot, _, _ in p.outputs:
-        if 0 <= slot < nslots and slot not in written and p.slots[slot].hi >= 0:
-            errors.append(f"end: output slot {slot} is never written"
-                          + (" (a device result must be copied out with TO_HOST)"
-                             if kernel_space != Space.SPACE_HOST else ""))
+                st.vals[slot] = ("ctr", value, value)
+        elif op is Opcode.LOOP:
+            ctr, count, target = ops
+            v = st.vals.get(ctr)
+            if self.role(ctr) != SlotRole.COUNTER:
+                self.err(f"{where}: slot {ctr} is not a counter")
+                return [], False
+            if v is None or v[0] != "ctr":
+                self.err(f"{where}: counter slot {ctr} is read before it is set")
+                return [], False
+            if not -MAX_COUNT <= count <= MAX_COUNT:
+                self.err(f"{where}: count {count} out of range")
+                return [], False
+            lo, hi = v[1] + 1, v[2] + 1
+            jumps = []
+            if lo < count:
+                # every value the counter has when it jumps back is below the count: the
+                # head sees [first value, count - 1] (a widening: no pass per iteration)
+                back = st.copy()
+                back.vals[ctr] = ("ctr", lo, count - 1)
+                jumps.append((target, back))
+            if hi < count:
+                return jumps, False
+            st.vals[ctr] = ("ctr", max(lo, count), hi)
+            return jumps, True
+        elif op is Opcode.BREAK_IF:
+            flag, target = ops
+            if self.memory(where, flag, st):
+                info = p.slots[flag]
+                lo, top = self.extent(flag)
+                if np.dtype(info.dtype) != np.bool_:
+                    self.err(f"{where}: flag slot {flag} holds {np.dtype(info.dtype)}, not bool")
+                elif info.space != self.kspace:
+                    self.err(f"{where}: flag slot {flag} is outside the kernels' space")
+                elif not lo <= 0 <= top:
+                    self.err(f"{where}: flag slot {flag} does not address its element 0")
+                elif not self.initialized(st, flag):
+                    self.err(f"{where}: reads flag slot {flag} before anything is written to it")
+            return [(target, st.copy())], True
+        return [], True
 
+    def alias(self, where, s) -> bool:
+        if self.role(s) != SlotRole.ALIAS:
+            self.err(f"{where}: slot {s} is not an alias")
+            return False
+        return True
 
-def _check_copy(p: Program, where, op, ops, live, always_set, written) -> list:
-    dst, src, nbytes = ops
-    errors = []
-    nslots = len(p.slots)
-    if not (0 <= dst < nslots and 0 <= src < nslots):
-        return [f"{where}: slot out of range"]
-    want_dst, want_src = ((Space.SPACE_DEVICE, Space.SPACE_HOST) if op is Opcode.TO_DEVICE
-                          else (Space.SPACE_HOST, Space.SPACE_DEVICE))
-    d, s = p.slots[dst], p.slots[src]
-    if d.space != want_dst or s.space != want_src:
-        errors.append(f"{where}: copies {SPACE_NAMES.get(s.space)} slot {src} to "
-                      f"{SPACE_NAMES.get(d.space)} slot {dst}")
-    for slot in (dst, src):
-        if slot not in always_set and slot not in live:
-            errors.append(f"{where}: slot {slot} is used before it is allocated")
-        if p.slots[slot].role in (SlotRole.PARAM, SlotRole.STATUS, SlotRole.RNG):
-            errors.append(f"{where}: slot {slot} is a {_text(p.slots[slot].role)} slot, not memory")
-    if d.role in (SlotRole.CONST,) or (d.role == SlotRole.INPUT and dst not in p.mutated_leaves):
-        errors.append(f"{where}: writes read-only slot {dst}")
-    if d.lo != 0 or s.lo != 0:
-        errors.append(f"{where}: copies need slots addressed from element 0")
-    if nbytes < 0 or nbytes > d.span_bytes or nbytes > s.span_bytes:
-        errors.append(f"{where}: {nbytes} bytes do not fit slots {dst} ({d.span_bytes}) and "
-                      f"{src} ({s.span_bytes})")
-    written.add(dst)
-    return errors
+    def memory(self, where, s, st) -> bool:
+        """s is a memory slot whose word is set."""
+        if self.role(s) not in _MEMORY:
+            self.err(f"{where}: slot {s} is not memory")
+            return False
+        if self.targets(st, s) is None:
+            self.err(f"{where}: slot {s} is read before it is set")
+            return False
+        return True
 
+    def fits(self, where, dst, src, offsets=(0, 0)) -> bool:
+        """Alias dst may take a pointer into src's buffer at these element offsets: same
+        dtype and space, and dst's range stays inside src's for every offset."""
+        d, s = self.slots[dst], self.slots[src]
+        lo, top = self.extent(src)
+        if np.dtype(d.dtype) != np.dtype(s.dtype) or d.space != s.space:
+            self.err(f"{where}: slot {dst} ({np.dtype(d.dtype)}, "
+                     f"{SPACE_NAMES.get(d.space)}) cannot point into slot {src} "
+                     f"({np.dtype(s.dtype)}, {SPACE_NAMES.get(s.space)})")
+            return False
+        if d.hi >= d.lo and (offsets[0] + d.lo < lo or offsets[1] + d.hi > top):
+            self.err(f"{where}: slot {dst} addresses elements [{offsets[0] + d.lo}, "
+                     f"{offsets[1] + d.hi}] of slot {src}'s [{lo}, {top}]")
+            return False
+        return True
 
-def _check_arguments(p: Program, where: str, k: KernelInfo, slots: list, kernel_space,
-                     written: set) -> list:
-    errors = []
-    if len(slots) != len(k.arg_kinds):
-        return [f"{where}: kernel {k.name} takes {len(k.arg_kinds)} arguments, "
-                f"{len(slots)} are bound"]
-    for i, (s, kind) in enumerate(zip(slots, k.arg_kinds)):
-        if not 0 <= s < len(p.slots):
-            continue
-        info = p.slots[s]
-        if (kind == ArgKind.SCALAR) != (info.role in (SlotRole.PARAM, SlotRole.RNG)) or \
-                (kind == ArgKind.STATUS) != (info.role == SlotRole.STATUS):
-            errors.append(f"{where}: argument {i} of {k.name} wants a {_text(kind)}, slot {s} is "
-                          f"{_text(info.role)}")
-            continue
-        if kind == ArgKind.SCALAR:
-            continue
-        if info.space != kernel_space:
-            errors.append(f"{where}: argument {i} of {k.name} reads slot {s} in "
-                          f"{SPACE_NAMES.get(info.space)} space; the kernels run in "
-                          f"{SPACE_NAMES.get(kernel_space)} space")
-            continue
-        if kind == ArgKind.STATUS:
-            continue
-        if np.dtype(info.dtype) != np.dtype(k.arg_dtypes[i]):
-            errors.append(f"{where}: argument {i} of {k.name} is {np.dtype(k.arg_dtypes[i])}, "
-                          f"slot {s} holds {np.dtype(info.dtype)}")
-        lo, hi = k.arg_ranges[i]
-        if hi >= lo:
-            top = info.hi if info.role != SlotRole.TEMP else \
-                info.nbytes // np.dtype(info.dtype).itemsize - 1
-            if lo < info.lo or hi > top:
-                errors.append(f"{where}: argument {i} of {k.name} touches elements [{lo}, {hi}] "
-                              f"outside slot {s}'s [{info.lo}, {top}]")
-        if k.arg_writes[i]:
-            written.add(s)
-            if info.role in (SlotRole.CONST, SlotRole.PARAM, SlotRole.RNG):
-                errors.append(f"{where}: argument {i} of {k.name} writes read-only slot {s}")
-            if info.role == SlotRole.INPUT and s not in p.mutated_leaves:
-                errors.append(f"{where}: argument {i} of {k.name} writes input slot {s}, "
-                              f"which the program does not declare as updated in place")
-    return errors
+    def row(self, where, ops, st: _State, pc: int):
+        dst, src, ctr, every, stride = ops
+        if not (self.alias(where, dst) and self.memory(where, src, st)):
+            return
+        if self.role(src) == SlotRole.ALIAS:
+            self.err(f"{where}: slot {src} is an alias; a row points into a buffer")
+            return
+        v = st.vals.get(ctr)
+        if self.role(ctr) != SlotRole.COUNTER or v is None or v[0] != "ctr":
+            self.err(f"{where}: slot {ctr} is not a counter that is set")
+            return
+        size = self.slots[src].itemsize
+        if not 1 <= every <= MAX_COUNT or not 0 <= stride <= MAX_BYTES or stride % size:
+            self.err(f"{where}: every={every} stride={stride} (bytes, a multiple of {size})")
+            return
+        if v[1] < 0:
+            self.err(f"{where}: counter slot {ctr} may be negative ({v[1]})")
+            return
+        step = stride // size
+        offsets = (v[1] // every * step, v[2] // every * step)
+        if self.fits(where, dst, src, offsets):
+            (target, alloc, _, _), = self.targets(st, src)
+            init = self.role(src) in (SlotRole.INPUT, SlotRole.CONST)
+            st.vals[dst] = ("ptr", frozenset({(target, alloc) + offsets}), init, ("set", pc))
+        else:
+            st.vals.pop(dst, None)
+
+    def bind(self, where, ops, st: _State):
+        p, nslots = self.p, self.nslots
+        args_at, list_at, count = ops
+        if count < 0 or not 0 <= list_at <= list_at + count <= len(p.arg_lists):
+            self.err(f"{where}: argument list [{list_at}, +{count}) out of range")
+            return
+        if not 0 <= args_at <= args_at + count <= p.nargwords:
+            self.err(f"{where}: argument words [{args_at}, +{count}) out of range")
+            return
+        slots = [int(s) for s in p.arg_lists[list_at:list_at + count]]
+        for s in slots:
+            role = self.role(s)
+            if role is None:
+                self.err(f"{where}: slot {s} out of range")
+            elif role == SlotRole.TEMP and s not in st.live:
+                self.err(f"{where}: slot {s} is read before it is allocated")
+            elif role in (SlotRole.ALIAS, SlotRole.COUNTER) and s not in st.vals:
+                self.err(f"{where}: slot {s} is read before it is set")
+        # words bound earlier that this BIND overlaps no longer hold their slots
+        for at in [a for a in st.bound
+                   if a < args_at + count and args_at < a + len(st.bound[a])]:
+            del st.bound[at]
+        st.bound[args_at] = tuple((s, st.live.get(s), st.vals.get(s)) for s in slots)
+
+    def launch(self, where, ops, st: _State):
+        p, nslots = self.p, self.nslots
+        kernel, n, args_at = ops
+        if not 0 <= kernel < len(p.kernels):
+            self.err(f"{where}: kernel {kernel} out of range")
+            return
+        if n < 0:
+            self.err(f"{where}: negative launch size {n}")
+            return
+        if args_at not in st.bound:
+            self.err(f"{where}: no arguments bound at {args_at}")
+            return
+        k = p.kernels[kernel]
+        if (k.launch_size >= 0 or self.strict) and n != k.launch_size:
+            self.err(f"{where}: launch size {n}, but kernel {k.name}'s element ranges are for "
+                     f"{k.launch_size}")
+        bound = st.bound[args_at]
+        for s, alloc, value in bound:
+            # a word bound from a temporary holds that allocation's pointer: it must still be
+            # the live one (not freed, nor freed and allocated again); the same for the
+            # temporaries an alias pointed into when it was bound
+            role = self.role(s)
+            if role == SlotRole.TEMP and (alloc is None or st.live.get(s) != alloc):
+                self.err(f"{where}: slot {s} was freed after it was bound")
+            elif role == SlotRole.ALIAS and value is not None and value[0] == "ptr":
+                for t, talloc, _, _ in value[1]:
+                    if self.role(t) == SlotRole.TEMP and st.live.get(t) != talloc:
+                        self.err(f"{where}: slot {s} points into temporary {t}, freed after "
+                                 f"it was bound")
+        if len(bound) != len(k.arg_kinds):
+            self.err(f"{where}: kernel {k.name} takes {len(k.arg_kinds)} arguments, "
+                     f"{len(bound)} are bound")
+            return
+        writes = []
+        for i, ((s, _, value), kind) in enumerate(zip(bound, k.arg_kinds)):
+            if not 0 <= s < nslots:
+                continue
+            info = p.slots[s]
+            if (kind == ArgKind.SCALAR) != (info.role in (SlotRole.PARAM, SlotRole.RNG)) or \
+                    (kind == ArgKind.STATUS) != (info.role == SlotRole.STATUS):
+                self.err(f"{where}: argument {i} of {k.name} wants a {_text(kind)}, slot {s} "
+                         f"is {_text(info.role)}")
+                continue
+            if kind == ArgKind.SCALAR:
+                continue
+            if info.space != self.kspace:
+                self.err(f"{where}: argument {i} of {k.name} reads slot {s} in "
+                         f"{SPACE_NAMES.get(info.space)} space; the kernels run in "
+                         f"{SPACE_NAMES.get(self.kspace)} space")
+                continue
+            if kind == ArgKind.STATUS:
+                continue
+            if info.role not in _MEMORY:
+                self.err(f"{where}: argument {i} of {k.name}: slot {s} is not memory")
+                continue
+            if np.dtype(info.dtype) != np.dtype(k.arg_dtypes[i]):
+                self.err(f"{where}: argument {i} of {k.name} is {np.dtype(k.arg_dtypes[i])}, "
+                         f"slot {s} holds {np.dtype(info.dtype)}")
+            lo, hi = k.arg_ranges[i]
+            if hi >= lo:
+                blo, top = self.extent(s)
+                if lo < blo or hi > top:
+                    self.err(f"{where}: argument {i} of {k.name} touches elements [{lo}, {hi}] "
+                             f"outside slot {s}'s [{blo}, {top}]")
+            if info.role == SlotRole.ALIAS:
+                owners = [t for t, _, _, _ in value[1]] if value and value[0] == "ptr" else []
+            else:
+                owners = [s]
+            if k.arg_writes[i]:
+                for t in owners:
+                    if not self.writable(t):
+                        self.err(f"{where}: argument {i} of {k.name} writes "
+                                 + ("read-only slot" if self.role(t) != SlotRole.INPUT else
+                                    "input slot") + f" {t}"
+                                 + (f" (through slot {s})" if t != s else "")
+                                 + (", which the program does not declare as updated in place"
+                                    if self.role(t) == SlotRole.INPUT else ""))
+                writes.append((s, value))
+            elif hi >= lo and not (self.initialized(st, s, value) or (
+                    info.role == SlotRole.ALIAS and self.same_pointer(st, s, value) and
+                    self.initialized(st, s))):
+                self.err(f"{where}: argument {i} of {k.name} reads slot {s} before anything "
+                         f"is written to it")
+        for s, value in writes:
+            self.wrote(st, s, where, value)
+
+    def copy(self, where, op, ops, st: _State):
+        dst, src, nbytes = ops
+        p = self.p
+        if not (0 <= dst < self.nslots and 0 <= src < self.nslots):
+            self.err(f"{where}: slot out of range")
+            return
+        d, s = p.slots[dst], p.slots[src]
+        if op is Opcode.COPY:
+            # in the kernels' space only: a device executable copies device to device
+            if d.space != self.kspace or s.space != self.kspace:
+                self.err(f"{where}: copies {SPACE_NAMES.get(s.space)} slot {src} to "
+                         f"{SPACE_NAMES.get(d.space)} slot {dst}; COPY stays in the kernels' "
+                         f"space ({SPACE_NAMES.get(self.kspace)})")
+        else:
+            want_dst, want_src = ((Space.SPACE_DEVICE, Space.SPACE_HOST)
+                                  if op is Opcode.TO_DEVICE
+                                  else (Space.SPACE_HOST, Space.SPACE_DEVICE))
+            if d.space != want_dst or s.space != want_src:
+                self.err(f"{where}: copies {SPACE_NAMES.get(s.space)} slot {src} to "
+                         f"{SPACE_NAMES.get(d.space)} slot {dst}")
+        ok = True
+        for slot in (dst, src):
+            info = p.slots[slot]
+            if info.role not in _MEMORY:
+                self.err(f"{where}: slot {slot} is a {_text(info.role)} slot, not memory")
+                ok = False
+            elif self.targets(st, slot) is None:
+                self.err(f"{where}: slot {slot} is used before it is allocated")
+                ok = False
+        if not ok:
+            return
+        owners = [t for t, _, _, _ in self.targets(st, dst)]
+        for t in owners:
+            if not self.writable(t):
+                self.err(f"{where}: writes read-only slot {t}"
+                         + (f" (through slot {dst})" if t != dst else ""))
+        if d.lo != 0 or s.lo != 0:
+            self.err(f"{where}: copies need slots addressed from element 0")
+        if nbytes < 0 or nbytes > d.span_bytes or nbytes > s.span_bytes:
+            self.err(f"{where}: {nbytes} bytes do not fit slots {dst} ({d.span_bytes}) and "
+                     f"{src} ({s.span_bytes})")
+        if nbytes > 0 and not self.initialized(st, src):
+            self.err(f"{where}: reads slot {src} before anything is written to it")
+        self.wrote(st, dst, where)
+        if op is Opcode.TO_DEVICE and src in self.mutated and d.role == SlotRole.TEMP:
+            st.copy_of[dst] = src
+        elif op is Opcode.TO_HOST and st.copy_of.get(src) == dst:
+            st.unsaved.pop(dst, None)

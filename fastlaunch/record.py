@@ -15,6 +15,8 @@ were; long programs POLL for Ctrl-C between launches, up to that first write.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from ._launch import Space
@@ -27,7 +29,8 @@ from .leaves import LeafSpec, element_range
 # launches: a Ctrl-C then stops it within a launch instead of when it returns.
 POLL_WORK = 50_000_000
 
-__all__ = ["record", "kernel_info", "element_range", "POLL_WORK"]
+__all__ = ["record", "record_loop", "Loop", "LoopPart", "LoopOutputs", "kernel_info",
+           "element_range", "POLL_WORK"]
 
 
 def kernel_info(k, name: str) -> KernelInfo:
@@ -171,3 +174,286 @@ def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: 
                    nargwords=asm.nargwords, nleaves=len(leaves), consts=const_slots,
                    outputs=[(slot, dt, tuple(shape)) for _, slot, dt, shape in outputs],
                    mutated_leaves=sorted(mutated_leaves))
+
+
+# ---- loops (fl.iterate) ------------------------------------------------------------------------
+# A loop's body is the step's launches (and the until predicate's), recorded once between a
+# head and a LOOP that jumps back to it.  The values the body's buffers are bound to:
+#     ("leaf", j)    call argument j as it is (loop-invariant, or updated in place by the step)
+#     ("carry", c)   the current value of carried array c (an alias: the buffer read)
+#     ("new", c)     its next value (an alias: the buffer written)
+#     ("row", r)     collected result r's row of this iteration (or its scratch buffer)
+#     ("flag",)      this iteration's until flag
+@dataclass
+class LoopPart:
+    """One traced program's kernels in the loop body: its scheduled plan, the compiled
+    kernels' names, the trace's constants, and the value each of its argument and result
+    buffers is bound to: ("input", buffer ref) / ("output", buffer ref) -> value."""
+    plan: Plan
+    names: list
+    consts: list
+    values: dict
+
+
+@dataclass
+class Loop:
+    """What fl.iterate asks the recorder for: `parts` (the step, then the predicate) run `n`
+    times (n >= 1).
+
+    carried: per carried array, its leaf: two buffers of its size take turns (ROTATE) as the
+        one read and the one written; the final value goes to an output (or, with `inplace`,
+        into the leaf, once, after the loop);
+    new_from: carried index -> a value copied into its next buffer each iteration (a step
+        that returns an argument as the carried array's new value);
+    rows: per collected result, (dtype, shape) of one row; collected every `every`-th
+        iteration into a stacked output (every == 0: into a scratch buffer, kept by nobody);
+    collect_from: collected index -> a value copied into its row each iteration;
+    until: a predicate writes ("flag",) every iteration (into a stacked bool output); the
+        loop stops after the first iteration whose flag is set;
+    flag_from: a value copied into the flag (a predicate that returns one of its arguments).
+    """
+    n: int
+    parts: list
+    carried: list = field(default_factory=list)
+    new_from: dict = field(default_factory=dict)
+    rows: list = field(default_factory=list)
+    collect_from: dict = field(default_factory=dict)
+    every: int = 1
+    until: bool = False
+    flag_from: tuple | None = None
+    inplace: bool = False
+
+
+@dataclass
+class LoopOutputs:
+    """Where record_loop put what fl.iterate hands back: per carried array ("output", index)
+    or ("leaf", j); per collected result an output index (None when not kept); the flags'
+    output index (None without until)."""
+    carried: list
+    collected: list
+    flags: int | None
+
+
+def record_loop(loop: Loop, leaves: list[LeafSpec], mutated_leaves: list[int],
+                memory: MemoryModel = HOST_MEMORY) -> tuple[Program, LoopOutputs]:
+    """The parts' kernels in a loop (see Loop): temporaries allocated before it and freed
+    after it, carried state passed by moving pointers, collected results written in place
+    into their row of a stacked output, the until flag read by BREAK_IF."""
+    kspace = int(memory.kernel_space)
+    host = kspace == Space.SPACE_HOST
+    n = loop.n
+    if n < 1:
+        raise ValueError(f"a loop runs at least once, not {n} times")
+    slots: list[SlotInfo] = []
+    for i, leaf in enumerate(leaves):
+        if leaf.is_array:
+            lo, hi = element_range(leaf.shape, leaf.strides)
+            slots.append(SlotInfo(SlotRole.INPUT, leaf.dtype.str, lo, hi, label=f"in{i}",
+                                  space=leaf.space))
+        else:
+            slots.append(SlotInfo(SlotRole.PARAM, leaf.dtype.str, label=f"in{i}"))
+    temps: list[int] = []
+    const_slots, outputs = [], []
+
+    def new_slot(info: SlotInfo) -> int:
+        slots.append(info)
+        if info.role == SlotRole.TEMP:
+            temps.append(len(slots) - 1)
+        return len(slots) - 1
+
+    def temp(dtype: str, count: int, label: str) -> int:
+        size = np.dtype(dtype).itemsize
+        return new_slot(SlotInfo(SlotRole.TEMP, dtype, 0, count - 1, max(count, 1) * size,
+                                 label=label, space=kspace))
+
+    def output(dtype: str, shape: tuple, label: str) -> int:
+        count = int(np.prod(shape, dtype=np.int64))
+        slot = new_slot(SlotInfo(SlotRole.OUTPUT, dtype, 0, count - 1, label=label,
+                                 space=int(Space.SPACE_HOST)))
+        outputs.append((slot, dtype, tuple(shape)))
+        return slot
+
+    def alias(dtype: str, count: int, label: str) -> int:
+        return new_slot(SlotInfo(SlotRole.ALIAS, dtype, 0, count - 1, label=label, space=kspace))
+
+    status = None
+    if any(b.role == "status" for part in loop.parts for b in part.plan.buffers):
+        status = new_slot(SlotInfo(SlotRole.STATUS, np.dtype(np.int64).str, label="status",
+                                   space=kspace))
+    if any(b.role == "rng" for part in loop.parts for b in part.plan.buffers):
+        raise ValueError("a loop cannot draw random numbers yet (every iteration would draw "
+                         "the same ones)")
+    # the leaves the kernels read: on a crossing backend, a shadow copy in the kernels' space
+    shadow_of: dict[int, int] = {}
+
+    def leaf_slot(j: int) -> int:
+        if slots[j].role != SlotRole.INPUT or slots[j].space == kspace:
+            return j
+        if j not in shadow_of:
+            s = slots[j]
+            if s.lo != 0:
+                raise ValueError(f"argument leaf {j}: an argument with negative strides cannot "
+                                 f"be copied to the device; pass np.ascontiguousarray(x)")
+            shadow_of[j] = temp(s.dtype, s.hi + 1, f"in{j}@dev")
+        return shadow_of[j]
+
+    # carried arrays: three aliases (read, written, spare) over two buffers
+    read, write, spare, finals, firsts = [], [], [], [], []
+    for c, j in enumerate(loop.carried):
+        leaf = slots[j]
+        count = leaf.hi + 1
+        start = leaf_slot(j)
+        if loop.inplace:
+            bufs = [temp(leaf.dtype, count, f"carry{c}.a"), temp(leaf.dtype, count, f"carry{c}.b")]
+            finals.append(("leaf", j))
+        else:
+            shape = leaves[j].shape
+            out = output(leaf.dtype, shape, f"carry{c}")
+            bufs = [out if host else temp(leaf.dtype, count, f"carry{c}.a"),
+                    temp(leaf.dtype, count, f"carry{c}.b")]
+            finals.append(("output", len(outputs) - 1))
+        # iteration n writes the first buffer when n is odd: without an early stop, the
+        # final value is where it is handed back from (no copy at the end on the host)
+        firsts.append((start, bufs[0] if n % 2 else bufs[1], bufs[1] if n % 2 else bufs[0]))
+        read.append(alias(leaf.dtype, count, f"carry{c}"))
+        write.append(alias(leaf.dtype, count, f"carry{c}.new"))
+        spare.append(alias(leaf.dtype, count, f"carry{c}.spare"))
+
+    # collected results: a stacked output, a row alias moved by ROW every iteration
+    rows = -(-n // loop.every) if loop.every else 0
+    row_slot, stacked, collected = [], [], []
+    for r, (dtype, shape) in enumerate(loop.rows):
+        count = int(np.prod(shape, dtype=np.int64))
+        if loop.every:
+            out = output(np.dtype(dtype).str, (rows,) + tuple(shape), f"stack{r}")
+            collected.append(len(outputs) - 1)
+            buf = out if host else temp(np.dtype(dtype).str, rows * count, f"stack{r}@dev")
+            stacked.append((out, buf, count * np.dtype(dtype).itemsize))
+            row_slot.append(alias(np.dtype(dtype).str, count, f"row{r}"))
+        else:
+            collected.append(None)
+            row_slot.append(temp(np.dtype(dtype).str, count, f"result{r}"))
+    flags = flag_buf = flag_row = flags_index = None
+    if loop.until:
+        flags = output(np.dtype(np.bool_).str, (n,), "flags")
+        flags_index = len(outputs) - 1
+        flag_buf = flags if host else temp(np.dtype(np.bool_).str, n, "flags@dev")
+        flag_row = alias(np.dtype(np.bool_).str, 1, "flag")
+    ctr = new_slot(SlotInfo(SlotRole.COUNTER, np.dtype(np.int64).str, label="i"))
+
+    def value_slot(v) -> int:
+        kind = v[0]
+        if kind == "leaf":
+            return leaf_slot(v[1])
+        if kind == "carry":
+            return read[v[1]]
+        if kind == "new":
+            return write[v[1]]
+        if kind == "row":
+            return row_slot[v[1]]
+        if kind == "flag":
+            return flag_row
+        raise ValueError(f"unknown loop value {v!r}")
+
+    # each part's own slots
+    infos, launches = [], []          # launches: (kernel index, size, arg slots, part kernel)
+    for part in loop.parts:
+        slot_of: dict[int, int] = {}
+        for b in part.plan.buffers:
+            if b.role in ("input", "param"):
+                slot_of[b.id] = value_slot(part.values[("input", b.ref)])
+            elif b.role == "output":
+                slot_of[b.id] = value_slot(part.values[("output", b.ref)])
+            elif b.role == "const":
+                slot_of[b.id] = new_slot(SlotInfo(SlotRole.CONST, b.dtype.str, 0, b.size - 1,
+                                                  label=f"const{len(const_slots)}", space=kspace))
+                const_slots.append((slot_of[b.id], part.consts[b.ref]))
+            elif b.role == "status":
+                slot_of[b.id] = status
+            else:
+                slot_of[b.id] = temp(b.dtype.str, b.size, f"tmp{len(temps)}")
+        for k, name in zip(part.plan.kernels, part.names):
+            launches.append((len(infos), k.launch_size, [slot_of[a.buffer] for a in k.args], k))
+            infos.append(kernel_info(k, name))
+    work = n * sum(k.size * max(1, int(np.prod(k.rspace, dtype=np.int64))) *
+                   k.cost_per_iteration() for _, _, _, k in launches)
+
+    asm = Assembler()
+    for s in temps:
+        asm.alloc(s, slots[s].nbytes)
+    for j, sh in sorted(shadow_of.items()):
+        asm.to_device(sh, j, slots[j].span_bytes)
+    for c in range(len(loop.carried)):
+        start, first, second = firsts[c]
+        asm.move(read[c], start)
+        asm.move(write[c], first)
+        asm.move(spare[c], second)
+    asm.set(ctr, 0)
+    head = asm.here()
+    if work >= POLL_WORK:
+        asm.poll()        # at an iteration boundary: stopped here, the state is consistent
+    for r, (_, buf, nbytes) in enumerate(stacked):
+        asm.row(row_slot[r], buf, ctr, loop.every, nbytes)
+    if loop.until:
+        asm.row(flag_row, flag_buf, ctr, 1, 1)
+    nstep = len(loop.parts[0].plan.kernels)
+    # one iteration that is itself long: POLL before each launch too, as record() does, while
+    # no launch of the body writes an argument (stopped there, the caller's arrays are as a
+    # completed iteration left them)
+    inner_polls = work // n >= POLL_WORK and not any(
+        a.writes and a.kind == "buffer" and slots[s].role == SlotRole.INPUT
+        for _, _, arg_slots, k in launches for a, s in zip(k.args, arg_slots))
+    unchecked = False
+    for i, (index, size, arg_slots, k) in enumerate(launches):
+        if i == nstep:
+            # the step's results are all there: values it passes through unchanged next
+            for c, v in sorted(loop.new_from.items()):
+                asm.copy(write[c], value_slot(v), slots[write[c]].span_bytes)
+            for r, v in sorted(loop.collect_from.items()):
+                asm.copy(row_slot[r], value_slot(v), slots[row_slot[r]].span_bytes)
+        writes_input = any(a.writes and a.kind == "buffer" and slots[s].role == SlotRole.INPUT
+                           for a, s in zip(k.args, arg_slots))
+        if writes_input and unchecked:
+            asm.check(status)       # no argument is written after a kernel raised an error
+            unchecked = False
+        unchecked |= k.status is not None
+        if inner_polls and i > 0:
+            asm.poll()
+        asm.launch(index, size, arg_slots)
+    if nstep == len(launches):
+        for c, v in sorted(loop.new_from.items()):
+            asm.copy(write[c], value_slot(v), slots[write[c]].span_bytes)
+        for r, v in sorted(loop.collect_from.items()):
+            asm.copy(row_slot[r], value_slot(v), slots[row_slot[r]].span_bytes)
+    if loop.flag_from is not None:
+        asm.copy(flag_row, value_slot(loop.flag_from), 1)
+    if unchecked:
+        asm.check(status)           # an error stops the loop in the iteration that raised it
+    for c in range(len(loop.carried)):
+        asm.rotate(read[c], write[c], spare[c])
+    exit_at = asm.break_if(flag_row) if loop.until else None
+    asm.loop(ctr, n, head)
+    if exit_at is not None:
+        asm.patch(exit_at, asm.here())
+    for c, (kind, where) in enumerate(finals):
+        dst = where if kind == "leaf" else outputs[where][0]
+        if slots[dst].space == kspace:
+            asm.copy(dst, read[c], slots[read[c]].span_bytes)
+        else:
+            asm.to_host(dst, read[c], slots[read[c]].span_bytes)
+    for out, buf, nbytes in stacked:
+        if buf != out:
+            asm.to_host(out, buf, rows * nbytes)
+    if flags is not None and flag_buf != flags:
+        asm.to_host(flags, flag_buf, n)
+    for j, sh in sorted(shadow_of.items()):
+        if j in mutated_leaves:
+            asm.to_host(j, sh, slots[sh].span_bytes)
+    for s in temps:
+        asm.free(s)
+    code, arg_lists = asm.arrays()
+    mutated = sorted(set(mutated_leaves) | (set(loop.carried) if loop.inplace else set()))
+    program = Program(code=code, arg_lists=arg_lists, slots=slots, kernels=infos,
+                      nargwords=asm.nargwords, nleaves=len(leaves), consts=const_slots,
+                      outputs=outputs, mutated_leaves=mutated)
+    return program, LoopOutputs(finals, collected, flags_index)

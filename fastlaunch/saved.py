@@ -36,12 +36,12 @@ from ._launch import ResultKind, Space
 from ._version import __version__
 from .backends import get_backend
 from .backends.base import CallLayout
-from .bytecode import Program, verify
+from .bytecode import MAX_COUNT, Program, verify
 from .kernel import set_extents
 from .kernel_json import kernel_from_json, kernel_to_json
 from .leaves import LeafSpec
 from .link import link_entry
-from .pytree import TreeDef
+from .pytree import TreeDef, flatten
 from .record import kernel_info
 
 MAGIC = b"FLPROG\x00\x01"
@@ -65,8 +65,10 @@ def _json_scalar(v, what: str):
     raise TypeError(f"a saved program cannot hold {what} of type {type(v).__name__}")
 
 
-def save_entry(path, entry, backend, static_positions) -> None:
-    data = dumps_entry(entry, backend, static_positions)
+def save_entry(path, entry, backend, static_positions, iterate=None) -> None:
+    """iterate: how fl.iterate puts a loop program's results together (iterate.py), or
+    None for a plain program."""
+    data = dumps_entry(entry, backend, static_positions, iterate=iterate)
     path = os.fspath(path)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".fl-")
     try:
@@ -79,7 +81,7 @@ def save_entry(path, entry, backend, static_positions) -> None:
         raise
 
 
-def dumps_entry(entry, backend, static_positions) -> bytes:
+def dumps_entry(entry, backend, static_positions, iterate=None) -> bytes:
     """The saved-program file's bytes for one traced entry (what save_entry writes; what a
     pickled compiled function ships with `pickle_programs`)."""
     info = entry.info
@@ -116,6 +118,8 @@ def dumps_entry(entry, backend, static_positions) -> bytes:
                                                    descriptions)],
         "graph": info.lowered.graph,
     }
+    if iterate is not None:
+        meta["iterate"] = iterate
     blobs = [json.dumps(meta, sort_keys=True).encode(), program.to_bytes()]
     blobs += [k.obj for k in info.kernels]
     payload = b"".join(struct.pack("<Q", len(b)) + b for b in blobs)
@@ -320,6 +324,9 @@ def load(path: str | os.PathLike, backend: str | None = None, *,
     with _invalid(path):
         meta, program, objects = _read(path)
         entry, _, leaves, names = _load(path, meta, program, objects, backend, machine_code)
+        finish = _iterate_finish(meta, program, len(meta["results"]), len(leaves))
+    if finish is not None:
+        return LoadedIteration(path, meta, entry, leaves, names, finish)
     return LoadedProgram(path, meta, entry, leaves, names)
 
 
@@ -417,7 +424,42 @@ def _load(path, meta, program: Program, objects, backend, machine_code):
         specialized.append((leaf, _int(sp[1], "specialised value")))
     call = CallLayout(results, out_tree, int_bounds)
     entry = link_entry(be, program, compiled, call, sig, keys, statics, specialized)
+    _iterate_finish(meta, program, len(results), len(leaves))
     return entry, compiled, leaves, names
+
+
+def _iterate_finish(meta, program: Program, nresults: int, nleaves: int):
+    """A saved fl.iterate loop's finishing description, checked (None for a plain program)."""
+    if "iterate" not in meta:
+        return None
+    finish = check_finish(meta["iterate"], nresults, nleaves)
+    # what fl.iterate records: one loop, of the iteration count the results are for
+    loops = program.loops()
+    if len(loops) != 1 or loops[0][3] != finish["n"]:
+        raise SavedProgramError(f"iterate: the program's loops {[c for *_, c in loops]} do not "
+                                f"run the iteration count {finish['n']}")
+    return finish
+
+
+class LoadedIteration(LoadedProgram):
+    """A saved fl.iterate loop: called with the loop's arguments, returns what fl.iterate
+    returned (carried values, collected rows of the iterations that ran)."""
+
+    def __init__(self, path, meta, entry, leaves, names, finish):
+        super().__init__(path, meta, entry, leaves, names)
+        self.finish = finish
+
+    def __call__(self, *args, **kwargs):
+        raw = LoadedProgram.__call__(self, *args, **kwargs)
+        static = set(self.meta["static_positions"])
+        leaves = []
+        for i, a in enumerate(args):
+            if i not in static:
+                leaves += flatten(a)[0]
+        return finish_results(raw, self.finish, leaves)
+
+    def __repr__(self):
+        return f"<fastlaunch.LoadedIteration {self.path}>"
 
 
 def _mismatch(static_positions, want: list, names: list, args) -> str:
@@ -442,3 +484,61 @@ def _mismatch(static_positions, want: list, names: list, args) -> str:
             return f"{name}: expected a Python {w.weak.__name__}, got {type(got).__name__}"
     return ("the arguments do not match the saved signature (memory layout or static "
             "argument values differ); a loaded program cannot re-trace")
+
+
+# ---- fl.iterate's results -----------------------------------------------------------------
+def finish_results(raw, finish: dict, leaves):
+    """The loop program's raw results -> what fl.iterate returns: carried values, the
+    collected rows of the iterations that ran, constants stacked."""
+    n, every = finish["n"], finish["every"]
+    ran = n
+    if finish["flags"] is not None:
+        flags = raw[finish["flags"]]
+        # rows up to the stopping one were written (all false but it); later rows are not
+        first = int(np.argmax(flags))
+        ran = first + 1 if flags[first] else n
+    rows = -(-ran // every) if every else 0
+    out = []
+    for kind, x in finish["results"]:
+        if kind == "raw":
+            out.append(raw[x])
+        elif kind == "stack":
+            a = raw[x]
+            out.append(a if a.shape[0] == rows else a[:rows])
+        elif kind == "param":
+            out.append(np.array([leaves[x]] * rows))
+        else:
+            out.append(np.array([x] * rows))
+    structure = finish["structure"]
+    if structure == "leaf" and len(out) == 1:
+        return out[0]
+    return list(out) if structure == "list" else tuple(out)
+
+
+def check_finish(finish, nresults: int, nleaves: int) -> dict:
+    """A finishing description read from a file, checked strictly (ValueError)."""
+    if type(finish) is not dict or set(finish) != {"n", "every", "structure", "flags",
+                                                    "results"}:
+        raise ValueError("iterate: malformed description")
+    n, every, flags = finish["n"], finish["every"], finish["flags"]
+    if type(n) is not int or not 1 <= n <= MAX_COUNT or type(every) is not int or \
+            not 0 <= every <= MAX_COUNT:
+        raise ValueError("iterate: bad iteration count or collection period")
+    if finish["structure"] not in ("leaf", "tuple", "list"):
+        raise ValueError("iterate: bad result structure")
+    if flags is not None and (type(flags) is not int or not 0 <= flags < nresults):
+        raise ValueError("iterate: bad flags index")
+    if type(finish["results"]) is not list:
+        raise ValueError("iterate: malformed results")
+    for item in finish["results"]:
+        if type(item) is not list or len(item) != 2 or item[0] not in ("raw", "stack", "param",
+                                                                       "value"):
+            raise ValueError("iterate: malformed result")
+        kind, x = item
+        if kind in ("raw", "stack") and (type(x) is not int or not 0 <= x < nresults):
+            raise ValueError("iterate: result index out of range")
+        if kind == "param" and (type(x) is not int or not 0 <= x < nleaves):
+            raise ValueError("iterate: argument index out of range")
+        if kind == "value" and x is not None and type(x) not in (bool, int, float, str):
+            raise ValueError("iterate: bad constant result")
+    return finish

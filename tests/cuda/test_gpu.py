@@ -173,3 +173,23 @@ def test_benchmark_floors_run(cuda):
     exe = f._entries_list()[0].executable
     assert 0 < cuda.launch_floor(exe, 10) < 1.0
     assert cuda.copy_bandwidth(1 << 20, 10) > 1e9
+
+
+def test_iterate_equals_the_python_loop():
+    """fl.iterate on the GPU (a host-side loop of launches; until= reads one flag byte back
+    per iteration) against the Python loop over the same compiled step, bit for bit."""
+    p, m, v, t = state(1000)
+    f = fl.compile(step, backend="cuda")
+    threshold = float(f(p, m, v, t, 1e-2)[3]) * 0.9
+    until = lambda loss: loss < threshold          # noqa: E731
+    got = fl.iterate(f, 300, p, m, v, t, 1e-2, carry=("p", "m", "v"), collect=2, until=until)
+    rows = []
+    for i in range(300):
+        p, m, v, loss = f(p, m, v, t, 1e-2)
+        stop = until(loss)
+        if (i + 1) % 2 == 0 or stop or i == 299:
+            rows.append(loss)
+        if stop:
+            break
+    for g, w in zip(got, (p, m, v, np.array(rows, np.float32))):
+        assert np.array_equal(g, w)

@@ -1,5 +1,8 @@
 """Mutation fuzzing of saved programs (used by test_saved_fuzz.py; also a script).
 
+The base programs include fl.iterate loops (LOOPS): half the code mutations of those hit the
+loop instructions' operands (counts, jump targets, row strides, alias and counter slots).
+
 A saved file is taken apart (file metadata, the program's tables, code and argument lists, its
 constants, the kernel descriptions, the machine code), one or a few fields that matter are
 changed (code words, slot ranges, kernel ranges and launch sizes, leaf counts, result indices,
@@ -72,8 +75,24 @@ def _static_dict(d, scale):
     return {"out": d["a"] * scale + d["b"][::-1], "n": d["b"].shape[0]}
 
 
+def _loop_step(p, m, v, target, lr):
+    y = np.sin(p) + p * p
+    r = y - target
+    g = 2 * r * (np.cos(p) + 2 * p) / p.size
+    m = 0.9 * m + 0.1 * g
+    v = 0.999 * v + 0.001 * np.abs(g)
+    return p - lr * m / (np.sqrt(v) + 1e-8), m, v, np.mean(r * r)
+
+
+def _until(loss):
+    return loss < 0.5
+
+
 def _args(name):
     rng = np.random.default_rng(0)
+    if name.startswith("loop"):
+        p, m, t = (rng.standard_normal(100).astype(np.float32) for _ in range(3))
+        return [p, m, np.abs(rng.standard_normal(100)).astype(np.float32), t, 1e-2]
     if name == "step":
         return [rng.standard_normal(100).astype(np.float32) for _ in range(4)] + [1e-2]
     if name == "gather":
@@ -96,6 +115,17 @@ PROGRAMS = {
     "views": (_views, "cpu", ()),
     "static": (_static_dict, "cpu", (1,)),
     "gather-devsim": (_gather_inplace, "devsim", ()),
+    # fl.iterate loops (LOOPS: their options)
+    "loop": (_loop_step, "cpu", ()),
+    "loopuntil": (_loop_step, "cpu", ()),
+    "loopinplace": (_loop_step, "cpu", ()),
+    "loopuntil-devsim": (_loop_step, "devsim", ()),
+}
+LOOPS = {
+    "loop": dict(n=7, collect=3),
+    "loopuntil": dict(n=9, until=_until),
+    "loopinplace": dict(n=5, collect=False, inplace=True),
+    "loopuntil-devsim": dict(n=6, collect=2, until=_until),
 }
 
 
@@ -103,8 +133,13 @@ def build(directory):
     import fastlaunch as fl
     for name, (fn, backend, static) in PROGRAMS.items():
         args = _args(name.split("-")[0])
-        fl.compile(fn, backend=backend, static_argnums=static).save(
-            os.path.join(directory, name + ".flp"), *args)
+        path = os.path.join(directory, name + ".flp")
+        if name in LOOPS:
+            opts = dict(LOOPS[name])
+            fl.iterated(fl.compile(fn, backend=backend), opts.pop("n"), carry=("p", "m", "v"),
+                        **opts).save(path, *args)
+        else:
+            fl.compile(fn, backend=backend, static_argnums=static).save(path, *args)
 
 
 # ---- taking a file apart and packing it again ---------------------------------------------
@@ -261,6 +296,16 @@ def mutate(rng: random.Random, f: dict, mode: str) -> str:
         if pick <= 0:
             break
     if target == "code":
+        loop_words = _loop_operands(f["code"])
+        if loop_words and rng.random() < 0.5:
+            # the loop instructions' operands: counts, targets, strides, alias slots
+            i = rng.choice(loop_words)
+            v = int(f["code"][i])
+            new = new_int(rng, v)
+            if type(new) is not int:
+                new = v ^ (1 << rng.randrange(63))
+            f["code"][i] = max(-2**63, min(2**63 - 1, new))
+            return f"code[{i}] (a loop operand): {v} -> {int(f['code'][i])}"
         return mutate_words(rng, f["code"], "code")
     if target == "lists":
         return mutate_words(rng, f["lists"], "arg_lists")
@@ -293,7 +338,7 @@ def mutate(rng: random.Random, f: dict, mode: str) -> str:
     if target == "meta":
         sub = {k: meta[k] for k in ("static_positions", "statics", "keys", "results",
                                     "out_tree", "int_bounds", "leaf_names", "target",
-                                    "backend")}
+                                    "backend", "iterate") if k in meta}
         note = mutate_json(rng, sub, "meta")
         meta.update(sub)
         return note
@@ -309,6 +354,23 @@ def mutate(rng: random.Random, f: dict, mode: str) -> str:
         if obj:
             obj[rng.randrange(len(obj))] ^= rng.randrange(1, 256)
     return "machine code bytes"
+
+
+def _loop_operands(code) -> list:
+    """Indices of the operand words of the loop opcodes (fl.iterate) in the code."""
+    from fastlaunch._launch import Opcode
+    loop_ops = {int(Opcode.MOVE), int(Opcode.ROTATE), int(Opcode.ROW), int(Opcode.COPY),
+                int(Opcode.SET), int(Opcode.LOOP), int(Opcode.BREAK_IF)}
+    out, pc = [], 0
+    while 0 <= pc < len(code):
+        op = int(code[pc])
+        width = op & 0xFF
+        if width == 0:
+            break
+        if op in loop_ops:
+            out += range(pc + 1, min(pc + width, len(code)))
+        pc += width
+    return out
 
 
 # ---- guarded arguments ----------------------------------------------------------------------

@@ -105,6 +105,23 @@ def test_fuzz_machine_code_mode(base):
     _check_mix(counts)
 
 
+def test_fuzz_loop_programs(base):
+    """fl.iterate's loop programs only, half their code mutations on the loop instructions'
+    operands (counts, jump targets, row strides, alias and counter slots): refused, or run
+    within their buffers."""
+    sys.path.insert(0, HERE)
+    try:
+        import savedfuzz
+    finally:
+        sys.path.remove(HERE)
+    names = sorted(savedfuzz.PROGRAMS)
+    loops = {i for i, n in enumerate(names) if n in savedfuzz.LOOPS}
+    assert len(loops) == 4
+    seeds = [s for s in range(300000, 300500) if s % len(names) in loops]
+    counts, finished = _fuzz(base, "machine", seeds)
+    _check_mix(counts)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode,first,count", [("source", 1000, 2000), ("source", 3000, 2000),
                                               ("source", 5000, 2000), ("machine", 200000, 2000),

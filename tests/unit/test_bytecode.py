@@ -372,3 +372,65 @@ def test_truncated_bytes_are_rejected(step_program, cut):
     data = step_program.to_bytes()
     with pytest.raises(ValueError):
         bc.Program.from_bytes(data[:cut] if cut >= 0 else data[:-1])
+
+
+# ---- loops (fl.iterate's opcodes), by hand ----------------------------------------------------
+def hand_loop(move_write_from=2, body_extra=None, count=3, alias_dtype="<f4"):
+    """out0 <- kernel k1 applied 3 times to in0, ping-ponging between temporaries A and B
+    through three aliases (read, write, spare) and a counter."""
+    asm = bc.Assembler()
+    asm.alloc(2, 32)
+    asm.alloc(3, 32)
+    asm.move(4, 0)
+    asm.move(5, move_write_from)
+    asm.move(6, 3)
+    asm.set(7, 0)
+    head = asm.here()
+    if body_extra:
+        body_extra(asm)
+    asm.launch(1, 8, [4, 5])
+    asm.rotate(4, 5, 6)
+    asm.loop(7, count, head)
+    asm.copy(1, 4, 32)
+    asm.free(2)
+    asm.free(3)
+    code, arg_lists = asm.arrays()
+    slots = [bc.SlotInfo("input", "<f4", 0, 7, label="in0"),
+             bc.SlotInfo("output", "<f4", 0, 7, label="out0"),
+             bc.SlotInfo("temp", "<f4", 0, 7, 32, label="A"),
+             bc.SlotInfo("temp", "<f4", 0, 7, 32, label="B"),
+             bc.SlotInfo("alias", "<f4", 0, 7, label="x"),
+             bc.SlotInfo("alias", alias_dtype, 0, 7, label="x.new"),
+             bc.SlotInfo("alias", "<f4", 0, 7, label="x.spare"),
+             bc.SlotInfo("counter", "<i8", label="i")]
+    kinfo = dict(arg_kinds=("buffer", "buffer"), arg_ranges=((0, 7), (0, 7)),
+                 arg_writes=(False, True), arg_dtypes=("<f4", "<f4"))
+    kernels = [bc.KernelInfo("k0", "map", **kinfo), bc.KernelInfo("k1", "map", **kinfo)]
+    return bc.Program(code, arg_lists, slots, kernels, asm.nargwords, 1,
+                      outputs=[(1, "<f4", (8,))])
+
+
+def test_hand_loop_verifies_and_disassembles():
+    p = hand_loop()
+    bc.verify(p)
+    text = p.disassemble()
+    assert "; ---- loop 0018..0030: again while 7:i < 3" in text
+    assert "ROTATE  read=4 write=5 spare=6  ; 4:x <- 5:x.new <-> 6:x.spare" in text
+    assert p.loops() == [(18, 30, 7, 3)]
+
+
+def test_hand_loop_rejections():
+    # the written alias on the (read-only) argument
+    assert_rejected(hand_loop(move_write_from=0), "writes input slot 0 (through slot 5)")
+    # the pool touched inside the body
+    assert_rejected(hand_loop(body_extra=lambda a: (a.free(3), a.alloc(3, 32))),
+                    "FREE inside the loop", "ALLOC inside the loop")
+    # ping-pong slots of different dtypes
+    assert_rejected(hand_loop(alias_dtype="<f8"), "cannot point into slot 2")
+    # the counter reset inside its own loop: endless
+    assert_rejected(hand_loop(body_extra=lambda a: a.set(7, 0)), "the loop might never end")
+    # a negative start: a loop must run at most its count
+    p = hand_loop()
+    pc, _ = find(p, Opcode.SET)
+    p.code[pc + 2] = -5
+    assert_rejected(p, "value -5 out of range")

@@ -99,6 +99,22 @@ def test_lowering_works_without_a_gpu(cuda):
             assert s.space == Space.SPACE_DEVICE
 
 
+def test_iterate_lowers_a_loop_for_the_gpu(cuda):
+    """fl.iterate on the CUDA backend: a host-side loop of launches, everything the body
+    touches in device memory, proved safe for device kernels."""
+    it = fl.iterated(fl.compile(step, backend="cuda"), 50, carry=("p", "m", "v"),
+                     until=lambda loss: loss < 1e-6)
+    prog = it.lower(*step_args()).program
+    (head, end, _, count), = prog.loops()
+    assert count == 50
+    body = {op.name for pc, op, _ in prog.instructions() if head <= pc <= end}
+    assert {"LAUNCH", "ROTATE", "ROW", "BREAK_IF"} <= body and not {"ALLOC", "FREE"} & body
+    bytecode.verify(prog, Space.SPACE_DEVICE)
+    for pc, op, ops in prog.instructions():
+        if op.name == "COPY":
+            assert prog.slots[ops[0]].space == prog.slots[ops[1]].space == Space.SPACE_DEVICE
+
+
 @pytest.mark.skipif(_gpu_usable(), reason="a GPU is usable here: tests/cuda runs the calls")
 def test_a_call_without_a_gpu_raises_a_clear_error():
     f = fl.compile(step, backend="cuda")

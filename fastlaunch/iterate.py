@@ -1,0 +1,638 @@
+"""`fastlaunch.iterate`: a whole loop over a compiled step in one call.
+
+    p, m, v, losses = fl.iterate(step, 1000, p, m, v, target, lr, carry=("p", "m", "v"))
+
+is the Python loop
+
+    losses = []
+    for _ in range(1000):
+        p, m, v, loss = step(p, m, v, target, lr)
+        losses.append(loss)
+    losses = np.stack(losses)
+
+run inside the interpreter: the step is traced once (as `step(...)` would trace it), and its
+launches are recorded once more, as the body of a bytecode loop (record.record_loop): the
+carried arrays take turns in two buffers by moving pointers, collected results are written
+straight into their row of the stacked output, `until=` is a traced predicate whose kernel
+writes a flag the interpreter reads.  The GIL is released for the whole loop.  The kernels
+are the step's own, run in the same order on the same values, so the results are the Python
+loop's, bit for bit.
+
+This module is the front end only: what the arguments mean, tracing (through jit.Compiled),
+and putting the results together; the loop itself is record.py's and the interpreters'.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+
+from . import _core, bytecode
+from ._launch import ResultKind
+from .backends.base import CallLayout
+from .fuse import Plan
+from .jit import Compiled, Lowered, _EntryInfo
+from .link import link_entry
+from .pytree import TreeDef, flatten
+from .record import Loop, LoopPart, record_loop
+from .saved import finish_results, save_entry
+
+__all__ = ["iterate", "iterated", "Iterated"]
+
+
+def iterate(step, n, *args, carry=(), collect=True, until=None, inplace=False):
+    """Run `step` n times in one call, feeding the carried arguments their new values.
+
+    step: a compiled function (fl.compile) or a plain one (compiled on first use).
+    n: the number of iterations (an int >= 0).
+    args: the step's arguments (positional), as for one call.
+    carry: names or positions of the carried arguments (arrays).  The first len(carry)
+        results of the step are their new values, in that order, with the same dtype and
+        shape; the other arguments are the same in every iteration.
+    collect: True: every other result is collected per iteration and comes back stacked
+        along a new leading axis (shape (n, ...)); an int k: the results of iterations k, 2k,
+        ... and of the last one (ceil(n / k) rows); False: only the carried arrays come back.
+    until: a predicate on the step's other results (one argument each), e.g.
+        `lambda loss: loss < 1e-6`, traced like the step and evaluated inside the loop: the
+        loop stops after the first iteration for which it is true (that iteration included,
+        as `if until(loss): break` after the call would), and only the rows collected until
+        then come back.
+    inplace: write the final carried values into the caller's arrays (once, after the last
+        iteration) and return those arrays.
+
+    Returns the step's results with the carried ones final and the others stacked: a tuple
+    (or a single value, where the step returns one), or only the carried values with
+    collect=False (the array itself when one argument is carried).  Ctrl-C stops the loop at an iteration boundary (KeyboardInterrupt); the
+    caller's arrays are then as they were, except any the step itself updates in place,
+    which hold the state of the last completed iteration (as after a Python loop
+    interrupted between two calls)."""
+    return iterated(step, n, carry=carry, collect=collect, until=until, inplace=inplace)(*args)
+
+
+# Iterated objects of each step, by their options (a fresh lambda as `until` each call finds
+# the one made for an equal lambda: same code, same captured values)
+_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_PLAIN: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # plain function -> Compiled
+_CACHE_LOCK = threading.Lock()
+MAX_CACHED = 64
+
+
+def iterated(step, n, *, carry=(), collect=True, until=None, inplace=False) -> "Iterated":
+    """The loop `iterate` runs, as an object: call it with the step's arguments; `.lower()`,
+    `.dis()` show its bytecode and `.save(path, *args)` writes it for `fl.load`."""
+    compiled = _compiled(step)
+    key = (_int_count(n), _carry_key(carry), _collect_key(collect), _fn_key(until),
+           bool(inplace))
+    with _CACHE_LOCK:
+        table = _CACHE.setdefault(compiled, {})
+        found = table.get(key)
+        if found is None:
+            if len(table) >= MAX_CACHED:
+                table.pop(next(iter(table)))
+            found = table[key] = Iterated(compiled, n, carry=carry, collect=collect,
+                                          until=until, inplace=inplace)
+    return found
+
+
+def _compiled(step) -> Compiled:
+    if isinstance(step, Compiled):
+        return step
+    if not callable(step):
+        raise TypeError(f"fl.iterate: step must be a function, got {type(step).__name__}")
+    with _CACHE_LOCK:
+        c = _PLAIN.get(step)
+        if c is None:
+            c = _PLAIN[step] = Compiled(step)
+    return c
+
+
+def _int_count(n) -> int:
+    if type(n) is bool or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"fl.iterate: n (the number of iterations) must be an int, got "
+                        f"{type(n).__name__}")
+    n = int(n)
+    if not 0 <= n <= bytecode.MAX_COUNT:
+        raise ValueError(f"fl.iterate: n must be from 0 to {bytecode.MAX_COUNT}, got {n}")
+    return n
+
+
+def _carry_key(carry) -> tuple:
+    if isinstance(carry, (str, int)):
+        carry = (carry,)
+    try:
+        carry = tuple(carry)
+    except TypeError:
+        raise TypeError(f"fl.iterate: carry must name arguments (names or positions), got "
+                        f"{type(carry).__name__}") from None
+    for c in carry:
+        if type(c) is not str and (type(c) is bool or not isinstance(c, (int, np.integer))):
+            raise TypeError(f"fl.iterate: carry names arguments by name (str) or position "
+                            f"(int), got {c!r}")
+    return tuple(c if type(c) is str else int(c) for c in carry)
+
+
+def _collect_key(collect) -> int:
+    """collect=True -> 1, an int k -> k, False -> 0."""
+    if collect is True:
+        return 1
+    if collect is False:
+        return 0
+    if isinstance(collect, (int, np.integer)) and int(collect) >= 1:
+        return int(collect)
+    raise ValueError(f"fl.iterate: collect must be True, False or an int k >= 1 (every k-th "
+                     f"iteration), got {collect!r}")
+
+
+def _fn_key(fn):
+    if fn is None:
+        return None
+    if not callable(fn):
+        raise TypeError(f"fl.iterate: until must be a function of the step's results, got "
+                        f"{type(fn).__name__}")
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return ("object", id(fn))
+    cells = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+            hash(value)
+            cells.append((type(value), value))
+        except (ValueError, TypeError):
+            return ("object", id(fn))
+    try:
+        hash(fn.__defaults__)
+    except TypeError:
+        return ("object", id(fn))
+    return ("code", code, tuple(cells), fn.__defaults__)
+
+
+class Iterated:
+    """A compiled step run n times in one call (see `iterate`); one loop program per argument
+    signature, built on first use."""
+
+    def __init__(self, step, n, *, carry=(), collect=True, until=None, inplace=False):
+        self.step = _compiled(step)
+        self.n = _int_count(n)
+        self.carry = _carry_key(carry)
+        self.every = _collect_key(collect)
+        if len(set(self.carry)) != len(self.carry):
+            raise ValueError(f"fl.iterate: carry names an argument twice: {self.carry}")
+        _fn_key(until)
+        self.until = until
+        self.inplace = bool(inplace)
+        self._entries: dict = {}         # signature bytes -> [_LoopEntry]
+        self._lock = threading.RLock()
+        self.__name__ = f"iterate({self.step.__name__}, {self.n})"
+
+    def __repr__(self):
+        return f"<fastlaunch.Iterated {self.__name__}, carry={self.carry}>"
+
+    # ---- a call ------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            raise TypeError("fl.iterate passes the step's arguments positionally")
+        call, originals = self._prepare(tuple(args))
+        if self.n == 0:
+            return self._no_iterations(tuple(args), call)
+        loop, call, copies = self._entry(call)
+        raw = _core.run_entry(loop.entry, call, self.step._static)
+        for i, arr in copies.items():
+            np.copyto(arr, _leaves(call, self.step._static)[i])
+        out = finish_results(raw, loop.finish, _leaves(call, self.step._static))
+        if originals:
+            # inplace=True on arrays the loop ran on contiguous copies of
+            positions = self._positions(call)
+            items = [out] if loop.finish["structure"] == "leaf" else list(out)
+            for pos, arr in originals.items():
+                c = positions.index(pos)
+                np.copyto(arr, items[c])
+                items[c] = arr
+            out = items[0] if loop.finish["structure"] == "leaf" else type(out)(items)
+        return out
+
+    def _positions(self, call) -> list:
+        names = self.step._param_names
+        out = []
+        for c in self.carry:
+            if type(c) is str:
+                if c not in names:
+                    raise TypeError(f"fl.iterate: carry names {c!r}, which is not a positional "
+                                    f"parameter of {self.step.__name__} ({', '.join(names)})")
+                pos = names.index(c)
+            else:
+                pos = c + len(call) if c < 0 else c
+            if not 0 <= pos < len(call):
+                raise TypeError(f"fl.iterate: carry names argument {c!r}, but {len(call)} "
+                                f"arguments are passed")
+            if pos in self.step._static:
+                raise TypeError(f"fl.iterate: {self._name(pos, call)} is static; a carried "
+                                f"argument is an array")
+            out.append(pos)
+        if len(set(out)) != len(out):
+            raise ValueError(f"fl.iterate: carry names one argument twice: {self.carry}")
+        return out
+
+    def _name(self, pos, call) -> str:
+        return self.step._arg_name(pos, call)
+
+    def _prepare(self, call):
+        """The call with every carried argument a C-contiguous array (the loop's own buffers
+        are; the step's kernels are compiled for one layout), and {position: caller's array}
+        of those copied where their final values must be written back."""
+        originals = {}
+        call = list(call)
+        for pos in self._positions(call):
+            x = call[pos]
+            if isinstance(x, _core.DeviceArray):
+                raise TypeError(f"fl.iterate: carried {self._name(pos, call)} is a DeviceArray; "
+                                f"a loop carries NumPy arrays (pass x.numpy()); device arrays "
+                                f"may be loop-invariant arguments")
+            if not isinstance(x, np.ndarray):
+                raise TypeError(f"fl.iterate: carried {self._name(pos, call)} must be a NumPy "
+                                f"array, got {type(x).__name__} (pass np.asarray(x))")
+            if self.inplace and not x.flags.writeable:
+                raise ValueError(f"fl.iterate(inplace=True): carried {self._name(pos, call)} is "
+                                 f"read-only")
+            if type(x) is not np.ndarray or not x.flags.c_contiguous or not x.flags.aligned \
+                    or not x.dtype.isnative:
+                call[pos] = np.ascontiguousarray(x.view(np.ndarray),
+                                                 dtype=x.dtype.newbyteorder("="))
+                if self.inplace:
+                    originals[pos] = x
+        if self.inplace:
+            carried = [call[p] for p in self._positions(call)]
+            for i, a in enumerate(carried):
+                for b in carried[:i]:
+                    if np.shares_memory(a, b):
+                        raise ValueError("fl.iterate(inplace=True): two carried arguments "
+                                         "share memory")
+        return tuple(call), originals
+
+    def _entry(self, call):
+        """The loop entry for this call's signature (built on a miss), the call as it runs
+        (normalised where the encoder cannot take it) and {leaf: caller's array} to write
+        back after the run."""
+        static = self.step._static
+        enc = _core.encode(call, static)
+        copies = {}
+        if enc is None or (self.step.backend.memory.crosses and self.step._reversed_leaf(call)):
+            call, copies, gens = self.step._normalize(
+                call, contiguous=self.step.backend.memory.crosses)
+            if gens:
+                raise TypeError("fl.iterate: a numpy.random.Generator argument is not "
+                                "supported (the loop would draw the same numbers in every "
+                                "iteration)")
+            enc = _core.encode(call, static)
+            if enc is None:
+                raise TypeError(f"fl.iterate: these arguments cannot be passed to "
+                                f"{self.step.__name__}")
+        sig, _, keys, statics = enc
+        with self._lock:
+            found = self._find(enc, call)
+            if found is None:
+                found = self._build(call)
+                self._entries.setdefault(sig, []).append(found)
+        mutated = set(found.entry.executable.program.mutated_leaves)
+        return found, call, {i: a for i, a in copies.items() if i in mutated}
+
+    def _find(self, enc, call):
+        sig, _, keys, statics = enc
+        words = None
+        for loop in self._entries.get(sig, ()):
+            if loop.keys != keys or loop.statics != statics:
+                continue
+            if loop.entry.specialized:
+                if words is None:
+                    words = _core.leaf_words(call, self.step._static)
+                if not all(words[k] == w for k, w in loop.entry.specialized):
+                    continue
+            return loop
+        return None
+
+    # ---- building the loop -----------------------------------------------------------------
+    def _build(self, call) -> "_LoopEntry":
+        step = self.step
+        static = step._static
+        entry = step._entry_for(call, {})
+        info = entry.info
+        program = info.lowered.program
+        name = step.__name__
+        if entry.post is not None:
+            raise TypeError(f"fl.iterate: {name} changes argument containers "
+                            f"({entry.post.describe()}); return the new values instead")
+        if program.rng_slot >= 0:
+            raise NotImplementedError(
+                f"fl.iterate: {name} draws random numbers; a loop would draw the same ones in "
+                f"every iteration, so fl.iterate refuses it (call the step in a Python loop)")
+        tree = info.out_tree
+        if tree.kind == "leaf":
+            structure = "leaf"
+        elif tree.kind in ("tuple", "list") and all(c.kind == "leaf" for c in tree.children):
+            structure = tree.kind
+        else:
+            raise TypeError(f"fl.iterate: {name} must return a tuple (or list) of arrays and "
+                            f"scalars, or one of them; it returns a nested {tree.kind}")
+        results = info.results
+        leaves = info.leaves
+        positions = self._positions(call)
+        if len(positions) > len(results):
+            raise TypeError(f"fl.iterate: carry names {len(positions)} arguments but "
+                            f"{name} returns {len(results)} results")
+        # the leaf of each positional argument
+        leaf_at, at = {}, 0
+        for pos, arg in enumerate(call):
+            if pos in static:
+                continue
+            leaf_at[pos] = at
+            at += len(flatten(arg)[0])
+        carried_leaf = [leaf_at[p] for p in positions]
+
+        def result_spec(r):
+            kind, index, _ = results[r]
+            if kind == ResultKind.RESULT_NEW:
+                _, dt, shape = program.outputs[index]
+                return np.dtype(dt), tuple(shape)
+            if kind == ResultKind.RESULT_INPUT:
+                leaf = leaves[index]
+                return leaf.dtype, (tuple(leaf.shape) if leaf.is_array else None)
+            return None, None
+
+        def contiguous(j) -> bool:
+            leaf = leaves[j]
+            return leaf.is_array and tuple(leaf.strides) == _c_strides(leaf.shape)
+
+        # carried arrays: which ping-pong, which stay the argument itself
+        pingpong, new_from, finals = [], {}, []
+        owner: dict = {}                      # step output index -> its loop value
+        for c, (pos, j) in enumerate(zip(positions, carried_leaf)):
+            kind, index, _ = results[c]
+            dt, shape = result_spec(c)
+            want = leaves[j]
+            if kind == ResultKind.RESULT_VALUE or (dt, shape) != (want.dtype, tuple(want.shape)):
+                got = (f"a constant {results[c][1]!r}" if kind == ResultKind.RESULT_VALUE else
+                       f"{dt}{list(shape) if shape is not None else ' scalar'}")
+                raise TypeError(f"fl.iterate: result {c} of {name} is the new value of carried "
+                                f"{self._name(pos, call)}, {want.dtype}{list(want.shape)}, but "
+                                f"it is {got}")
+            if kind == ResultKind.RESULT_INPUT and index == j:
+                finals.append(("leaf", j))        # the argument itself (or updated in place)
+                continue
+            if j in program.mutated_leaves:
+                raise TypeError(f"fl.iterate: {name} updates carried {self._name(pos, call)} in "
+                                f"place and returns another array as its new value; return "
+                                f"the updated argument itself, or update a copy")
+            cp = len(pingpong)
+            pingpong.append(j)
+            finals.append(("pingpong", cp))
+            if kind == ResultKind.RESULT_NEW and index not in owner:
+                owner[index] = ("new", cp)
+            else:
+                new_from[cp] = ("out", index) if kind == ResultKind.RESULT_NEW else ("in", index)
+        pp_of = {j: cp for cp, j in enumerate(pingpong)}
+
+        def leaf_value(j):
+            return ("carry", pp_of[j]) if j in pp_of else ("leaf", j)
+
+        # the other results: stacked rows, or values put together in Python
+        others = list(range(len(positions), len(results)))
+        rows, collect_from, spec_of = [], {}, {}
+        for r in others:
+            kind, index, _ = results[r]
+            if kind == ResultKind.RESULT_NEW:
+                dt, shape = result_spec(r)
+                row = len(rows)
+                rows.append((dt.str, shape))
+                if index in owner:
+                    collect_from[row] = owner[index]
+                else:
+                    owner[index] = ("row", row)
+                spec_of[r] = ("row", row)
+            elif kind == ResultKind.RESULT_INPUT and leaves[index].is_array:
+                if not contiguous(index):
+                    raise TypeError(f"fl.iterate: result {r} of {name} is argument leaf "
+                                    f"{index} unchanged, which is not C-contiguous; collect a "
+                                    f"copy (x.copy()) instead")
+                row = len(rows)
+                rows.append((leaves[index].dtype.str, tuple(leaves[index].shape)))
+                collect_from[row] = leaf_value(index)
+                spec_of[r] = ("row", row)
+            elif kind == ResultKind.RESULT_INPUT:
+                spec_of[r] = ("param", index)
+            else:
+                spec_of[r] = ("value", index)
+        for cp, src in new_from.items():
+            kind, index = src
+            if kind == "out":
+                new_from[cp] = owner[index]
+            else:
+                if not contiguous(index):
+                    raise TypeError(f"fl.iterate: the new value of a carried argument is "
+                                    f"argument leaf {index}, which is not C-contiguous")
+                new_from[cp] = leaf_value(index)
+        missing = [o for o in range(len(program.outputs)) if o not in owner]
+        if missing:
+            raise TypeError(f"fl.iterate: {name}'s outputs {missing} are not among its "
+                            f"results")
+        step_values = {("input", j): leaf_value(j) for j in range(len(leaves))}
+        step_values.update({("output", o): v for o, v in owner.items()})
+        parts = [LoopPart(info.lowered.plan, [k.name for k in info.kernels],
+                          _consts_by_ref(info.lowered.plan, program), step_values)]
+        kernels = list(info.kernels)
+        described = list(info.lowered.plan.kernels)
+        labels = list(info.lowered.kernels)
+        graphs = [f"# step {name}\n{info.lowered.graph}"]
+        flag_from = None
+        if self.until is not None:
+            pred_entry, pred_values, flag_from = self._trace_until(
+                call, results, leaves, others, spec_of, rows, owner, leaf_value)
+            pinfo = pred_entry.info
+            parts.append(LoopPart(pinfo.lowered.plan, [k.name for k in pinfo.kernels],
+                                  _consts_by_ref(pinfo.lowered.plan, pinfo.lowered.program),
+                                  pred_values))
+            kernels += pinfo.kernels
+            described += pinfo.lowered.plan.kernels
+            labels += pinfo.lowered.kernels
+            graphs.append(f"# until\n{pinfo.lowered.graph}")
+        # rows read by nobody need no copy
+        if not self.every and self.until is None:
+            collect_from = {}
+        loop = Loop(n=self.n, parts=parts, carried=pingpong, new_from=new_from, rows=rows,
+                    collect_from=collect_from, every=self.every, until=self.until is not None,
+                    flag_from=flag_from, inplace=self.inplace)
+        backend = step.backend
+        prog, where = record_loop(loop, leaves, program.mutated_leaves, backend.memory)
+        bytecode.verify(prog, backend.memory.kernel_space)
+
+        # the program's results: carried values, stacked rows, flags; then put together
+        raw, finish_results_spec = [], []
+        for c, final in enumerate(finals):
+            if final[0] == "leaf":
+                raw.append((ResultKind.RESULT_INPUT, final[1], False))
+            else:
+                kind, at = where.carried[final[1]]
+                raw.append((ResultKind.RESULT_INPUT, at, False) if kind == "leaf" else
+                           (ResultKind.RESULT_NEW, at, False))
+            finish_results_spec.append(["raw", len(raw) - 1])
+        if self.every:
+            for r in others:
+                kind, x = spec_of[r]
+                if kind == "row":
+                    raw.append((ResultKind.RESULT_NEW, where.collected[x], False))
+                    finish_results_spec.append(["stack", len(raw) - 1])
+                elif kind == "param":
+                    finish_results_spec.append(["param", x])
+                else:
+                    finish_results_spec.append(["value", results[r][1]])
+        flags = None
+        if where.flags is not None:
+            raw.append((ResultKind.RESULT_NEW, where.flags, False))
+            flags = len(raw) - 1
+        if not self.every and len(finals) == 1:
+            structure = "leaf"          # collect=False with one carried array: that array
+        finish = {"n": self.n, "every": self.every, "structure": structure, "flags": flags,
+                  "results": finish_results_spec}
+        out_tree = TreeDef("tuple", [TreeDef("leaf")] * len(raw))
+        layout = CallLayout(raw, out_tree, dict(info.int_bounds))
+        loop_entry = link_entry(backend, prog, kernels, layout, entry.signature, list(info.keys),
+                                list(info.statics), entry.specialized)
+        lowered = Lowered("\n\n".join(graphs),
+                          labels, prog.disassemble(), Plan(kernels=described), prog)
+        loop_entry.info = _EntryInfo(list(leaves), lowered, kernels, list(info.keys),
+                                     list(info.statics), list(info.static_values), raw,
+                                     out_tree, dict(info.int_bounds), list(info.leaf_names))
+        loop_entry.info.specialized = dict(info.specialized)
+        return _LoopEntry(loop_entry, finish, list(info.keys), list(info.statics))
+
+    def _trace_until(self, call, results, leaves, others, spec_of, rows, owner, leaf_value):
+        """Trace the predicate on the step's other results; returns its entry, the loop value
+        of each of its buffers, and the value to copy into the flag when it returns one of
+        its arguments unchanged."""
+        if not others:
+            raise TypeError("fl.iterate: until takes the step's results after the carried "
+                            "ones, and the step returns none")
+        examples, statics, sources = [], [], []
+        step_leaves = _leaves(call, self.step._static)
+        for i, r in enumerate(others):
+            kind, index, _ = results[r]
+            if kind == ResultKind.RESULT_NEW:
+                dt, shape = rows[spec_of[r][1]]
+                examples.append(np.zeros(shape, np.dtype(dt)))
+                sources.append(owner[index])
+            elif kind == ResultKind.RESULT_INPUT:
+                examples.append(step_leaves[index])
+                sources.append(leaf_value(index))
+            else:
+                examples.append(index)
+                statics.append(i)
+                sources.append(None)
+        until = self.until
+
+        def until_(*xs):
+            return until(*xs)
+
+        until_.__name__ = getattr(until, "__name__", "until")
+        pred = Compiled(until_, static_argnums=statics, backend=self.step.backend.name)
+        pentry = pred._entry_for(tuple(examples), {})
+        pinfo = pentry.info
+        if pentry.post is not None or pentry.specialized or pinfo.lowered.program.rng_slot >= 0:
+            raise TypeError("fl.iterate: until must compute its answer from the results with "
+                            "NumPy operations (no random numbers, no Python control flow on "
+                            "their values)")
+        if len(pinfo.results) != 1 or pinfo.out_tree.kind != "leaf":
+            raise TypeError("fl.iterate: until must return one boolean")
+        kind, index, _ = pinfo.results[0]
+        pprog = pinfo.lowered.program
+        if kind == ResultKind.RESULT_NEW:
+            _, dt, shape = pprog.outputs[index]
+        elif kind == ResultKind.RESULT_INPUT:
+            dt, shape = pinfo.leaves[index].dtype, tuple(pinfo.leaves[index].shape)
+        else:
+            raise TypeError(f"fl.iterate: until returned the constant {index!r}; it must "
+                            f"compute its answer from the step's results")
+        if np.dtype(dt) != np.bool_ or tuple(shape) != ():
+            raise TypeError(f"fl.iterate: until must return one boolean (e.g. loss < 1e-6, or "
+                            f"np.all(...) of an array), got {np.dtype(dt)}{list(shape)}")
+        # the predicate's leaves, in order, are the non-static examples
+        src_of_leaf = [sources[i] for i in range(len(others)) if i not in statics]
+        values = {("input", j): v for j, v in enumerate(src_of_leaf)}
+        flag_from = None
+        if kind == ResultKind.RESULT_NEW:
+            values[("output", index)] = ("flag",)
+        else:
+            flag_from = src_of_leaf[index]
+        return pentry, values, flag_from
+
+    def _no_iterations(self, args, call):
+        """n == 0: the Python loop runs no step: the carried arguments come back as they are,
+        the collections empty (their dtypes and shapes from the step's trace)."""
+        entry = self.step._entry_for(call, {})
+        info = entry.info
+        program = info.lowered.program
+        positions = self._positions(call)
+        out = [args[p] for p in positions]
+        if self.every:
+            step_leaves = _leaves(call, self.step._static)
+            for kind, index, _ in info.results[len(positions):]:
+                if kind == ResultKind.RESULT_NEW:
+                    _, dt, shape = program.outputs[index]
+                    out.append(np.empty((0,) + tuple(shape), np.dtype(dt)))
+                elif kind == ResultKind.RESULT_INPUT:
+                    v = np.asarray(step_leaves[index])
+                    out.append(np.empty((0,) + v.shape, v.dtype))
+                else:
+                    out.append(np.array([index] * 0))
+        if len(out) == 1 and (info.out_tree.kind == "leaf" or not self.every):
+            return out[0]
+        return list(out) if info.out_tree.kind == "list" else tuple(out)
+
+    # ---- introspection and saving ---------------------------------------------------------
+    def lower(self, *args) -> Lowered:
+        """The loop's graph(s), kernels and bytecode for these arguments (built if needed)."""
+        call, _ = self._prepare(tuple(args))
+        if self.n == 0:
+            raise ValueError("fl.iterate: a loop of 0 iterations has no program")
+        return self._entry(call)[0].entry.info.lowered
+
+    def dis(self, *args, file=None):
+        """Print the loop's bytecode for these arguments."""
+        import sys
+        print(self.lower(*args).bytecode, file=file or sys.stdout)
+
+    def save(self, path, *args):
+        """Write the loop program for these arguments' signature to `path`; fl.load(path)
+        replays it in another process (returning what this call returns)."""
+        call, _ = self._prepare(tuple(args))
+        if self.n == 0:
+            raise ValueError("fl.iterate: a loop of 0 iterations has no program to save")
+        loop = self._entry(call)[0]
+        save_entry(path, loop.entry, self.step.backend, self.step._static,
+                   iterate=loop.finish)
+
+
+class _LoopEntry:
+    __slots__ = ("entry", "finish", "keys", "statics")
+
+    def __init__(self, entry, finish, keys, statics):
+        self.entry, self.finish, self.keys, self.statics = entry, finish, keys, statics
+
+
+def _c_strides(shape) -> tuple:
+    from .leaves import contiguous_strides
+    return tuple(contiguous_strides(shape))
+
+
+def _consts_by_ref(plan, program) -> dict:
+    """The trace's constant arrays by their buffer ref: record() gave the plan's constant
+    buffers their slots in order, so the i-th of them is program.consts[i]."""
+    refs = [b.ref for b in plan.buffers if b.role == "const"]
+    return {ref: arr for ref, (_, arr) in zip(refs, program.consts)}
+
+
+def _leaves(call, static) -> list:
+    out = []
+    for pos, arg in enumerate(call):
+        if pos not in static:
+            out += flatten(arg)[0]
+    return out
