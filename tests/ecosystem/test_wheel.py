@@ -16,7 +16,9 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.packaging
+# A full build of every extension in a fresh venv (minutes): with the slow tests, out of the
+# default run (`pytest -m packaging` or `-m slow` runs it).
+pytestmark = [pytest.mark.packaging, pytest.mark.slow]
 
 
 def _prerequisites():
