@@ -343,6 +343,16 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
                 request = next((e for e in noted if isinstance(e, SpecializeRequest)), None)
                 if request is not None and request is not err:
                     raise request from err
+                swallowed = next((e for e in noted if e is not err), None)
+                if swallowed is not None and not isinstance(err, TracingError):
+                    # the code caught our error and raised its own (a library's bare
+                    # `except:` turning it into "matrix not positive definite"): that message
+                    # would blame the user's data for what fastlaunch cannot trace
+                    raise TracingError(
+                        f"the traced function caught a fastlaunch.TracingError at "
+                        f"{caught_where(swallowed)} and then raised "
+                        f"{type(err).__name__}: {err}; the TracingError was: "
+                        f"{swallowed}") from err
                 raise
         request = next((e for e in noted if isinstance(e, SpecializeRequest)), None)
         if request is not None:
