@@ -64,6 +64,7 @@ cdef enum:
     TAG_NAMEDTUPLE = 11
     TAG_BIGINT = 12         # a Python int in [2**63, 2**64): NumPy takes it as uint64
     TAG_DEVARRAY = 13       # a DeviceArray: as TAG_ARRAY, plus its backend's kind << 44
+    TAG_CONST = 14          # a str in the argument tree: compared with the keys, by value
 
 # encode() results
 cdef enum:
@@ -194,6 +195,10 @@ cdef int encode_value(object obj, Words *sig, Words *vals, list leaves, list key
         else:
             words_push(vals, int(obj))
         leaves.append(obj)
+    elif t is str:
+        # config strings ({"mode": "train"}) are part of the tree's structure: keyed by value
+        words_push(sig, TAG_CONST)
+        keys.append(obj)
     else:
         return NOT_ENCODABLE
     return ENCODED
@@ -304,7 +309,8 @@ def signature_leaves(bytes sig):
             out.append(("scalar", np.dtype(np.bool_), bool))
         elif tag == TAG_NPSCALAR:
             out.append(("scalar", _typenum_dtype((word >> 8) & 0xFFFF), None))
-        elif tag in (TAG_TUPLE, TAG_LIST, TAG_DICT, TAG_NAMEDTUPLE, TAG_NONE, TAG_STATIC):
+        elif tag in (TAG_TUPLE, TAG_LIST, TAG_DICT, TAG_NAMEDTUPLE, TAG_NONE, TAG_STATIC,
+                     TAG_CONST):
             pass
         else:
             raise ValueError(f"signature: unknown tag {tag}")

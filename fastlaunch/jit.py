@@ -339,7 +339,8 @@ class Compiled(_core.Dispatcher):
         captured = _captured_generators(self.__wrapped__)
         while True:
             try:
-                with creation.intercepting(), rng.intercepting():
+                with creation.intercepting(getattr(self.__wrapped__, "__globals__", None)), \
+                        rng.intercepting():
                     traced, result = trace_function(self.__wrapped__, build_args, leaves)
                 break
             except SpecializeRequest as req:

@@ -8,12 +8,13 @@ as in NumPy.  Nothing here knows about kernels or backends.
 """
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import ops
+from . import naming, ops
 from .errors import TracingError, caught_where, noting_errors
 from .ir import Graph, Node, Op
 
@@ -237,6 +238,14 @@ class Tracer:
         self._concrete("x.item()")
 
     def __array__(self, dtype=None, copy=None):
+        library, where = naming.converting_function(sys._getframe(1))
+        if library:
+            # a library function that calls np.asarray on its arguments (scipy.linalg.inv):
+            # name it as the user wrote it, not the np.asarray deep inside it
+            raise TracingError(
+                f"{library} (called at {where}) converts its arguments to NumPy arrays, so it "
+                f"cannot be traced: fastlaunch records NumPy functions that dispatch on their "
+                f"arguments (ufuncs, __array_function__){naming.instead(library)}")
         raise TracingError(
             f"converting a traced array ({self.dtype}{list(self.shape)}) to a NumPy array "
             f"(np.asarray, indexing a NumPy array with it, or storing it into a NumPy array) is "
