@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import operator
+import sys
 from typing import Any
 
 import numpy as np
@@ -1533,7 +1534,10 @@ def _tracer_getattr(self, name):
         impl = FUNCTIONS.get(func) if func is not None else None
         if impl is not None:
             return lambda *args, **kwargs: impl(self, *args, **kwargs)
-        raise AttributeError(f"x.{name} (ndarray.{name}) is not supported by fastlaunch yet")
+        library, where = naming.converting_function(sys._getframe(1))
+        by = f" (read by {library}, called at {where})" if library else ""
+        raise AttributeError(f"x.{name} (ndarray.{name}) is not supported by fastlaunch "
+                             f"yet{by}")
     raise AttributeError(f"'Tracer' object has no attribute {name!r}")
 
 

@@ -327,3 +327,15 @@ def test_creation_function_imported_by_name(dtype):
     # the module's names are NumPy's own again once the trace is over
     assert zeros is np.zeros and np_empty_by_name is np.empty
     assert type(zeros(2)) is np.ndarray
+
+
+def test_library_function_reading_an_unsupported_attribute_is_named():
+    linalg = pytest.importorskip("scipy.linalg")
+
+    def propagate(a):
+        return linalg.expm(a * 0.1)        # scipy inspects its argument before converting it
+
+    with pytest.raises((AttributeError, fl.TracingError)) as info:
+        fl.compile(propagate)(np.eye(2))
+    assert "scipy.linalg.expm" in str(info.value)
+    assert "test_realcode_patterns.py" in str(info.value)
