@@ -8,6 +8,8 @@ as in NumPy.  Nothing here knows about kernels or backends.
 """
 from __future__ import annotations
 
+import linecache
+import re
 import sys
 import threading
 from dataclasses import dataclass
@@ -127,6 +129,28 @@ class Storage:
         self.frozen_reason = frozen_reason
 
 
+_BUILTIN_MINMAX = re.compile(r"(?<![\w.])(max|min)\(")
+
+
+def _bool_hint(frame) -> str:
+    """What the user's line does with bool(tracer), where the source says so."""
+    try:
+        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    except Exception:   # noqa: BLE001  (no source: no hint)
+        return ""
+    if line.startswith("assert "):
+        return (" in an `assert`: a check of traced values cannot run while tracing; check "
+                "the inputs before the call (or run Python with -O, which drops asserts)")
+    if _BUILTIN_MINMAX.search(line):
+        return (" in Python's max()/min(), which compare values one by one: use "
+                "np.maximum(a, b) / np.minimum(a, b), or x.max() / x.min()")
+    if line.startswith("while "):
+        return (" as a `while` condition: the number of iterations depends on the data; loop "
+                "a fixed number of times (for _ in range(n)) with np.where to freeze "
+                "converged values")
+    return ""
+
+
 class Tracer:
     """An array inside a traced function.  See numpy_api.py for what it supports."""
 
@@ -216,7 +240,8 @@ class Tracer:
             f"`out` from a traced value instead, e.g. np.zeros_like(x).)")
 
     def __bool__(self):
-        self._concrete("bool(x) (an `if`, `while`, `and`/`or` or `not` on an array)")
+        self._concrete("bool(x) (an `if`, `while`, `and`/`or` or `not` on an array)"
+                       + _bool_hint(sys._getframe(1)))
 
     def __float__(self):
         self._concrete("float(x)")
@@ -250,7 +275,9 @@ class Tracer:
             f"converting a traced array ({self.dtype}{list(self.shape)}) to a NumPy array "
             f"(np.asarray, indexing a NumPy array with it, or storing it into a NumPy array) is "
             f"not possible while tracing. Create arrays from traced values instead, e.g. "
-            f"np.zeros_like(x); index a NumPy constant by a traced index with "
+            f"np.zeros_like(x); arrays made inside fn with np.zeros/np.empty/np.full/... take "
+            f"traced values, but not np.ndarray(shape) (use np.empty(shape)) nor an array made "
+            f"outside fn; index a NumPy constant by a traced index with "
             f"fastlaunch.asarray(table)[index]; for data-dependent choices use np.where.")
 
     # The NumPy protocols (__array_ufunc__, __array_function__), __setitem__, the operators

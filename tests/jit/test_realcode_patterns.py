@@ -339,3 +339,57 @@ def test_library_function_reading_an_unsupported_attribute_is_named():
         fl.compile(propagate)(np.eye(2))
     assert "scipy.linalg.expm" in str(info.value)
     assert "test_realcode_patterns.py" in str(info.value)
+
+
+def test_ndarray_constructor_buffer_points_to_np_empty():
+    def by_constructor(a):
+        col = np.ndarray((a.shape[0], 2), dtype=a.dtype)   # not intercepted: a plain array
+        col[:, 0] = a * 2
+        col[:, 1] = a + 1
+        return col
+
+    def by_empty(a):
+        col = np.empty((a.shape[0], 2), dtype=a.dtype)
+        col[:, 0] = a * 2
+        col[:, 1] = a + 1
+        return col
+
+    a = np.arange(4.0)
+    with pytest.raises(fl.TracingError, match=r"not np\.ndarray\(shape\) \(use np\.empty"):
+        fl.compile(by_constructor)(a)
+    np.testing.assert_array_equal(fl.compile(by_empty)(a), by_constructor(a))
+
+
+# ---- data-dependent Python control flow: the message says what the line does ---------------
+def test_builtin_max_of_traced_values_suggests_np_maximum():
+    def normalise(img):
+        peak = np.abs(img).max()
+        peak = max(1.0, peak)                  # Python's max on a traced scalar
+        return img / peak
+
+    text = _message(normalise, np.arange(4.0))
+    assert "max()/min()" in text and "np.maximum(a, b)" in text
+    # the suggestion, written out, compiles and matches
+    fixed = fl.compile(lambda img: img / np.maximum(1.0, np.abs(img).max()))
+    for x in (np.arange(4.0), np.full(4, 0.25)):
+        np.testing.assert_allclose(fixed(x), normalise(x))
+
+
+def test_assert_on_traced_values_is_explained():
+    def checked(x):
+        d = np.sqrt((x * x).sum())
+        assert d != 0
+        return x / d
+
+    text = _message(checked, np.ones(3))
+    assert "in an `assert`" in text
+
+
+def test_while_on_traced_values_is_explained():
+    def iterate(x):
+        while np.abs(x).max() > 1:
+            x = x / 2
+        return x
+
+    text = _message(iterate, np.full(3, 5.0))
+    assert "as a `while` condition" in text
