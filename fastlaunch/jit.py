@@ -674,7 +674,8 @@ class Compiled(_core.Dispatcher):
                            for k, ck in zip(meta["kernels"], kernels)],
                           program.disassemble(), None, program)
         entry.info = _EntryInfo(
-            leaves, lowered, kernels, [tuple(k) for k in meta["keys"]],
+            leaves, lowered, kernels,
+            [k if type(k) is str else tuple(k) for k in meta["keys"]],   # str: a const
             [_core.static_key(v) for v in static_values], static_values,
             [(ResultKind(kind), index, bool(scalar)) for kind, index, scalar in meta["results"]],
             TreeDef.from_json(meta["out_tree"]),

@@ -393,3 +393,19 @@ def test_while_on_traced_values_is_explained():
 
     text = _message(iterate, np.full(3, 5.0))
     assert "as a `while` condition" in text
+
+
+def test_shipped_program_with_a_string_in_its_arguments():
+    cloudpickle = pytest.importorskip("cloudpickle")
+
+    def scale(x, cfg):
+        return x * cfg["k"] if cfg["op"] == "mul" else x + cfg["k"]
+
+    f = fl.compile(scale, backend="cpu").with_programs(np.ones(3), {"op": "mul", "k": 2.0})
+    g = cloudpickle.loads(cloudpickle.dumps(f))
+    np.testing.assert_allclose(g(np.arange(3.0), {"op": "mul", "k": 3.0}), np.arange(3.0) * 3)
+    # by keyword: the slow path finds the shipped entry by its recorded keys
+    np.testing.assert_allclose(g(np.arange(3.0), cfg={"op": "mul", "k": 4.0}), np.arange(3.0) * 4)
+    assert g.stats["traces"] == 0 and g.stats["programs_loaded"] == 1
+    np.testing.assert_allclose(g(np.arange(3.0), {"op": "add", "k": 3.0}), np.arange(3.0) + 3)
+    assert g.stats["traces"] == 1                        # another string: traced afresh
