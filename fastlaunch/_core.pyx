@@ -197,8 +197,9 @@ cdef int encode_value(object obj, Words *sig, Words *vals, list leaves, list key
         else:
             words_push(vals, int(obj))
         leaves.append(obj)
-    elif t is str:
+    elif t is str and depth > 0:
         # config strings ({"mode": "train"}) are part of the tree's structure: keyed by value
+        # (a str argument itself is refused by the slow path, naming the argument)
         words_push(sig, TAG_CONST)
         keys.append(obj)
     else:

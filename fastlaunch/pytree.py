@@ -293,9 +293,10 @@ def _flatten(x, leaves, depth) -> TreeDef:
         return TreeDef("dict", [_flatten(v, leaves, depth) for v in x.values()], tuple(x))
     if x is None:
         return TreeDef("none")
-    if t is str:
-        # a string in an argument or result (a config dict's "mode": "train") is structure,
-        # not data: keyed by value, handed to the function and returned as it is
+    if t is str and depth > 0:
+        # a string inside an argument or result (a config dict's "mode": "train") is
+        # structure, not data: keyed by value, handed to the function and returned as it is;
+        # a str argument itself stays a leaf, refused with the argument's name
         return TreeDef("const", meta=x)
     if isinstance(x, tuple) and hasattr(t, "_fields"):
         return TreeDef("namedtuple", [_flatten(c, leaves, depth) for c in x], t)

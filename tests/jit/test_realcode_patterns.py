@@ -283,11 +283,15 @@ def test_string_argument_selects_a_branch():
             return np.maximum(x, 0)
         return np.tanh(x)
 
-    f = fl.compile(activate)
     x = np.linspace(-2, 2, 7)
+    with pytest.raises(TypeError, match="argument 'kind'"):   # a bare str argument: refused
+        fl.compile(activate)(x, "relu")
+    f = fl.compile(activate, static_argnames=("kind",))
+    g = fl.compile(lambda x, opts: activate(x, opts[0]))      # a str inside a container: fine
     for kind in ("relu", "tanh", "relu"):
         np.testing.assert_allclose(f(x, kind), activate(x, kind))
-    assert f.stats["entries"] == 2
+        np.testing.assert_allclose(g(x, (kind,)), activate(x, kind))
+    assert f.stats["entries"] == g.stats["entries"] == 2
 
 
 def test_saved_program_with_a_string_in_its_arguments(tmp_path):
