@@ -66,6 +66,7 @@ cdef enum:
     TAG_BIGINT = 12         # a Python int in [2**63, 2**64): NumPy takes it as uint64
     TAG_DEVARRAY = 13       # a DeviceArray: as TAG_ARRAY, plus its backend's kind << 44
     TAG_OBJECT = 14         # a registered object, dataclass or method's self (pytree.py)
+    TAG_CONST = 15          # a str in the argument tree: compared with the keys, by value
 
 # encode() results
 cdef enum:
@@ -196,6 +197,11 @@ cdef int encode_value(object obj, Words *sig, Words *vals, list leaves, list key
         else:
             words_push(vals, int(obj))
         leaves.append(obj)
+    elif t is str and depth > 0:
+        # config strings ({"mode": "train"}) are part of the tree's structure: keyed by value
+        # (a str argument itself is refused by the slow path, naming the argument)
+        words_push(sig, TAG_CONST)
+        keys.append(obj)
     else:
         # objects taken apart by attributes or registered functions; their static part (class,
         # child names, other attributes' values) is a key compared by value
@@ -317,7 +323,7 @@ def signature_leaves(bytes sig):
         elif tag == TAG_NPSCALAR:
             out.append(("scalar", _typenum_dtype((word >> 8) & 0xFFFF), None))
         elif tag in (TAG_TUPLE, TAG_LIST, TAG_DICT, TAG_NAMEDTUPLE, TAG_NONE, TAG_STATIC,
-                     TAG_OBJECT):
+                     TAG_OBJECT, TAG_CONST):
             pass
         else:
             raise ValueError(f"signature: unknown tag {tag}")

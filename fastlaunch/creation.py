@@ -11,8 +11,10 @@ that tracer.  Views made by indexing before the promotion follow their base.
 
 The creation functions are replaced in the `numpy` module only while some thread traces
 (reference counted), and the replacements check a thread-local flag: other threads calling
-NumPy meanwhile get NumPy's own results.  Code that imported a function directly
-(`from numpy import zeros`) is not intercepted: its arrays stay plain constants.
+NumPy meanwhile get NumPy's own results.  Names imported directly (`from numpy import
+zeros`) are replaced the same way in the traced function's own module (its globals); in other
+modules (a helper imported from elsewhere) such a name is not intercepted: its arrays stay
+plain constants.
 """
 from __future__ import annotations
 
@@ -235,9 +237,43 @@ def _full(original, shape, fill_value, dtype=None, order="C", **kwargs):
     return numpy_api.full_like(base, fill_value, dtype=dtype)
 
 
+# namespaces (a traced function's globals) whose `from numpy import zeros` names are
+# replaced: id -> [namespace, users, {name: original}]
+_NAMESPACES: dict = {}
+
+
+def _patch_namespace(ns) -> None:
+    """Replace the creation functions imported by name into `ns` (called under _lock, after
+    numpy's own are replaced, so that _ORIGINAL holds them)."""
+    if ns is None or str(ns.get("__name__", "")).split(".")[0] in ("numpy", "fastlaunch"):
+        return
+    held = _NAMESPACES.get(id(ns))
+    if held is None:
+        by_id = {id(f): name for name, f in _ORIGINAL.items()}
+        found = {key: value for key, value in list(ns.items())
+                 if id(value) in by_id and value is _ORIGINAL[by_id[id(value)]]}
+        for key, value in found.items():
+            ns[key] = getattr(np, by_id[id(value)])       # the interceptor
+        held = _NAMESPACES[id(ns)] = [ns, 0, found]
+    held[1] += 1
+
+
+def _unpatch_namespace(ns) -> None:
+    held = _NAMESPACES.get(id(ns)) if ns is not None else None
+    if held is None:
+        return
+    held[1] -= 1
+    if held[1] == 0:
+        del _NAMESPACES[id(ns)]
+        for key, original in held[2].items():
+            if getattr(ns.get(key), "__wrapped__", None) is original:   # not rebound since
+                ns[key] = original
+
+
 @contextlib.contextmanager
-def intercepting():
-    """numpy's creation functions make TraceBuffers in tracing threads while in this block."""
+def intercepting(namespace=None):
+    """numpy's creation functions make TraceBuffers in tracing threads while in this block;
+    also those imported by name into `namespace` (the traced function's globals)."""
     global _users
     with _lock:
         if _users == 0:
@@ -246,10 +282,12 @@ def intercepting():
                 _ORIGINAL[name] = original
                 setattr(np, name, _intercepted(name, original))
         _users += 1
+        _patch_namespace(namespace)
     try:
         yield
     finally:
         with _lock:
+            _unpatch_namespace(namespace)
             _users -= 1
             if _users == 0:
                 for name, original in _ORIGINAL.items():

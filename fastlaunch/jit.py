@@ -425,7 +425,8 @@ class Compiled(_core.Dispatcher):
         captured = _captured_generators(self.__wrapped__)
         while True:
             try:
-                with creation.intercepting(), rng.intercepting(), numpy_funcs.intercepting():
+                with creation.intercepting(getattr(self.__wrapped__, "__globals__", None)), \
+                        rng.intercepting(), numpy_funcs.intercepting():
                     traced, result = trace_function(self.__wrapped__, build_args, leaves)
                 break
             except SpecializeRequest as req:
@@ -674,7 +675,8 @@ class Compiled(_core.Dispatcher):
                            for k, ck in zip(meta["kernels"], kernels)],
                           program.disassemble(), None, program)
         entry.info = _EntryInfo(
-            leaves, lowered, kernels, [tuple(k) for k in meta["keys"]],
+            leaves, lowered, kernels,
+            [k if type(k) is str else tuple(k) for k in meta["keys"]],   # str: a const
             [_core.static_key(v) for v in static_values], static_values,
             [(ResultKind(kind), index, bool(scalar)) for kind, index, scalar in meta["results"]],
             TreeDef.from_json(meta["out_tree"]),

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import builtins
 import operator
+import sys
 from typing import Any
 
 import numpy as np
 
-from . import ops
+from . import naming, ops
 from .errors import TracingError
 from .ir import Node, Op, check_shape
 from .trace import (Storage, Tracer, Unreturnable, ViewMap, current_graph, frame, new_tracer,
@@ -110,8 +111,7 @@ def _python_result_type(ufunc, weak_types) -> type | None:
 def array_function(func, args, kwargs):
     impl = FUNCTIONS.get(func)
     if impl is None:
-        name = getattr(func, "__name__", repr(func))
-        raise TracingError(f"np.{name} is not supported by fastlaunch yet")
+        raise TracingError(naming.unsupported(func))
     return impl(*args, **kwargs)
 
 
@@ -134,7 +134,10 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         return ufunc_at(ufunc, *inputs, **kwargs)
     if method == "accumulate":
         return ufunc_accumulate(ufunc, *inputs, **kwargs)
-    raise TracingError(f"np.{ufunc.__name__}.{method} is not supported by fastlaunch yet")
+    instead = (f"; instead, use {naming.public_name(ufunc)}(a[:, None], b) (broadcasting)"
+               if method == "outer" else "")
+    raise TracingError(f"{naming.public_name(ufunc)}.{method} is not supported by fastlaunch "
+                       f"yet{instead}")
 
 
 def call_ufunc(ufunc, inputs, out=None, dtype=None, casting="same_kind", _operator=False,
@@ -213,7 +216,7 @@ def _multi_output_ufunc(ufunc, inputs, out):
         if out is not None:
             raise TracingError("np.divmod(..., out=...) is not supported by fastlaunch")
         return (call_ufunc(np.floor_divide, inputs), call_ufunc(np.remainder, inputs))
-    raise TracingError(f"np.{ufunc.__name__} is not supported by fastlaunch yet")
+    raise TracingError(naming.unsupported(ufunc))
 
 
 def ufunc_reduce(ufunc, array_, axis=0, dtype=None, out=None, keepdims=False, **kwargs):
@@ -1054,8 +1057,9 @@ def setitem(t: Tracer, key, value):
 # those uses and names the alternative for everything else.
 _MASK_HINT = ("x[mask] has a size that depends on the data, which cannot be traced; what "
               "works: x[mask] = v and x[mask] += v with a scalar (or a value broadcast over the "
-              "unmasked trailing axes), x[mask].sum()/.mean()/.prod()/.any()/.all(), or "
-              "np.where(mask, x, fill) to keep the shape")
+              "unmasked trailing axes), z[mask] = f(x[mask]) (elementwise, the same mask), "
+              "x[mask].sum()/.mean()/.prod()/.any()/.all(), or np.where(mask, x, fill) to "
+              "keep the shape")
 
 
 def _traced_mask(t: Tracer, key):
@@ -1116,9 +1120,13 @@ def _expanded_mask(t: Tracer, mask: Tracer) -> Tracer:
 def _masked_assign(t: Tracer, mask: Tracer, value):
     what = "boolean-mask assignment (x[mask] = v)"
     if isinstance(value, MaskedSelection):
-        if value.base is not t or value.mask is not mask:
-            raise TracingError(f"{what}: assigning one masked selection to another; "
-                               f"{_MASK_HINT}")
+        # z[m] = f(x[m]): both sides select the same elements (the same mask node), so
+        # this is where(m, f(x), z) whatever the count
+        trailing, vt = t.shape[mask.ndim:], value.values.shape[value.mask.ndim:]
+        if not _same_mask(value.mask, mask) or len(vt) != len(trailing) or \
+                np.broadcast_shapes(vt, trailing) != trailing:
+            raise TracingError(f"{what}: assigning a selection by another mask (or of "
+                               f"another shape); {_MASK_HINT}")
         new = value.values
     else:
         new = _mask_value(t, mask, value, what)
@@ -1128,10 +1136,43 @@ def _masked_assign(t: Tracer, mask: Tracer, value):
     setitem(t, Ellipsis, merged)
 
 
-def _selection_inplace(ufunc, reflected=False):
+def _same_mask(a: Tracer, b: Tracer) -> bool:
+    """The same mask: one tracer, or the same node (x > 0 written twice is one node)."""
+    return a is b or node_of(a) is node_of(b)
+
+
+def _selection_elementwise(ufunc, inputs, kwargs):
+    """f(x[m], y[m], scalar): the selection of f(x, y, scalar) by the same mask m. Every
+    element is computed and the unselected ones are dropped (by a reduction's fill or a
+    masked assignment's where), so the count never needs to be known."""
+    what = f"{naming.public_name(ufunc)} of x[mask]"
+    if kwargs.get("out") is not None or ufunc.nout != 1 or \
+            any(k not in ("dtype", "casting") for k in kwargs if k != "out"):
+        raise TracingError(f"{what} with out=, where= or several outputs; {_MASK_HINT}")
+    kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+    first = next(x for x in inputs if isinstance(x, MaskedSelection))
+    operands = []
+    for x in inputs:
+        if isinstance(x, MaskedSelection):
+            if not _same_mask(x.mask, first.mask) or x.values.ndim != first.values.ndim:
+                raise TracingError(f"{what}: selections by different masks (or of different "
+                                   f"ranks) combined; {_MASK_HINT}")
+            operands.append(x.values)
+        else:
+            # a scalar or a value over the trailing axes broadcasts against the whole array
+            operands.append(_mask_value(first.values, first.mask, x, what))
+    result = call_ufunc(ufunc, tuple(operands), **kwargs)
+    return MaskedSelection(result, first.mask, result)
+
+
+def _selection_operator(ufunc, reflected=False):
     def op(self, other):
-        if reflected:
-            raise TracingError(_MASK_HINT)
+        return _selection_elementwise(ufunc, (other, self) if reflected else (self, other), {})
+    return op
+
+
+def _selection_inplace(ufunc):
+    def op(self, other):
         v = _mask_value(self.base, self.mask, other, f"x[mask] {ufunc.__name__}= v")
         vals = wrap(node_of(self.values), scalar=False)
         # NumPy's in-place casting rules (same_kind), as for the selection's own copy
@@ -1209,7 +1250,23 @@ class MaskedSelection(Unreturnable):
         return getattr(self, method)(*args[1:], **kwargs)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        raise TracingError(f"np.{ufunc.__name__} of x[mask]: {_MASK_HINT}")
+        if method == "__call__":
+            return _selection_elementwise(ufunc, inputs, kwargs)
+        raise TracingError(f"{naming.public_name(ufunc)}.{method} of x[mask]: {_MASK_HINT}")
+
+    __hash__ = object.__hash__
+
+    def __neg__(self):
+        return _selection_elementwise(np.negative, (self,), {})
+
+    def __pos__(self):
+        return _selection_elementwise(np.positive, (self,), {})
+
+    def __abs__(self):
+        return _selection_elementwise(np.absolute, (self,), {})
+
+    def __invert__(self):
+        return _selection_elementwise(np.invert, (self,), {})
 
     def _refuse(self, *args, **kwargs):
         raise TracingError(_MASK_HINT)
@@ -1238,8 +1295,11 @@ for _name, _uf in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
                    ("or", np.bitwise_or), ("xor", np.bitwise_xor), ("lshift", np.left_shift),
                    ("rshift", np.right_shift)]:
     setattr(MaskedSelection, f"__i{_name}__", _selection_inplace(_uf))
-    setattr(MaskedSelection, f"__{_name}__", _selection_inplace(_uf, reflected=True))
-    setattr(MaskedSelection, f"__r{_name}__", _selection_inplace(_uf, reflected=True))
+    setattr(MaskedSelection, f"__{_name}__", _selection_operator(_uf))
+    setattr(MaskedSelection, f"__r{_name}__", _selection_operator(_uf, reflected=True))
+for _name, _uf in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
+                   ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
+    setattr(MaskedSelection, f"__{_name}__", _selection_operator(_uf))
 
 
 def _scatter_into(t: Tracer, key, values: Node, mode: str, what: str):
@@ -1478,7 +1538,10 @@ def _tracer_getattr(self, name):
         impl = FUNCTIONS.get(func) if func is not None else None
         if impl is not None:
             return lambda *args, **kwargs: impl(self, *args, **kwargs)
-        raise AttributeError(f"x.{name} (ndarray.{name}) is not supported by fastlaunch yet")
+        library, where = naming.converting_function(sys._getframe(1))
+        by = f" (read by {library}, called at {where})" if library else ""
+        raise AttributeError(f"x.{name} (ndarray.{name}) is not supported by fastlaunch "
+                             f"yet{by}")
     raise AttributeError(f"'Tracer' object has no attribute {name!r}")
 
 
@@ -1506,3 +1569,13 @@ _method("cumsum", lambda self, axis=None, dtype=None, out=None: cumsum(self, axi
 _method("cumprod", lambda self, axis=None, dtype=None, out=None: cumprod(self, axis, dtype, out))
 _method("take", lambda self, indices, axis=None, out=None, mode="raise":
         take(self, indices, axis, out, mode))
+
+
+def _traceable(func) -> bool:
+    """Whether a call of `func` on tracers is recorded (error messages suggest only these)."""
+    if isinstance(func, np.ufunc):
+        return func is np.matmul or func in ops.OP_OF_UFUNC or func in ops._UFUNC_AS
+    return func in FUNCTIONS
+
+
+naming.set_supported(_traceable)

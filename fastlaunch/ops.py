@@ -12,6 +12,7 @@ from functools import reduce as _fold
 
 import numpy as np
 
+from . import naming
 from .errors import TracingError
 from .ir import MAX_INTP, SUPPORTED_DTYPES, Graph, Node, Op
 
@@ -297,7 +298,7 @@ def apply_ufunc(g: Graph, ufunc, operands: list[tuple[Node, type | None]],
     if op is None and rewrite is None:
         op, rewrite = _found_ufunc(ufunc)
     if op is None and rewrite is None:
-        raise TracingError(f"np.{ufunc.__name__} is not supported by fastlaunch yet")
+        raise TracingError(naming.unsupported(ufunc))
     if all(w is not None for _, w in operands):
         # only Python scalars: NumPy makes them int64/float64 arrays first
         types = [n.dtype for n, _ in operands]

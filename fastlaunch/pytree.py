@@ -18,9 +18,10 @@ class TreeDef:
     __slots__ = ("kind", "children", "meta")
 
     def __init__(self, kind: str, children=(), meta=None):
-        self.kind = kind            # leaf | none | tuple | list | dict | namedtuple | object
+        # leaf | none | const | tuple | list | dict | namedtuple | object
+        self.kind = kind
         self.children = tuple(children)
-        self.meta = meta            # dict keys, the namedtuple class, or an ObjectKey
+        self.meta = meta            # dict keys, the namedtuple class, an ObjectKey, a const's str
 
     @property
     def num_leaves(self) -> int:
@@ -38,6 +39,8 @@ class TreeDef:
             return next(it)
         if self.kind == "none":
             return None
+        if self.kind == "const":
+            return self.meta
         items = [c._build(it) for c in self.children]
         if self.kind == "tuple":
             return tuple(items)
@@ -58,6 +61,8 @@ class TreeDef:
             if not all(type(k) in (str, int, float) for k in self.meta):
                 raise TypeError("a saved program's result dicts need str, int or float keys")
             out["keys"] = list(self.meta)
+        if self.kind == "const":
+            out["value"] = self.meta
         if self.children:
             out["children"] = [c.to_json() for c in self.children]
         return out
@@ -66,6 +71,10 @@ class TreeDef:
     def from_json(data) -> "TreeDef":
         children = [TreeDef.from_json(c) for c in data.get("children", ())]
         meta = tuple(data["keys"]) if data["kind"] == "dict" else None
+        if data["kind"] == "const":
+            if type(data.get("value")) is not str:
+                raise TypeError("a const tree node holds a str")
+            meta = data["value"]
         return TreeDef(data["kind"], children, meta)
 
     def __eq__(self, other):
@@ -80,6 +89,8 @@ class TreeDef:
             return "*"
         if self.kind == "none":
             return "None"
+        if self.kind == "const":
+            return repr(self.meta)
         inner = ", ".join(map(repr, self.children))
         if self.kind == "dict":
             inner = ", ".join(f"{k!r}: {c!r}" for k, c in zip(self.meta, self.children))
@@ -282,6 +293,11 @@ def _flatten(x, leaves, depth) -> TreeDef:
         return TreeDef("dict", [_flatten(v, leaves, depth) for v in x.values()], tuple(x))
     if x is None:
         return TreeDef("none")
+    if t is str and depth > 0:
+        # a string inside an argument or result (a config dict's "mode": "train") is
+        # structure, not data: keyed by value, handed to the function and returned as it is;
+        # a str argument itself stays a leaf, refused with the argument's name
+        return TreeDef("const", meta=x)
     if isinstance(x, tuple) and hasattr(t, "_fields"):
         return TreeDef("namedtuple", [_flatten(c, leaves, depth) for c in x], t)
     leaves.append(x)

@@ -93,7 +93,7 @@ def dumps_entry(entry, backend, static_positions, iterate=None) -> bytes:
     if len(descriptions) != len(info.kernels):
         raise RuntimeError("fastlaunch: the traced plan and its compiled kernels disagree")
     for k in info.keys:
-        if not isinstance(k, tuple):
+        if not isinstance(k, tuple) and type(k) is not str:    # str: a const in the tree
             raise TypeError("a saved program cannot take namedtuple or object arguments")
     if any(d.is_array and d.space != Space.SPACE_HOST for d in info.leaves):
         raise TypeError("a saved program takes NumPy arrays: save it with NumPy example "
@@ -106,7 +106,8 @@ def dumps_entry(entry, backend, static_positions, iterate=None) -> bytes:
         "specialized": [[leaf, word] for leaf, word in entry.specialized],
         "static_positions": list(static_positions),
         "statics": [_static_json(v) for v in info.static_values],
-        "keys": [[_json_scalar(x, "a dict key") for x in k] for k in info.keys],
+        "keys": [k if type(k) is str else [_json_scalar(x, "a dict key") for x in k]
+                 for k in info.keys],
         "leaves": [_leaf_json(d) for d in info.leaves],
         "leaf_names": list(info.leaf_names),
         "results": [[int(kind), _json_scalar(index, "a constant result") if kind == 2 else index,
@@ -237,7 +238,7 @@ def _scalar(x, what: str):
 
 
 def _tree(j, depth: int = 0) -> TreeDef:
-    """A result tree: leaves, None, tuples, lists and dicts with str/int/float keys."""
+    """A result tree: leaves, None, strs, tuples, lists and dicts with str/int/float keys."""
     if depth > MAX_TREE_DEPTH or type(j) is not dict:
         raise SavedProgramError("out_tree: malformed or nested too deeply")
     kind = j.get("kind")
@@ -254,6 +255,10 @@ def _tree(j, depth: int = 0) -> TreeDef:
                 or len(set(keys)) != len(keys):
             raise SavedProgramError("out_tree: malformed dict keys")
         return TreeDef(kind, children, tuple(keys))
+    if kind == "const":
+        if children or type(j.get("value")) is not str:
+            raise SavedProgramError("out_tree: a const holds one str")
+        return TreeDef(kind, meta=j["value"])
     raise SavedProgramError(f"out_tree: unknown kind {str(kind)[:20]!r}")
 
 
@@ -272,7 +277,9 @@ def _results(j) -> list:
 def _keys(j) -> list:
     keys = []
     for k in _list(j, "keys"):
-        keys.append(tuple(_scalar(x, "dict key") for x in _list(k, "keys")))
+        # a str is a string in the argument tree (compared by value); a list a dict's keys
+        keys.append(k if type(k) is str else
+                    tuple(_scalar(x, "dict key") for x in _list(k, "keys")))
     return keys
 
 

@@ -8,12 +8,15 @@ as in NumPy.  Nothing here knows about kernels or backends.
 """
 from __future__ import annotations
 
+import linecache
+import re
+import sys
 import threading
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import ops
+from . import naming, ops
 from .errors import TracingError, caught_where, noting_errors
 from .ir import Graph, Node, Op
 
@@ -126,6 +129,28 @@ class Storage:
         self.frozen_reason = frozen_reason
 
 
+_BUILTIN_MINMAX = re.compile(r"(?<![\w.])(max|min)\(")
+
+
+def _bool_hint(frame) -> str:
+    """What the user's line does with bool(tracer), where the source says so."""
+    try:
+        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    except Exception:   # noqa: BLE001  (no source: no hint)
+        return ""
+    if line.startswith("assert "):
+        return (" in an `assert`: a check of traced values cannot run while tracing; check "
+                "the inputs before the call (or run Python with -O, which drops asserts)")
+    if _BUILTIN_MINMAX.search(line):
+        return (" in Python's max()/min(), which compare values one by one: use "
+                "np.maximum(a, b) / np.minimum(a, b), or x.max() / x.min()")
+    if line.startswith("while "):
+        return (" as a `while` condition: the number of iterations depends on the data; loop "
+                "a fixed number of times (for _ in range(n)) with np.where to freeze "
+                "converged values")
+    return ""
+
+
 class Tracer:
     """An array inside a traced function.  See numpy_api.py for what it supports."""
 
@@ -215,7 +240,8 @@ class Tracer:
             f"`out` from a traced value instead, e.g. np.zeros_like(x).)")
 
     def __bool__(self):
-        self._concrete("bool(x) (an `if`, `while`, `and`/`or` or `not` on an array)")
+        self._concrete("bool(x) (an `if`, `while`, `and`/`or` or `not` on an array)"
+                       + _bool_hint(sys._getframe(1)))
 
     def __float__(self):
         self._concrete("float(x)")
@@ -237,11 +263,21 @@ class Tracer:
         self._concrete("x.item()")
 
     def __array__(self, dtype=None, copy=None):
+        library, where = naming.converting_function(sys._getframe(1))
+        if library:
+            # a library function that calls np.asarray on its arguments (scipy.linalg.inv):
+            # name it as the user wrote it, not the np.asarray deep inside it
+            raise TracingError(
+                f"{library} (called at {where}) converts its arguments to NumPy arrays, so it "
+                f"cannot be traced: fastlaunch records NumPy functions that dispatch on their "
+                f"arguments (ufuncs, __array_function__){naming.instead(library)}")
         raise TracingError(
             f"converting a traced array ({self.dtype}{list(self.shape)}) to a NumPy array "
             f"(np.asarray, indexing a NumPy array with it, or storing it into a NumPy array) is "
             f"not possible while tracing. Create arrays from traced values instead, e.g. "
-            f"np.zeros_like(x); index a NumPy constant by a traced index with "
+            f"np.zeros_like(x); arrays made inside fn with np.zeros/np.empty/np.full/... take "
+            f"traced values, but not np.ndarray(shape) (use np.empty(shape)) nor an array made "
+            f"outside fn; index a NumPy constant by a traced index with "
             f"fastlaunch.asarray(table)[index]; for data-dependent choices use np.where.")
 
     # The NumPy protocols (__array_ufunc__, __array_function__), __setitem__, the operators
@@ -348,6 +384,16 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
                 request = next((e for e in noted if isinstance(e, SpecializeRequest)), None)
                 if request is not None and request is not err:
                     raise request from err
+                swallowed = next((e for e in noted if e is not err), None)
+                if swallowed is not None and not isinstance(err, TracingError):
+                    # the code caught our error and raised its own (a library's bare
+                    # `except:` turning it into "matrix not positive definite"): that message
+                    # would blame the user's data for what fastlaunch cannot trace
+                    raise TracingError(
+                        f"the traced function caught a fastlaunch.TracingError at "
+                        f"{caught_where(swallowed)} and then raised "
+                        f"{type(err).__name__}: {err}; the TracingError was: "
+                        f"{swallowed}") from err
                 raise
         request = next((e for e in noted if isinstance(e, SpecializeRequest)), None)
         if request is not None:

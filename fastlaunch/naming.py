@@ -1,0 +1,136 @@
+"""How error messages name what the user called: the public name of a NumPy or SciPy function
+(`np.linalg.inv`, not `np.inv`; `scipy.special.erf`, not `np.erf`), the library function in
+which a traced array was converted to a NumPy array, and what to use instead.
+
+Suggestions name only what fastlaunch traces at the time: numpy_api registers its predicate
+with `set_supported` (this module imports nothing of the tracer)."""
+from __future__ import annotations
+
+import sys
+from typing import Callable
+
+import numpy as np
+
+_supported: Callable[[object], bool] = lambda func: False  # noqa: E731
+
+
+def set_supported(predicate: Callable[[object], bool]) -> None:
+    global _supported
+    _supported = predicate
+
+
+def _public_module(module: str) -> str:
+    """numpy.linalg._linalg -> np.linalg; scipy.special._ufuncs -> scipy.special."""
+    parts = [p for p in module.split(".") if not p.startswith("_")]
+    if parts and parts[0] == "numpy":
+        parts[0] = "np"
+    return ".".join(parts)
+
+
+def public_name(func) -> str:
+    """The name a user writes for `func` (a NumPy/SciPy function, ufunc or method)."""
+    name = getattr(func, "__name__", None) or repr(func)
+    if isinstance(func, np.ufunc):
+        if getattr(np, name, None) is func:
+            return f"np.{name}"
+        for mod in ("scipy.special",):
+            m = sys.modules.get(mod)
+            if m is not None and getattr(m, name, None) is func:
+                return f"{mod}.{name}"
+        return f"np.{name}" if func.__module__ in (None, "numpy") else f"{name}"
+    module = getattr(func, "__module__", None)
+    if not module:
+        return name
+    qual = getattr(func, "__qualname__", name)
+    public = _public_module(module)
+    return f"{public}.{qual}" if public else qual
+
+
+def _resolve(public: str):
+    parts = public.split(".")
+    obj = {"np": np}.get(parts[0]) or sys.modules.get(parts[0])
+    for p in parts[1:]:
+        obj = getattr(obj, p, None)
+    return obj
+
+
+# what to use instead: (text, the functions it needs traced); shown only when those are
+_INSTEAD: dict = {
+    "np.average": [("np.mean(x, axis), or np.sum(w * x, axis) / np.sum(w, axis) with weights",
+                    ["np.mean", "np.sum"])],
+    "np.flip": [("x[::-1] (or x[:, ::-1] along axis 1): a reversed view", [])],
+    "np.fliplr": [("x[:, ::-1]", [])],
+    "np.flipud": [("x[::-1]", [])],
+    "np.diff": [("x[1:] - x[:-1] (along axis 0; x[:, 1:] - x[:, :-1] along axis 1)", [])],
+    "np.roll": [("np.concatenate((x[-k:], x[:-k])) for a roll by k along axis 0",
+                 ["np.concatenate"])],
+    "np.tile": [("np.broadcast_to(x, (n,) + x.shape) (then .reshape) to repeat x n times",
+                 ["np.broadcast_to"])],
+    "np.repeat": [("np.broadcast_to(x[:, None], (len(x), k)).reshape(-1) to repeat each "
+                   "element k times", ["np.broadcast_to"])],
+    "np.pad": [("out = np.zeros(padded shape); out[p:-p, p:-p] = x (zero padding)", [])],
+    "np.cov": [("xc = x - x.mean(axis=1, keepdims=True); xc @ xc.T / (x.shape[1] - 1)",
+                ["np.mean", "np.matmul"])],
+    "np.diag": [("a.reshape(-1)[::n + 1] to read the diagonal of an n x n matrix, "
+                 "v[:, None] * np.eye(n) to build one", [])],
+    "np.histogram": [("counts = np.zeros(bins); np.add.at(counts, idx, 1) with "
+                      "idx = ((x - lo) / width).astype(int) clipped to the bins",
+                      ["np.clip"])],
+    "np.linalg.inv": [("np.linalg.solve(a, b) instead of np.linalg.inv(a) @ b",
+                       ["np.linalg.solve"])],
+    "scipy.linalg.inv": [("np.linalg.inv", ["np.linalg.inv"])],
+    "scipy.linalg.solve": [("np.linalg.solve", ["np.linalg.solve"])],
+    "scipy.linalg.cholesky": [("np.linalg.cholesky (lower triangular; scipy's default is "
+                               "upper: take .T)", ["np.linalg.cholesky"])],
+    "scipy.special.expit": [("1 / (1 + np.exp(-x))", ["np.exp"])],
+    "scipy.special.logit": [("np.log(p / (1 - p))", ["np.log"])],
+    "scipy.special.xlogy": [("np.where(x == 0, 0, x * np.log(y))", ["np.where", "np.log"])],
+    "scipy.special.logsumexp": [("m = x.max(axis, keepdims=True); "
+                                 "m + np.log(np.sum(np.exp(x - m), axis, keepdims=True))",
+                                 ["np.exp", "np.log", "np.sum"])],
+    "scipy.special.softmax": [("e = np.exp(x - x.max(axis, keepdims=True)); "
+                               "e / e.sum(axis, keepdims=True)", ["np.exp"])],
+}
+
+
+def instead(public: str) -> str:
+    """'; use ... instead' for a public name with a traceable equivalent, else ''."""
+    for text, needs in _INSTEAD.get(public, ()):
+        if all(_supported(_resolve(n)) for n in needs):
+            return f"; instead, use {text}"
+    return ""
+
+
+def unsupported(func, what: str = "") -> str:
+    """The message for a call fastlaunch cannot trace: `np.linalg.inv is not supported ...`."""
+    public = public_name(func) + what
+    return f"{public} is not supported by fastlaunch yet{instead(public)}"
+
+
+# the packages whose functions convert their arguments with np.asarray instead of dispatching
+_CONVERTING = ("numpy", "scipy", "sklearn", "pandas")
+
+
+def converting_function(frame) -> tuple[str, str]:
+    """Walking out from `frame` (inside an np.asarray of a traced array): the outermost
+    library function, i.e. the one the user's code called, and where it was called:
+    ('scipy.linalg.inv', 'file:line'), or ('', '') when the conversion happened in the
+    user's own code."""
+    entry = None
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        top = module.split(".")[0]
+        if top == "fastlaunch":
+            frame = frame.f_back
+            continue
+        if top not in _CONVERTING:
+            break
+        entry = frame
+        frame = frame.f_back
+    if entry is None:
+        return "", ""
+    code = entry.f_code
+    qual = getattr(code, "co_qualname", code.co_name)
+    public = f"{_public_module(entry.f_globals.get('__name__', ''))}.{qual}"
+    where = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
+    return public, where

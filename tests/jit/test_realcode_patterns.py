@@ -1,0 +1,415 @@
+"""Patterns found by compiling other people's NumPy code unchanged (issue 11, "prove it on
+code you did not write"). Each test is the pattern in our own words, checked against NumPy."""
+import numpy as np
+import pytest
+from numpy import empty as np_empty_by_name
+from numpy import zeros
+
+import fastlaunch as fl
+
+
+# ---- a library that catches our TracingError and raises its own error ----------------------
+def _checked_covariance(c):
+    # a validation helper in the style of many libraries: any failure means "bad input"
+    try:
+        if c[0, 0] <= 0:               # data-dependent: a TracingError while tracing
+            raise ArithmeticError
+    except Exception:
+        raise ValueError("covariance is not positive definite")
+    return c
+
+
+def test_swallowed_tracing_error_reraised_as_other_error_names_both():
+    def density(x, cov):
+        return np.sum(x * (_checked_covariance(cov) @ x))
+
+    x = np.arange(3.0)
+    cov = np.eye(3) * 2.0
+    assert density(x, cov) == 10.0
+    f = fl.compile(density)
+    with pytest.raises(fl.TracingError) as info:
+        f(x, cov)
+    text = str(info.value)
+    # the user sees that fastlaunch failed, not that their matrix is bad
+    assert "caught a fastlaunch.TracingError" in text
+    assert "test_realcode_patterns.py" in text and "_checked_covariance" in text
+    assert "ValueError: covariance is not positive definite" in text
+    assert "bool(x)" in text                   # what was not traceable
+    assert isinstance(info.value.__cause__, ValueError)
+    assert f.stats["entries"] == 0
+
+
+def test_own_error_without_swallowing_is_left_alone():
+    def strict(x):
+        if x.shape[0] != 4:
+            raise ValueError("need four values")
+        return x
+
+    with pytest.raises(ValueError, match="need four values"):
+        fl.compile(strict)(np.zeros(3))
+
+
+# ---- unsupported calls are named as the user wrote them, with what to use instead ----------
+def _message(fn, *args):
+    with pytest.raises(fl.TracingError) as info:
+        fl.compile(fn)(*args)
+    return str(info.value)
+
+
+def test_submodule_function_named_with_its_submodule(monkeypatch):
+    from fastlaunch import numpy_api
+    monkeypatch.delitem(numpy_api.FUNCTIONS, np.linalg.eig, raising=False)
+    text = _message(lambda a: np.linalg.eig(a), np.eye(3))
+    assert text.startswith("np.linalg.eig is not supported"), text
+    text = _message(lambda a: np.fft.rfft(a), np.ones(8))
+    assert text.startswith("np.fft.rfft is not supported"), text
+
+
+def test_scipy_ufunc_named_as_scipy_special(monkeypatch):
+    special = pytest.importorskip("scipy.special")
+    from fastlaunch import ops
+    monkeypatch.delitem(ops.OP_OF_UFUNC, special.erf, raising=False)
+    monkeypatch.delitem(ops._UFUNC_AS, special.erf, raising=False)
+    text = _message(lambda x: special.erf(x) * 2, np.linspace(-1, 1, 5))
+    assert text.startswith("scipy.special.erf is not supported"), text
+    assert "np.erf" not in text
+
+
+def test_unsupported_function_suggests_a_traced_equivalent(monkeypatch):
+    from fastlaunch import numpy_api
+    monkeypatch.delitem(numpy_api.FUNCTIONS, np.flip, raising=False)
+    text = _message(lambda x: np.flip(x) * 2, np.arange(5.0))
+    assert text.startswith("np.flip is not supported") and "instead, use x[::-1]" in text
+    # and the suggestion is right
+    x = np.arange(5.0) ** 2
+    np.testing.assert_array_equal(fl.compile(lambda v: v[::-1] * 2)(x), np.flip(x) * 2)
+
+
+def test_suggestion_only_when_the_equivalent_is_traced(monkeypatch):
+    from fastlaunch import numpy_api
+    monkeypatch.delitem(numpy_api.FUNCTIONS, np.average, raising=False)
+    text = _message(lambda x: np.average(x), np.ones(4))
+    assert "instead, use np.mean" in text
+    monkeypatch.delitem(numpy_api.FUNCTIONS, np.mean)      # the equivalent gone too
+    text = _message(lambda x: np.average(x), np.ones(4))
+    assert text.startswith("np.average is not supported") and "instead" not in text
+
+
+def test_ufunc_methods_named_with_their_ufunc():
+    text = _message(lambda x: np.add.reduceat(x, [0, 2]), np.arange(4.0))
+    assert text.startswith("np.add.reduceat is not supported"), text
+
+
+def test_outer_suggests_broadcasting():
+    a, b = np.arange(3.0), np.arange(4.0) + 1
+    f = fl.compile(lambda u, v: np.subtract.outer(u, v))
+    try:
+        got = f(a, b)
+    except fl.TracingError as err:
+        assert str(err).startswith("np.subtract.outer is not supported")
+        assert "np.subtract(a[:, None], b)" in str(err)
+        got = fl.compile(lambda u, v: np.subtract(u[:, None], v))(a, b)
+    np.testing.assert_array_equal(got, np.subtract.outer(a, b))
+
+
+def test_library_function_that_converts_its_arguments_is_named():
+    linalg = pytest.importorskip("scipy.linalg")
+    from fastlaunch import numpy_api
+
+    def precision_quadratic(x, cov):
+        return x @ linalg.inv(cov) @ x          # scipy converts with np.asarray
+
+    line = precision_quadratic.__code__.co_firstlineno + 1
+    text = _message(precision_quadratic, np.ones(2), np.eye(2))
+    assert text.startswith("scipy.linalg.inv (called at "), text
+    assert f"test_realcode_patterns.py:{line})" in text
+    assert ("instead, use np.linalg.inv" in text) == (np.linalg.inv in numpy_api.FUNCTIONS)
+
+
+def test_conversion_in_own_code_keeps_the_general_message():
+    table = np.arange(4.0)
+
+    def lookup(k):
+        return table[k]           # a NumPy array indexed by a traced array, in own code
+    text = _message(lookup, np.array([1, 2]))
+    assert text.startswith("converting a traced array")
+
+
+# ---- z[mask] = f(x[mask]): elementwise functions of a boolean selection ---------------------
+def _stable_sigmoid(x):
+    # split by sign so that exp never overflows (a common way to write it)
+    pos, neg = x >= 0, x < 0
+    z = np.zeros_like(x)
+    z[pos] = np.exp(-x[pos])
+    z[neg] = np.exp(x[neg])
+    top = np.ones_like(x)
+    top[neg] = z[neg]
+    return top / (1 + z)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_split_by_sign_sigmoid(dtype):
+    f = fl.compile(_stable_sigmoid)
+    rng = np.random.default_rng(0)
+    for _ in range(2):                 # trace, then replay on new values
+        x = (rng.standard_normal((4, 5)) * 30).astype(dtype)
+        got = f(x)
+        want = _stable_sigmoid(x)
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6 if dtype == np.float64 else 1e-5)
+
+
+def _power_where_positive(r):
+    # the mask is written twice: two comparisons of the same array are one mask
+    r[r > 0] = r[r > 0] ** (-1.5)
+    return r.sum()
+
+
+def test_same_mask_written_twice_updates_in_place():
+    f = fl.compile(_power_where_positive)
+    rng = np.random.default_rng(1)
+    for _ in range(2):
+        r = rng.standard_normal((3, 3))
+        mine, ref = r.copy(), r.copy()
+        np.testing.assert_allclose(f(mine), _power_where_positive(ref))
+        np.testing.assert_allclose(mine, ref)        # the argument changed as in NumPy
+
+
+def test_integer_selection_arithmetic_is_exact():
+    def flip_negatives(a, k):
+        neg = a < 0
+        a[neg] = -a[neg] * k + 1
+        return (a[neg] % 3).sum(), (a[neg] > 4).sum()
+
+    f = fl.compile(flip_negatives)
+    rng = np.random.default_rng(2)
+    for k in (2, 3):
+        a = rng.integers(-9, 9, 12)
+        mine, ref = a.copy(), a.copy()
+        got, want = f(mine, k), flip_negatives(ref, k)
+        assert [int(v) for v in got] == [int(v) for v in want]
+        np.testing.assert_array_equal(mine, ref)
+
+
+def test_row_mask_with_trailing_broadcast_value():
+    def scale_rows(x, keep, w):
+        x[keep] = x[keep] * w + 1.0
+        return x
+
+    rng = np.random.default_rng(3)
+    f = fl.compile(scale_rows)
+    for _ in range(2):
+        x, keep, w = rng.standard_normal((5, 3)), rng.random(5) < 0.5, rng.standard_normal(3)
+        np.testing.assert_allclose(f(x.copy(), keep, w), scale_rows(x.copy(), keep, w))
+
+
+def test_selection_reductions_of_derived_values():
+    def stats(x):
+        m = x > 0.5
+        return np.exp(x[m]).sum(), (2 * x[m] - 1).mean(), (-x[m]).any()
+
+    rng = np.random.default_rng(4)
+    f = fl.compile(stats)
+    for _ in range(2):
+        x = rng.random(10)
+        np.testing.assert_allclose(np.array(f(x), dtype=float), np.array(stats(x), dtype=float))
+
+
+def test_selections_that_need_the_count_still_refuse():
+    x = np.arange(6.0) - 2
+
+    def other_mask(x):
+        z = np.zeros_like(x)
+        z[x > 0] = x[x < 1]           # different masks: sizes may differ
+        return z
+
+    def with_full_array(x):
+        return (x[x > 0] + x).sum()   # (count,) + (6,): depends on the count
+
+    for fn in (other_mask, with_full_array):
+        with pytest.raises(fl.TracingError, match="size that depends on the data"):
+            fl.compile(fn)(x)
+    with pytest.raises(fl.TracingError):
+        fl.compile(lambda v: np.exp(v[v > 0]))(x)   # a selection as a result
+
+
+# ---- strings in argument containers: configuration, keyed by value ----------------------------
+def _norm_layer(x, gamma, param):
+    # a layer configured by a dict holding a mode string, numbers and running statistics
+    mode = param["mode"]
+    eps = param.get("eps", 1e-5)
+    momentum = param.get("momentum", 0.9)
+    mean = param.get("running_mean", np.zeros(x.shape[1], dtype=x.dtype))
+    if mode == "train":
+        mu = x.mean(axis=0)
+        out = (x - mu) / np.sqrt(x.var(axis=0) + eps) * gamma
+        param["running_mean"] = momentum * mean + (1 - momentum) * mu
+    elif mode == "test":
+        out = (x - mean) * gamma
+    else:
+        raise ValueError(f"unknown mode {mode!r}")
+    return out, (param, mode)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_mode_string_in_a_config_dict(dtype):
+    f = fl.compile(_norm_layer)
+    rng = np.random.default_rng(5)
+    for mode in ("train", "test", "train", "test"):
+        x = rng.standard_normal((6, 3)).astype(dtype)
+        gamma = rng.standard_normal(3).astype(dtype)
+        start = {"mode": mode, "eps": 1e-3, "running_mean": rng.standard_normal(3).astype(dtype)}
+        mine, ref = dict(start), dict(start)
+        (out, (p, m)), (want, (p_ref, m_ref)) = f(x, gamma, mine), _norm_layer(x, gamma, ref)
+        np.testing.assert_allclose(out, want, rtol=1e-5)
+        assert m == m_ref == mode and p["mode"] == mode    # the string comes back as it went in
+        assert mine.keys() == ref.keys() == p.keys()
+        np.testing.assert_allclose(mine["running_mean"], ref["running_mean"], rtol=1e-5)
+    assert f.stats["entries"] == 2                          # one per mode, reused
+
+
+def test_missing_key_filled_from_default_then_written_back():
+    f = fl.compile(_norm_layer)
+    x, gamma = np.arange(6.0).reshape(3, 2), np.ones(2)
+    mine, ref = {"mode": "train"}, {"mode": "train"}
+    np.testing.assert_allclose(f(x, gamma, mine)[0], _norm_layer(x, gamma, ref)[0])
+    assert set(mine) == {"mode", "running_mean"}
+    np.testing.assert_allclose(mine["running_mean"], ref["running_mean"])
+
+
+def test_string_argument_selects_a_branch():
+    def activate(x, kind):
+        if kind == "relu":
+            return np.maximum(x, 0)
+        return np.tanh(x)
+
+    x = np.linspace(-2, 2, 7)
+    with pytest.raises(TypeError, match="argument 'kind'"):   # a bare str argument: refused
+        fl.compile(activate)(x, "relu")
+    f = fl.compile(activate, static_argnames=("kind",))
+    g = fl.compile(lambda x, opts: activate(x, opts[0]))      # a str inside a container: fine
+    for kind in ("relu", "tanh", "relu"):
+        np.testing.assert_allclose(f(x, kind), activate(x, kind))
+        np.testing.assert_allclose(g(x, (kind,)), activate(x, kind))
+    assert f.stats["entries"] == g.stats["entries"] == 2
+
+
+def test_saved_program_with_a_string_in_its_arguments(tmp_path):
+    def scale(x, cfg):
+        return x * cfg["k"] if cfg["op"] == "mul" else x + cfg["k"]
+
+    path = tmp_path / "scale.flp"
+    fl.compile(scale).save(path, np.ones(3), {"op": "mul", "k": 2.0})
+    loaded = fl.load(path)
+    np.testing.assert_allclose(loaded(np.arange(3.0), {"op": "mul", "k": 3.0}),
+                               np.arange(3.0) * 3.0)
+    with pytest.raises(Exception):          # another string is another signature
+        loaded(np.arange(3.0), {"op": "add", "k": 3.0})
+
+
+# ---- creation functions imported by name (`from numpy import zeros`) --------------------------
+def _fill_rows(a, b):
+    out = zeros((a.shape[0], 2))            # the name imported from numpy, not np.zeros
+    for i in range(a.shape[0]):
+        out[i, 0] = a[i] * b
+        out[i, 1] = a[i] - b
+    scratch = np_empty_by_name(3)           # imported under another name
+    scratch[:] = a[:3]
+    return out, scratch
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+def test_creation_function_imported_by_name(dtype):
+    f = fl.compile(_fill_rows)
+    rng = np.random.default_rng(6)
+    for _ in range(2):
+        a = (rng.standard_normal(4) * 10).astype(dtype)
+        b = dtype(3)
+        for got, want in zip(f(a, b), _fill_rows(a, b)):
+            assert got.dtype == want.dtype
+            np.testing.assert_allclose(got, want)
+    # the module's names are NumPy's own again once the trace is over
+    assert zeros is np.zeros and np_empty_by_name is np.empty
+    assert type(zeros(2)) is np.ndarray
+
+
+def test_library_function_reading_an_unsupported_attribute_is_named():
+    linalg = pytest.importorskip("scipy.linalg")
+
+    def propagate(a):
+        return linalg.expm(a * 0.1)        # scipy inspects its argument before converting it
+
+    with pytest.raises((AttributeError, fl.TracingError)) as info:
+        fl.compile(propagate)(np.eye(2))
+    assert "scipy.linalg.expm" in str(info.value)
+    assert "test_realcode_patterns.py" in str(info.value)
+
+
+def test_ndarray_constructor_buffer_points_to_np_empty():
+    def by_constructor(a):
+        col = np.ndarray((a.shape[0], 2), dtype=a.dtype)   # not intercepted: a plain array
+        col[:, 0] = a * 2
+        col[:, 1] = a + 1
+        return col
+
+    def by_empty(a):
+        col = np.empty((a.shape[0], 2), dtype=a.dtype)
+        col[:, 0] = a * 2
+        col[:, 1] = a + 1
+        return col
+
+    a = np.arange(4.0)
+    with pytest.raises(fl.TracingError, match=r"not np\.ndarray\(shape\) \(use np\.empty"):
+        fl.compile(by_constructor)(a)
+    np.testing.assert_array_equal(fl.compile(by_empty)(a), by_constructor(a))
+
+
+# ---- data-dependent Python control flow: the message says what the line does ---------------
+def test_builtin_max_of_traced_values_suggests_np_maximum():
+    def normalise(img):
+        peak = np.abs(img).max()
+        peak = max(1.0, peak)                  # Python's max on a traced scalar
+        return img / peak
+
+    text = _message(normalise, np.arange(4.0))
+    assert "max()/min()" in text and "np.maximum(a, b)" in text
+    # the suggestion, written out, compiles and matches
+    fixed = fl.compile(lambda img: img / np.maximum(1.0, np.abs(img).max()))
+    for x in (np.arange(4.0), np.full(4, 0.25)):
+        np.testing.assert_allclose(fixed(x), normalise(x))
+
+
+def test_assert_on_traced_values_is_explained():
+    def checked(x):
+        d = np.sqrt((x * x).sum())
+        assert d != 0
+        return x / d
+
+    text = _message(checked, np.ones(3))
+    assert "in an `assert`" in text
+
+
+def test_while_on_traced_values_is_explained():
+    def iterate(x):
+        while np.abs(x).max() > 1:
+            x = x / 2
+        return x
+
+    text = _message(iterate, np.full(3, 5.0))
+    assert "as a `while` condition" in text
+
+
+def test_shipped_program_with_a_string_in_its_arguments():
+    cloudpickle = pytest.importorskip("cloudpickle")
+
+    def scale(x, cfg):
+        return x * cfg["k"] if cfg["op"] == "mul" else x + cfg["k"]
+
+    f = fl.compile(scale, backend="cpu").with_programs(np.ones(3), {"op": "mul", "k": 2.0})
+    g = cloudpickle.loads(cloudpickle.dumps(f))
+    np.testing.assert_allclose(g(np.arange(3.0), {"op": "mul", "k": 3.0}), np.arange(3.0) * 3)
+    # by keyword: the slow path finds the shipped entry by its recorded keys
+    np.testing.assert_allclose(g(np.arange(3.0), cfg={"op": "mul", "k": 4.0}), np.arange(3.0) * 4)
+    assert g.stats["traces"] == 0 and g.stats["programs_loaded"] == 1
+    np.testing.assert_allclose(g(np.arange(3.0), {"op": "add", "k": 3.0}), np.arange(3.0) + 3)
+    assert g.stats["traces"] == 1                        # another string: traced afresh
