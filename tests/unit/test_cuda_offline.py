@@ -67,6 +67,10 @@ CASES = {
     "python_ints": (lambda a, n: a * n + n ** 3, [np.arange(10), 7]),
     "bools": (lambda a, b: np.logical_xor(a, b) | ~a, [np.ones(9, bool), np.zeros(9, bool)]),
     "views": (lambda a: a.T[::2, 1:] + a[::-1, ::3].sum(), [np.ones((12, 9))]),
+    # a thread per row: insertion sort (short rows), radix sort with positions (long ones)
+    "sort_short": (lambda a: np.sort(a, axis=0), [np.linspace(3, -3, 60).reshape(6, 10)]),
+    "argsort_long": (lambda a: np.argsort(a * 2, axis=-1, kind="stable"),
+                     [np.linspace(5, -5, 600, dtype=np.float32).reshape(3, 200)]),
 }
 
 
