@@ -1500,13 +1500,13 @@ def _quantile(a, q, axis, method, keepdims, weak_q, name):
     def one(t, ax):
         arr = moveaxis(sort(t, ax), ax, 0)
         count = arr.shape[0]
-        virtual = np.asanyarray(count * q + (1 + q * (1 - 1 - 1)) - 1)
+        virtual = np.asanyarray((count - 1) * q)        # the linear method's virtual index
         nans = arr.dtype.kind == "f"
         if np.issubdtype(virtual.dtype, np.integer):
             result = take(arr, virtual, axis=0)
         else:
-            prev = np.floor(virtual)
-            nxt = prev + 1
+            prev = np.array(np.floor(virtual))
+            nxt = np.array(prev + 1)
             above = virtual >= count - 1
             prev[above] = -1
             nxt[above] = -1
