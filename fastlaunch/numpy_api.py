@@ -111,6 +111,9 @@ def array_function(func, args, kwargs):
     impl = FUNCTIONS.get(func)
     if impl is None:
         name = getattr(func, "__name__", repr(func))
+        if (getattr(func, "__module__", None) or "").startswith("numpy.fft"):
+            raise TracingError(f"np.fft.{name} is not supported by fastlaunch: its results are "
+                               f"complex, and fastlaunch traces real and bool dtypes only")
         raise TracingError(f"np.{name} is not supported by fastlaunch yet")
     return impl(*args, **kwargs)
 
@@ -134,6 +137,8 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         return ufunc_at(ufunc, *inputs, **kwargs)
     if method == "accumulate":
         return ufunc_accumulate(ufunc, *inputs, **kwargs)
+    if method == "outer":
+        return ufunc_outer(ufunc, *inputs, **kwargs)
     raise TracingError(f"np.{ufunc.__name__}.{method} is not supported by fastlaunch yet")
 
 
@@ -1565,6 +1570,200 @@ def _partition_inplace(self, kth, axis=-1, kind="introselect", order=None):
     setitem(self, Ellipsis, partition(self, kth, axis, kind, order))
 
 
+# ---- outer products and matrix helpers ---------------------------------------------------------
+def ufunc_outer(ufunc, a, b, **kwargs):
+    """ufunc.outer(a, b): a's axes first, then b's, by broadcasting (no copy of either)."""
+    if ufunc.nin != 2:
+        raise ValueError("method outer is only supported for binary functions")
+    if kwargs.get("out") is not None:
+        raise TracingError(f"np.{ufunc.__name__}.outer(..., out=...) is not supported")
+    kwargs.pop("out", None)
+    # outer makes arrays of Python scalars (int64, float64): no weak promotion
+    an, bn = (node_of(np.asarray(x) if type(x) in (bool, int, float) else x) for x in (a, b))
+    g = current_graph()
+    a2 = wrap(ops.reshape(g, an, an.shape + (1,) * bn.ndim))
+    b2 = wrap(bn)
+    r = call_ufunc(ufunc, (a2, b2), **kwargs)
+    r.scalar = False
+    return r
+
+
+def _readonly(node: Node, what: str) -> Tracer:
+    return Tracer(Storage(node, frozen_reason=f"{what} returns a read-only view"), scalar=False)
+
+
+@implements(np.diagonal)
+def diagonal(a, offset=0, axis1=0, axis2=1):
+    """A view: axis1 and axis2 moved last and merged, then a slice of step m + 1."""
+    t = _as_tracer(a)
+    if t.ndim < 2:
+        raise ValueError("diag requires an array of at least two dimensions")
+    ax1 = ops.normalize_axes(axis1, t.ndim)[0]
+    ax2 = ops.normalize_axes(axis2, t.ndim)[0]
+    if ax1 == ax2:
+        raise ValueError("axis1 and axis2 cannot be the same")
+    g = current_graph()
+    offset = int(offset)
+    rest = [d for d in range(t.ndim) if d not in (ax1, ax2)]
+    moved = ops.transpose(g, t.node, rest + [ax1, ax2])
+    n, m = moved.shape[-2:]
+    lead = moved.shape[:-2]
+    k = max(0, min(n, m - offset)) if offset >= 0 else max(0, min(n + offset, m))
+    flat = ops.reshape(g, moved, lead + (n * m,))
+    start = (offset if offset >= 0 else -offset * m) if k else 0
+    r = ops.slice_view(g, flat, (0,) * len(lead) + (start,), (1,) * len(lead) + (m + 1,),
+                       lead + (k,))
+    return _readonly(r, "np.diagonal")
+
+
+@implements(np.diag)
+def diag(v, k=0):
+    t = _as_tracer(v)
+    k = int(k)
+    if t.ndim == 2:
+        r = diagonal(t, k)
+        return wrap(r.node, scalar=False)
+    if t.ndim != 1:
+        raise ValueError("Input must be 1- or 2-d.")
+    g = current_graph()
+    n = t.shape[0] + abs(k)
+    zeros = ops.broadcast_to(g, ops.literal(g, 0, t.dtype), (n * n,))
+    start = k if k >= 0 else -k * n
+    r = ops.set_region(g, zeros, (start,), (n + 1,), (t.shape[0],), t.node)
+    return wrap(ops.reshape(g, r, (n, n)), scalar=False)
+
+
+@implements(np.trace)
+def trace_(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    _no_extra("trace", out=out)
+    return sum_(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)
+
+
+def _tri_mask(shape2, k, lower: bool) -> Tracer:
+    g = current_graph()
+    n = shape2[0]
+    m = shape2[1] if len(shape2) > 1 else n
+    rows = wrap(ops.iota(g, (n, m), 0, np.intp), scalar=False)
+    cols = wrap(ops.iota(g, (n, m), 1, np.intp), scalar=False)
+    d = cols - rows
+    return call_ufunc(np.less_equal if lower else np.greater_equal, (d, int(k)))
+
+
+def _tri_select(m, k, lower):
+    t = _as_tracer(m)
+    if t.ndim == 0:
+        raise TypeError("tri() missing 1 required positional argument: 'N'")
+    r = where(_tri_mask(t.shape[-2:], k, lower), t, np.zeros(1, t.dtype))
+    return r
+
+
+@implements(np.tril)
+def tril(m, k=0):
+    return _tri_select(m, k, True)
+
+
+@implements(np.triu)
+def triu(m, k=0):
+    return _tri_select(m, k, False)
+
+
+@implements(np.kron)
+def kron(a, b):
+    """a[i] * b[j] at i * b.shape + j: a broadcast product of interleaved axes, reshaped."""
+    ta, tb = _as_tracer(a), _as_tracer(b)
+    nd = max(ta.ndim, tb.ndim)
+    sa = (1,) * (nd - ta.ndim) + ta.shape
+    sb = (1,) * (nd - tb.ndim) + tb.shape
+    ia = tuple(x for s in sa for x in (s, 1))
+    ib = tuple(x for s in sb for x in (1, s))
+    r = call_ufunc(np.multiply, (reshape(ta, ia), reshape(tb, ib)))
+    out = reshape(r, tuple(x * y for x, y in zip(sa, sb)))
+    out.scalar = False
+    return out
+
+
+@implements(np.cross)
+def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
+    """NumPy's own sequence of products and differences (the same roundings)."""
+    if axis is not None:
+        axisa, axisb, axisc = (axis,) * 3
+    ta, tb = _as_tracer(a), _as_tracer(b)
+    if ta.ndim < 1 or tb.ndim < 1:
+        raise ValueError("At least one array has zero dimension")
+    ta = moveaxis(ta, ops.normalize_axes(axisa, ta.ndim)[0], -1)
+    tb = moveaxis(tb, ops.normalize_axes(axisb, tb.ndim)[0], -1)
+    na, nb = ta.shape[-1], tb.shape[-1]
+    if na not in (2, 3) or nb not in (2, 3):
+        raise ValueError("incompatible dimensions for cross product\n"
+                         "(dimension must be 2 or 3)")
+    if na == 2 or nb == 2:
+        import warnings
+        warnings.warn("Arrays of 2-dimensional vectors are deprecated. Use arrays of "
+                      "3-dimensional vectors instead. (deprecated in NumPy 2.0)",
+                      DeprecationWarning, stacklevel=2)
+    dt = np.promote_types(ta.dtype, tb.dtype)
+    ta, tb = astype(ta, dt), astype(tb, dt)
+    a0, a1, b0, b1 = ta[..., 0], ta[..., 1], tb[..., 0], tb[..., 1]
+    mul, sub = (lambda x, y: call_ufunc(np.multiply, (x, y))), \
+        (lambda x, y: call_ufunc(np.subtract, (x, y)))
+    if na == 2 and nb == 2:
+        r = sub(mul(a0, b1), mul(a1, b0))
+        r.scalar = False
+        return r
+    if na == 2:
+        b2 = tb[..., 2]
+        cps = [mul(a1, b2), call_ufunc(np.negative, (mul(a0, b2),)), sub(mul(a0, b1), mul(a1, b0))]
+    elif nb == 2:
+        a2 = ta[..., 2]
+        cps = [call_ufunc(np.negative, (mul(a2, b1),)), mul(a2, b0), sub(mul(a0, b1), mul(a1, b0))]
+    else:
+        a2, b2 = ta[..., 2], tb[..., 2]
+        cps = [sub(mul(a1, b2), mul(a2, b1)), sub(mul(a2, b0), mul(a0, b2)),
+               sub(mul(a0, b1), mul(a1, b0))]
+    shape = ops.broadcast_shapes(*(c.shape for c in cps))
+    cp = stack([broadcast_to(c, shape) for c in cps], axis=-1)
+    cp = astype(cp, dt)
+    axc = ops.normalize_axes(axisc, cp.ndim)[0]
+    return moveaxis(cp, -1, axc)
+
+
+@implements(np.meshgrid)
+def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
+    if indexing not in ("xy", "ij"):
+        raise ValueError("Valid values for `indexing` are 'xy' and 'ij'.")
+    nd = len(xi)
+    outs = []
+    for i, x in enumerate(xi):
+        shape = [1] * nd
+        shape[i] = -1
+        outs.append(reshape(ravel(_as_tracer(x)), tuple(shape)))
+    if indexing == "xy" and nd > 1:
+        for i in range(nd):
+            s = list(outs[i].shape)
+            s[0], s[1] = s[1], s[0]
+            outs[i] = reshape(outs[i], tuple(s))
+    if not sparse:
+        full = ops.broadcast_shapes(*(o.shape for o in outs))
+        outs = [wrap(ops.broadcast_to(current_graph(), o.node, full), scalar=False)
+                for o in outs]
+    return tuple(outs)
+
+
+@implements(np.ix_)
+def ix_(*args):
+    out = []
+    nd = len(args)
+    for k, new in enumerate(args):
+        t = _as_tracer(new)
+        if t.ndim != 1:
+            raise ValueError("Cross index must be 1 dimensional")
+        if t.dtype.kind == "b":
+            raise TracingError("np.ix_ of a traced boolean mask has a data-dependent size, "
+                               "which cannot be traced")
+        out.append(reshape(t, (1,) * k + (t.shape[0],) + (1,) * (nd - k - 1)))
+    return tuple(out)
+
+
 # ---- data-dependent output sizes ---------------------------------------------------------------
 def _data_dependent(name):
     def refuse(*args, **kwargs):
@@ -1760,6 +1959,9 @@ _method("dot", lambda self, other, out=None: dot(self, other, out))
 _method("cumsum", lambda self, axis=None, dtype=None, out=None: cumsum(self, axis, dtype, out))
 _method("cumprod", lambda self, axis=None, dtype=None, out=None: cumprod(self, axis, dtype, out))
 _method("sort", _sort_inplace)
+_method("diagonal", lambda self, offset=0, axis1=0, axis2=1: diagonal(self, offset, axis1, axis2))
+_method("trace", lambda self, offset=0, axis1=0, axis2=1, dtype=None, out=None:
+        trace_(self, offset, axis1, axis2, dtype, out))
 _method("partition", _partition_inplace)
 _method("argsort", lambda self, axis=-1, kind=None, order=None, *, stable=None:
         argsort(self, axis, kind, order, stable=stable))

@@ -56,6 +56,14 @@ CASES = {
     "median": (lambda x: (np.median(x), np.median(x, axis=1)), [_x]),
     "quantile": (lambda x: (np.quantile(x, [0.1, 0.9], axis=0), np.percentile(x, 30)), [_x]),
     "method sort": (lambda x: (x.sort(), x.argsort())[1], [_x.copy()]),
+    "outer": (lambda a, v: (np.subtract.outer(a, v), np.less.outer(v, a[:3])), [_sorted, _v]),
+    "diagonal trace diag": (lambda x, v: (np.diagonal(x, 2), np.trace(x), np.diag(v, -1)),
+                            [_x, _v]),
+    "tril triu kron": (lambda x, i: (np.tril(x, -2), np.triu(i), np.kron(i[:2, :3], x[:2])),
+                       [_x, _i]),
+    "cross meshgrid ix_": (lambda x, v: (np.cross(x[:, :3], v[:3]), np.meshgrid(v, x[0]),
+                                         x[np.ix_(np.array([0, 2]), np.array([1, 3]))]),
+                           [_x, _v]),
 }
 
 
