@@ -359,6 +359,8 @@ def _sort_reader(self, srt, value, n) -> Sort:
             _fail("a sort positions scratch of the wrong dtype")
     elif pscratch is not None:
         _fail("a positions scratch without positions")
+    if len({arg, scratch, pscratch}) != 3:
+        _fail("a sort's output, scratch and positions scratch must be distinct arguments")
     return Sort(v, arg, index, scratch, pscratch, positions)
 
 
