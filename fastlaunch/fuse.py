@@ -17,8 +17,9 @@ import numpy as np
 from .ir import Graph, Kind, Node, Op
 from .leaves import contiguous_strides
 from .kernel import (RANDOM_COST, TRANSCENDENTAL, TRANSCENDENTAL_COST, Compute, Const, DivMod,
-                     Folded, Index, IndexValue, Phase, accumulator_dtype, Kernel, KernelArg, Load, Pick, Random, Reduction, Scalar,
-                     Store, address, coalesce, idents, index_picks, set_extents, simplify)
+                     Folded, Index, IndexValue, Phase, accumulator_dtype, Kernel, KernelArg, Load,
+                     Pick, Random, Reduction, Scalar, Sort, Store, address, coalesce, idents,
+                     index_picks, set_extents, simplify)
 
 # LLVM's optimiser takes time quadratic in the size of a loop body (measured here: 0.15 s at
 # 1000 operations, 2.4 s at 4000), so a fused expression growing past this many operations
@@ -290,6 +291,8 @@ class _Fuser:
             self.emit_reduce(node, buf)
         elif node.op.kind is Kind.SCAN:
             self.emit_scan(node, buf)
+        elif node.op.kind is Kind.SORT:
+            self.emit_sort(node, buf)
         elif node.op.kind in _UPDATES:
             self.emit_update_chain(node, buf)
         else:
@@ -373,6 +376,27 @@ class _Fuser:
         fold = Op.SUM if node.op is Op.CUMSUM else Op.PROD
         kb.reduce(fold, value, out, address(out.strides, tuple(imap)), scan=True,
                   acc=node.dtype)
+        self.add_kernel(kb)
+
+    def emit_sort(self, node: Node, out: Buffer):
+        """sort/argsort: one launch index per row (the other axes), the row the one rspace
+        loop; the operand is computed into per-row scratch, sorted there, then stored."""
+        src = node.inputs[0]
+        axis = node.attrs["axis"]
+        n = src.shape[axis]
+        others = [d for d in range(src.ndim) if d != axis]
+        imap = [None] * src.ndim
+        for loop_dim, d in enumerate(others + [axis]):
+            imap[d] = Index.loop(loop_dim)
+        space = tuple(src.shape[d] for d in others)
+        rows = int(np.prod(space, dtype=np.int64))
+        kb = _KernelBuilder(self, space, (n,), node.op.value)
+        value = kb.build(src, tuple(imap))
+        key_dt = np.dtype(f"u{max(1, src.dtype.itemsize)}")
+        scratch = self.new_buffer("temp", key_dt, (rows * 2 * n,))
+        pscratch = (self.new_buffer("temp", np.int64, (rows * 2 * n,))
+                    if node.op is Op.ARGSORT else None)
+        kb.sort(value, out, address(out.strides, tuple(imap)), scratch, pscratch)
         self.add_kernel(kb)
 
     def emit_update_chain(self, node: Node, out: Buffer):
@@ -612,7 +636,7 @@ def _reaches(roots, target: Node) -> bool:
 
 
 def _needs_buffer(node: Node) -> bool:
-    return node.op.kind in (Kind.REDUCE, Kind.SCAN, Kind.SCATTER, Kind.UPDATE)
+    return node.op.kind in (Kind.REDUCE, Kind.SCAN, Kind.SCATTER, Kind.UPDATE, Kind.SORT)
 
 
 def _covers(chain: list, shape) -> bool:
@@ -680,6 +704,17 @@ class _KernelBuilder:
         self._mark_write(i)
         self.kernel.reduction = Reduction(op, value, i, index, chunk,
                                           np.dtype(acc) if acc is not None else None, scan)
+
+    def sort(self, value, buf: Buffer, index: Index, scratch: Buffer, pscratch):
+        i = self.arg(buf, "buffer")
+        self._mark_write(i)
+        si = self.arg(scratch, "buffer")
+        self._mark_write(si)
+        pi = None
+        if pscratch is not None:
+            pi = self.arg(pscratch, "buffer")
+            self._mark_write(pi)
+        self.kernel.sort = Sort(value, i, index, si, pi, pscratch is not None)
 
     def _intern(self, e):
         """One object per equal leaf expression (loads, constants, scalars)."""

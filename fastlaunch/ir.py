@@ -48,6 +48,7 @@ class Kind(enum.Enum):
     GATHER = "gather"            # reads its first operand at data-dependent indices
     SCATTER = "scatter"          # writes or accumulates values at data-dependent indices
     UPDATE = "update"            # replaces a strided region of its base
+    SORT = "sort"                # orders its operand along one axis
 
 
 class Op(enum.Enum):
@@ -170,6 +171,10 @@ class Op(enum.Enum):
     # running folds
     CUMSUM = ("cumsum", Kind.SCAN, 1)
     CUMPROD = ("cumprod", Kind.SCAN, 1)
+    # sort(x) along `axis`: ascending, NaNs last, stable (equal values keep their order);
+    # argsort(x): the int64 positions along `axis` that sort x, stably
+    SORT = ("sort", Kind.SORT, 1)
+    ARGSORT = ("argsort", Kind.SORT, 1)
     # data-dependent indexing along axes [axis, axis+k): gather(src, idx0..idxk-1) reads
     # src[..., idx0[b], ..., idxk-1[b], ...]; scatter(base, values, idx0..idxk-1) is base with
     # values written (mode set) or combined (add/max/min) at those positions

@@ -15,8 +15,8 @@ import numpy as np
 from .ir import Op, dtype_short
 
 __all__ = ["KernelError", "accumulator_dtype", "Loop", "DivMod", "Pick", "Index", "Load", "Scalar", "Const",
-           "IndexValue", "Random", "Compute", "Folded", "Phase", "Store", "Reduction", "KernelArg", "Kernel", "walk",
-           "index_picks"]
+           "IndexValue", "Random", "Compute", "Folded", "Phase", "Store", "Reduction", "Sort",
+           "KernelArg", "Kernel", "walk", "index_picks", "SMALL_SORT", "sort_passes"]
 
 
 class KernelError(enum.IntFlag):
@@ -279,6 +279,33 @@ class Reduction:
         return self.acc if self.acc is not None else accumulator_dtype(self.op, self.value.dtype)
 
 
+# Rows up to this long sort by insertion (a few compares each, no histograms); longer ones by
+# a least-significant-digit radix sort on 8-bit digits (stable, passes whose digit is the same
+# for the whole row skipped).
+SMALL_SORT = 32
+
+
+def sort_passes(dtype) -> int:
+    """Radix passes (8-bit digits) of a sort key of `dtype`."""
+    return np.dtype(dtype).itemsize
+
+
+@dataclass(frozen=True)
+class Sort:
+    """Each point of the space sorts one row: the values of `value` over the single rspace
+    loop, in ascending order with NaNs last, stably (equal keys keep their order; -0.0 equals
+    0.0), stored at `index` of `arg`: the values themselves, or with `positions` their int64
+    positions in the row (argsort).  `scratch`: an argument of unsigned ints of the value's
+    size (bool: one byte) with 2*n elements per row (the row at flat space position p owns
+    [2*n*p, 2*n*(p+1))); `pscratch`: the same in int64 for positions (argsort only)."""
+    value: object
+    arg: int
+    index: Index
+    scratch: int
+    pscratch: int | None = None
+    positions: bool = False
+
+
 @dataclass(frozen=True)
 class KernelArg:
     kind: str         # "buffer" or "scalar"
@@ -303,6 +330,7 @@ class Kernel:
     # kernel.  Whatever it is, it has `launch_size` (LAUNCH n) and `params` (the executable's
     # per-kernel words, e.g. the CPU's work per launch index) and `describe()`.
     schedule: object = None
+    sort: Sort | None = None          # a per-row sort (rspace: the row), instead of a reduction
 
     @property
     def size(self) -> int:
@@ -326,6 +354,8 @@ class Kernel:
         """Memory accesses and operations of one innermost iteration; a math-library call
         counts as TRANSCENDENTAL_COST."""
         cost = len(self.stores) + (self.reduction is not None)
+        if self.sort is not None:     # copy in, the radix passes (or insertion), copy out
+            cost += 2 + 3 * sort_passes(self.sort.value.dtype)
         for e in walk(self._roots()):
             if isinstance(e, Compute):
                 cost += TRANSCENDENTAL_COST if e.op in TRANSCENDENTAL else 1
@@ -362,6 +392,8 @@ class Kernel:
         roots += [s.value for s in self.stores]
         if self.reduction is not None:
             roots.append(self.reduction.value)
+        if self.sort is not None:
+            roots.append(self.sort.value)
         return roots
 
     def describe(self) -> str:
@@ -391,6 +423,12 @@ class Kernel:
             extra = (f" chunk={r.chunk}" if r.chunk else "") + (" scan" if r.scan else "")
             lines.append(f"  arg{r.arg}[{r.index}] = {r.op.value}{extra} over rspace of "
                          f"{names[id(r.value)]} (acc {dtype_short(r.acc_dtype)})")
+        if self.sort is not None:
+            s = self.sort
+            what = "argsort" if s.positions else "sort"
+            scratch = f"arg{s.scratch}" + (f", arg{s.pscratch}" if s.pscratch is not None else "")
+            lines.append(f"  arg{s.arg}[{s.index}] = {what} over rspace of {names[id(s.value)]}"
+                         f" (scratch {scratch})")
         if self.schedule is not None:
             lines.append(f"  schedule: {self.schedule.describe()}")
         return "\n".join(lines)
@@ -577,6 +615,8 @@ def _all_indices(k: Kernel) -> list:
         add(ix)
     if k.reduction is not None:
         add(k.reduction.index)
+    if k.sort is not None:
+        add(k.sort.index)
     return out
 
 
@@ -615,6 +655,10 @@ def substitute(k: Kernel, space, rspace, mapping) -> Kernel:
         r = k.reduction
         out.reduction = Reduction(r.op, rebuild(r.value), r.arg, sub(r.index), r.chunk, r.acc,
                                   r.scan)
+    if k.sort is not None:
+        s = k.sort
+        out.sort = Sort(rebuild(s.value), s.arg, sub(s.index), s.scratch, s.pscratch,
+                        s.positions)
     return out
 
 
@@ -639,6 +683,14 @@ def set_extents(k: Kernel):
         see(s.arg, s.index)
     if k.reduction is not None and all(k.space):
         see(k.reduction.arg, k.reduction.index, inside_all=k.reduction.scan)
+    if k.sort is not None and runs:
+        s = k.sort
+        see(s.arg, s.index)
+        # each row's scratch: 2*n elements at 2*n*(flat space position)
+        for arg in (s.scratch, s.pscratch):
+            if arg is not None:
+                see(arg, Index(2 * k.size * k.rspace[0] - 1))
+                see(arg, Index(0))
     for i, a in enumerate(k.args):
         if a.kind == "buffer":
             extent = (lo[i], hi[i]) if i in lo else (0, -1)

@@ -13,9 +13,13 @@ KernelFormatError (a ValueError), never an exception of another kind:
   `nsw`: an overflow would be undefined behaviour), a DivMod's operand is never negative (the
   code divides unsigned) and its claimed bound is raised to what the loop sizes allow (the
   code skips the modulo below the bound);
-* a kernel without a reduction or prelude phases has no reduction loops (set_extents would
-  skip its accesses); a phase's value reads only earlier phases (`Folded`), the body any;
-  and a reduction's result index holds no data-dependent index (its loads would be unaccounted).
+* a kernel without a reduction, sort or prelude phases has no reduction loops (set_extents
+  would skip its accesses); a phase's value reads only earlier phases (`Folded`), the body any;
+  and a reduction's result index holds no data-dependent index (its loads would be
+  unaccounted);
+* a sort has exactly one reduction loop (the row), no reduction or prelude beside it, scratch
+  arguments of the dtypes the code generator addresses them with, and an output of its value's
+  dtype (int64 for positions).
 
 Those are the facts `kernel.set_extents` relies on: the element ranges it computes from a
 decoded kernel bound every address the generated code can form, and the verifier checks those
@@ -29,7 +33,7 @@ import numpy as np
 
 from .ir import Kind, Op
 from .kernel import (Compute, Const, DivMod, Folded, Index, IndexValue, Kernel, KernelArg, Load,
-                     Loop, Phase, Random, Pick, Reduction, Scalar, Store, index_picks, walk)
+                     Loop, Phase, Random, Pick, Reduction, Scalar, Sort, Store, index_picks, walk)
 
 FORMAT = 1
 LIMIT = 1 << 62          # sizes and address magnitudes
@@ -85,6 +89,7 @@ def kernel_to_json(k: Kernel) -> dict:
             table.append(["op", e.op.value, e.dtype.str, [ids[id(o)] for o in e.operands],
                           bool(e.checked)])
     r = k.reduction
+    srt = k.sort
     return {
         "format": FORMAT,
         "space": [int(s) for s in k.space], "rspace": [int(s) for s in k.rspace],
@@ -99,6 +104,9 @@ def kernel_to_json(k: Kernel) -> dict:
             "op": r.op.value, "value": ids[id(r.value)], "arg": r.arg, "index": index(r.index),
             "chunk": r.chunk, "acc": None if r.acc is None else np.dtype(r.acc).str,
             "scan": bool(r.scan)},
+        "sort": None if srt is None else {
+            "value": ids[id(srt.value)], "arg": srt.arg, "index": index(srt.index),
+            "scratch": srt.scratch, "pscratch": srt.pscratch, "positions": bool(srt.positions)},
     }
 
 
@@ -312,7 +320,16 @@ class _Reader:
         if any(isinstance(e, Folded) and e.phase >= len(k.prelude) for e in self.nodes):
             _fail("a folded value of a phase that does not exist")
         r = j["reduction"]
-        if r is None:
+        srt = j.get("sort")
+        if srt is not None:
+            if r is not None:
+                _fail("a sort and a reduction in one kernel")
+            if k.prelude:
+                _fail("a sort with prelude phases")
+            k.sort = self.sort(srt, value, n)
+            written |= {k.sort.arg, k.sort.scratch} | (
+                {k.sort.pscratch} if k.sort.pscratch is not None else set())
+        elif r is None:
             if self.rspace and not k.prelude:
                 _fail("reduction loops without a reduction")
         else:
@@ -339,6 +356,40 @@ class _Reader:
             if not self.args[i].writes:
                 _fail(f"argument {i} is written but not marked as written")
         return k
+
+
+def _sort_reader(self, srt, value, n) -> Sort:
+    if type(srt) is not dict:
+        _fail("malformed sort")
+    if len(self.rspace) != 1 or self.rspace[0] < 1:
+        _fail("a sort needs exactly one non-empty row loop")
+    if 2 * math.prod(self.sizes) > LIMIT:
+        _fail("sort scratch too large")
+    v = value(srt["value"], "sort value")
+    positions = _bool(srt["positions"], "sort positions")
+    arg = self.arg(srt["arg"], "buffer", "the sort")
+    out_dt = np.dtype(np.int64) if positions else v.dtype
+    if self.args[arg].dtype != out_dt:
+        _fail(f"a sort stores {out_dt} into a {self.args[arg].dtype} buffer")
+    index = self.index(srt["index"], n)[0]
+    if index_picks(index):
+        _fail("a sort result at a data-dependent index")
+    scratch = self.arg(srt["scratch"], "buffer", "the sort scratch")
+    if self.args[scratch].dtype != np.dtype(f"u{v.dtype.itemsize}"):
+        _fail("a sort scratch of the wrong dtype")
+    pscratch = srt["pscratch"]
+    if positions:
+        pscratch = self.arg(pscratch, "buffer", "the sort positions scratch")
+        if self.args[pscratch].dtype != np.int64:
+            _fail("a sort positions scratch of the wrong dtype")
+    elif pscratch is not None:
+        _fail("a positions scratch without positions")
+    if len({arg, scratch, pscratch}) != 3:
+        _fail("a sort's output, scratch and positions scratch must be distinct arguments")
+    return Sort(v, arg, index, scratch, pscratch, positions)
+
+
+_Reader.sort = _sort_reader
 
 
 def kernel_from_json(j) -> Kernel:

@@ -111,6 +111,10 @@ def _python_result_type(ufunc, weak_types) -> type | None:
 def array_function(func, args, kwargs):
     impl = FUNCTIONS.get(func)
     if impl is None:
+        if (getattr(func, "__module__", None) or "").startswith("numpy.fft"):
+            raise TracingError(f"np.fft.{getattr(func, '__name__', func)} is not supported by "
+                               f"fastlaunch: its results are complex, and fastlaunch traces real "
+                               f"and bool dtypes only")
         raise TracingError(naming.unsupported(func))
     return impl(*args, **kwargs)
 
@@ -134,10 +138,10 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         return ufunc_at(ufunc, *inputs, **kwargs)
     if method == "accumulate":
         return ufunc_accumulate(ufunc, *inputs, **kwargs)
-    instead = (f"; instead, use {naming.public_name(ufunc)}(a[:, None], b) (broadcasting)"
-               if method == "outer" else "")
+    if method == "outer":
+        return ufunc_outer(ufunc, *inputs, **kwargs)
     raise TracingError(f"{naming.public_name(ufunc)}.{method} is not supported by fastlaunch "
-                       f"yet{instead}")
+                       f"yet")
 
 
 def call_ufunc(ufunc, inputs, out=None, dtype=None, casting="same_kind", _operator=False,
@@ -1370,6 +1374,459 @@ def take_along_axis(arr, indices, axis=-1):
     return wrap(ops.gather(g, t.node, picks, 0), scalar=False)
 
 
+# ---- sorting and selection -------------------------------------------------------------------
+_SORT_KINDS = (None, "quicksort", "quick", "mergesort", "merge", "heapsort", "heap", "stable")
+
+
+def _sort_args(name, kind, order, stable=None):
+    if order is not None:
+        raise TracingError(f"np.{name}(..., order=...) sorts structured arrays, which fastlaunch "
+                           f"does not trace")
+    if kind not in _SORT_KINDS:
+        raise ValueError(f"sort kind must be one of 'quick', 'heap', or 'stable' (got {kind!r})")
+    if stable is not None and kind is not None:
+        raise ValueError("`kind` and `stable` parameters can't both be specified.")
+
+
+@implements(np.sort)
+def sort(a, axis=-1, kind=None, order=None, *, stable=None):
+    """Every kind sorts stably (a valid answer for the unstable kinds too)."""
+    _sort_args("sort", kind, order, stable)
+    return wrap(ops.sort(current_graph(), node_of(a), axis), scalar=False)
+
+
+@implements(np.argsort)
+def argsort(a, axis=-1, kind=None, order=None, *, stable=None):
+    """Stable for every kind: ties keep their order (NumPy's default quicksort leaves their
+    order unspecified; mergesort/stable give exactly this)."""
+    _sort_args("argsort", kind, order, stable)
+    n = node_of(a)
+    if n.ndim == 0:                      # NumPy sorts a 0-d array as one element
+        n = ops.reshape(current_graph(), n, (1,))
+        axis = -1 if axis is not None else None
+    return wrap(ops.sort(current_graph(), n, axis, positions=True), scalar=False)
+
+
+def _kth(kth, size: int) -> None:
+    if is_tracer(kth):
+        raise TracingError("np.partition with a traced kth is not supported; kth must be static")
+    for k in np.atleast_1d(np.asarray(kth)).ravel():
+        if not np.issubdtype(np.asarray(k).dtype, np.integer):
+            raise TypeError("Partition index must be integer")
+        if not -size <= int(k) < size:
+            raise ValueError(f"kth(={int(k) + size if int(k) < 0 else int(k)}) out of bounds "
+                             f"({size})")
+
+
+@implements(np.partition)
+def partition(a, kth, axis=-1, kind="introselect", order=None):
+    """A full sort: a valid partition for every kth (NumPy's order within the two sides is
+    unspecified)."""
+    if kind != "introselect":
+        raise ValueError(f"partition kind must be 'introselect' (got {kind!r})")
+    _sort_args("partition", None, order)
+    n = node_of(a)
+    if axis is None:
+        n, axis = ops.reshape(current_graph(), n, (-1,)), 0
+    if n.ndim == 0:
+        raise np.exceptions.AxisError(int(axis), 0)
+    ax = ops.normalize_axes(int(axis), n.ndim)[0]
+    _kth(kth, n.shape[ax])
+    return wrap(ops.sort(current_graph(), n, ax), scalar=False)
+
+
+@implements(np.argpartition)
+def argpartition(a, kth, axis=-1, kind="introselect", order=None):
+    if kind != "introselect":
+        raise ValueError(f"partition kind must be 'introselect' (got {kind!r})")
+    _sort_args("argpartition", None, order)
+    n = node_of(a)
+    g = current_graph()
+    if n.ndim == 0:
+        n = ops.reshape(g, n, (1,))
+        axis = -1 if axis is not None else None
+    if axis is None:
+        n, axis = ops.reshape(g, n, (-1,)), 0
+    ax = ops.normalize_axes(int(axis), n.ndim)[0]
+    _kth(kth, n.shape[ax])
+    return wrap(ops.sort(g, n, ax, positions=True), scalar=False)
+
+
+def _nan_last_less(x: Tracer, y: Tracer) -> Tracer:
+    """x < y in sort order (NaN after everything), as NumPy's searchsorted compares."""
+    if x.dtype.kind != "f" and y.dtype.kind != "f":
+        return call_ufunc(np.less, (x, y))
+    return call_ufunc(np.logical_or, (call_ufunc(np.less, (x, y)), call_ufunc(
+        np.logical_and, (call_ufunc(np.isnan, (y,)), call_ufunc(np.logical_not, (
+            call_ufunc(np.isnan, (x,)),))))))
+
+
+@implements(np.searchsorted)
+def searchsorted(a, v, side="left", sorter=None):
+    """A binary search per value, unrolled to ceil(log2(n + 1)) gather steps in one fused
+    kernel: lo/hi bracket the insertion point; NaN-aware comparisons as NumPy's."""
+    if side not in ("left", "right"):
+        raise ValueError(f"search side must be 'left' or 'right' (got {side!r})")
+    t = _as_tracer(a)
+    if t.ndim != 1:
+        raise ValueError("object too deep for desired array" if t.ndim > 1 else
+                         "object of too small depth for desired array")
+    g = current_graph()
+    vn, vw = operand(v)
+    common = ops.check_dtype(ops.result_type([(t.node, None), (vn, vw)]), "np.searchsorted")
+    keys = wrap(ops.cast(g, t.node, common), scalar=False)
+    vals = wrap(ops.cast(g, vn, common), scalar=False)
+    if sorter is not None:
+        sn = node_of(sorter)
+        if sn.ndim != 1 or sn.shape[0] != t.shape[0]:
+            raise ValueError("sorter.size must equal a.size")
+        if sn.dtype.kind not in "iu":
+            raise TypeError("sorter must only contain integers")
+        srt = wrap(sn, scalar=False)
+    size = t.shape[0]
+    shape = vals.shape
+    lo = wrap(ops.broadcast_to(g, ops.literal(g, 0, np.intp), shape), scalar=False)
+    hi = wrap(ops.broadcast_to(g, ops.literal(g, size, np.intp), shape), scalar=False)
+    steps = max(1, int(size).bit_length()) if size else 0
+    for _ in range(steps):
+        mid = call_ufunc(np.right_shift, (lo + hi, 1))
+        safe = call_ufunc(np.minimum, (mid, max(size - 1, 0)))
+        if sorter is not None:
+            safe = take(srt, safe)
+        probe = take(keys, safe)
+        # left: go right while a[mid] < v; right: while not v < a[mid]
+        right = _nan_last_less(probe, vals) if side == "left" else \
+            call_ufunc(np.logical_not, (_nan_last_less(vals, probe),))
+        active = call_ufunc(np.less, (lo, hi))
+        lo = where(call_ufunc(np.logical_and, (active, right)), mid + 1, lo)
+        hi = where(call_ufunc(np.logical_and, (active, call_ufunc(np.logical_not, (right,)))),
+                   mid, hi)
+    lo = astype(lo, np.intp)
+    lo.scalar = vn.ndim == 0
+    return lo
+
+
+def _ureduce(a, func, axis, keepdims):
+    """NumPy's _ureduce: several axes merged into a last one, keepdims restored after."""
+    t = _as_tracer(a)
+    nd = t.ndim
+    if axis is None:
+        r = func(ravel(t), 0)
+        if keepdims:
+            r = reshape(r, r.shape + (1,) * nd) if r.ndim else reshape(r, (1,) * nd)
+        return r
+    axes = ops.normalize_axes(axis, nd)
+    if len(axes) == 1:
+        r = func(t, axes[0])
+    else:
+        keep = [d for d in range(nd) if d not in axes]
+        moved = moveaxis(t, keep, list(range(len(keep))))
+        r = func(reshape(moved, moved.shape[:len(keep)] + (-1,)), len(keep))
+    if keepdims:
+        lead = r.ndim - (nd - len(axes))
+        shape = r.shape[:lead] + tuple(1 if d in axes else t.shape[d] for d in range(nd))
+        r = reshape(r, shape)
+    return r
+
+
+def _scalar_result(r: Tracer) -> Tracer:
+    r.scalar = r.ndim == 0
+    return r
+
+
+@implements(np.median)
+def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    _no_extra("median", out=out)
+
+    def one(t, ax):
+        part = sort(t, ax)
+        n = part.shape[ax]
+        index = n // 2
+        key = [slice(None)] * part.ndim
+        key[ax] = slice(index, index + 1) if n % 2 else slice(index - 1, index + 1)
+        rout = mean(part[tuple(key)], axis=ax)
+        if part.dtype.kind == "f" and n > 0:
+            last = take(part, -1, axis=ax)
+            rout = where(call_ufunc(np.isnan, (last,)), last, rout)
+        return _scalar_result(rout)
+    return _scalar_result(_ureduce(a, one, axis, keepdims))
+
+
+def _static_q(q, name):
+    if is_tracer(q) or (isinstance(q, (list, tuple)) and any(is_tracer(x) for x in _leaves(q))):
+        raise TracingError(f"np.{name} with traced quantiles is not supported; q must be static "
+                           f"(a number, list or NumPy array)")
+
+
+def _quantile(a, q, axis, method, keepdims, weak_q, name):
+    if method != "linear":
+        raise TracingError(f"np.{name}(method={method!r}) is not supported by fastlaunch; only "
+                           f"NumPy's default method='linear'")
+    if q.ndim > 2:
+        raise ValueError("q must be a scalar or 1d")
+
+    def one(t, ax):
+        arr = moveaxis(sort(t, ax), ax, 0)
+        count = arr.shape[0]
+        virtual = np.asanyarray((count - 1) * q)        # the linear method's virtual index
+        nans = arr.dtype.kind == "f"
+        if np.issubdtype(virtual.dtype, np.integer):
+            result = take(arr, virtual, axis=0)
+        else:
+            prev = np.array(np.floor(virtual))
+            nxt = np.array(prev + 1)
+            above = virtual >= count - 1
+            prev[above] = -1
+            nxt[above] = -1
+            below = virtual < 0
+            prev[below] = 0
+            nxt[below] = 0
+            prev, nxt = prev.astype(np.intp), nxt.astype(np.intp)
+            lower, upper = take(arr, prev, axis=0), take(arr, nxt, axis=0)
+            gamma = np.asanyarray(virtual - prev, dtype=virtual.dtype)
+            gamma = float(gamma) if weak_q else gamma.reshape(virtual.shape + (1,) * (arr.ndim - 1))
+            diff = upper - lower
+            lerp = call_ufunc(np.add, (lower, diff * gamma))
+            high = call_ufunc(np.subtract, (upper, diff * (1 - gamma)), dtype=lerp.dtype,
+                              casting="unsafe")
+            result = where(np.asarray(gamma) >= 0.5, high, lerp)
+            result = astype(result, lerp.dtype)
+        if nans and count:
+            last = take(arr, -1, axis=0)
+            result = where(call_ufunc(np.isnan, (last,)), last, result)
+            result = astype(result, np.result_type(result.dtype, last.dtype))
+        return _scalar_result(result)
+    return _scalar_result(_ureduce(a, one, axis, keepdims))
+
+
+@implements(np.quantile)
+def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+             keepdims=False, *, weights=None, interpolation=None):
+    _no_extra("quantile", out=out, weights=weights, interpolation=interpolation)
+    _static_q(q, "quantile")
+    weak_q = type(q) in (int, float)
+    q = np.asanyarray(q)
+    if not (q.size == 0 or (q.min() >= 0 and q.max() <= 1)):
+        raise ValueError("Quantiles must be in the range [0, 1]")
+    return _quantile(a, q, axis, method, keepdims, weak_q, "quantile")
+
+
+@implements(np.percentile)
+def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
+               keepdims=False, *, weights=None, interpolation=None):
+    _no_extra("percentile", out=out, weights=weights, interpolation=interpolation)
+    _static_q(q, "percentile")
+    weak_q = type(q) in (int, float)
+    q = np.true_divide(q, 100)
+    q = np.asanyarray(q)
+    if not (q.size == 0 or (q.min() >= 0 and q.max() <= 1)):
+        raise ValueError("Percentiles must be in the range [0, 100]")
+    return _quantile(a, q, axis, method, keepdims, weak_q, "percentile")
+
+
+def _sort_inplace(self, axis=-1, kind=None, order=None, *, stable=None):
+    """x.sort(): sorts x in place (its storage and every view of it see the new order)."""
+    setitem(self, Ellipsis, sort(self, axis, kind, order, stable=stable))
+
+
+def _partition_inplace(self, kth, axis=-1, kind="introselect", order=None):
+    setitem(self, Ellipsis, partition(self, kth, axis, kind, order))
+
+
+# ---- outer products and matrix helpers ---------------------------------------------------------
+def ufunc_outer(ufunc, a, b, **kwargs):
+    """ufunc.outer(a, b): a's axes first, then b's, by broadcasting (no copy of either)."""
+    if ufunc.nin != 2:
+        raise ValueError("method outer is only supported for binary functions")
+    if kwargs.get("out") is not None:
+        raise TracingError(f"np.{ufunc.__name__}.outer(..., out=...) is not supported")
+    kwargs.pop("out", None)
+    # outer makes arrays of Python scalars (int64, float64): no weak promotion
+    an, bn = (node_of(np.asarray(x) if type(x) in (bool, int, float) else x) for x in (a, b))
+    g = current_graph()
+    a2 = wrap(ops.reshape(g, an, an.shape + (1,) * bn.ndim))
+    b2 = wrap(bn)
+    r = call_ufunc(ufunc, (a2, b2), **kwargs)
+    r.scalar = False
+    return r
+
+
+def _readonly(node: Node, what: str) -> Tracer:
+    return Tracer(Storage(node, frozen_reason=f"{what} returns a read-only view"), scalar=False)
+
+
+@implements(np.diagonal)
+def diagonal(a, offset=0, axis1=0, axis2=1):
+    """A view: axis1 and axis2 moved last and merged, then a slice of step m + 1."""
+    t = _as_tracer(a)
+    if t.ndim < 2:
+        raise ValueError("diag requires an array of at least two dimensions")
+    ax1 = ops.normalize_axes(axis1, t.ndim)[0]
+    ax2 = ops.normalize_axes(axis2, t.ndim)[0]
+    if ax1 == ax2:
+        raise ValueError("axis1 and axis2 cannot be the same")
+    g = current_graph()
+    offset = int(offset)
+    rest = [d for d in range(t.ndim) if d not in (ax1, ax2)]
+    moved = ops.transpose(g, t.node, rest + [ax1, ax2])
+    n, m = moved.shape[-2:]
+    lead = moved.shape[:-2]
+    k = max(0, min(n, m - offset)) if offset >= 0 else max(0, min(n + offset, m))
+    flat = ops.reshape(g, moved, lead + (n * m,))
+    start = (offset if offset >= 0 else -offset * m) if k else 0
+    r = ops.slice_view(g, flat, (0,) * len(lead) + (start,), (1,) * len(lead) + (m + 1,),
+                       lead + (k,))
+    return _readonly(r, "np.diagonal")
+
+
+@implements(np.diag)
+def diag(v, k=0):
+    t = _as_tracer(v)
+    k = int(k)
+    if t.ndim == 2:
+        r = diagonal(t, k)
+        return wrap(r.node, scalar=False)
+    if t.ndim != 1:
+        raise ValueError("Input must be 1- or 2-d.")
+    g = current_graph()
+    n = t.shape[0] + abs(k)
+    zeros = ops.broadcast_to(g, ops.literal(g, 0, t.dtype), (n * n,))
+    start = k if k >= 0 else -k * n
+    r = ops.set_region(g, zeros, (start,), (n + 1,), (t.shape[0],), t.node)
+    return wrap(ops.reshape(g, r, (n, n)), scalar=False)
+
+
+@implements(np.trace)
+def trace_(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    _no_extra("trace", out=out)
+    return sum_(diagonal(a, offset, axis1, axis2), axis=-1, dtype=dtype)
+
+
+def _tri_mask(shape2, k, lower: bool) -> Tracer:
+    g = current_graph()
+    n = shape2[0]
+    m = shape2[1] if len(shape2) > 1 else n
+    rows = wrap(ops.iota(g, (n, m), 0, np.intp), scalar=False)
+    cols = wrap(ops.iota(g, (n, m), 1, np.intp), scalar=False)
+    d = cols - rows
+    return call_ufunc(np.less_equal if lower else np.greater_equal, (d, int(k)))
+
+
+def _tri_select(m, k, lower):
+    t = _as_tracer(m)
+    if t.ndim == 0:
+        raise TypeError("tri() missing 1 required positional argument: 'N'")
+    r = where(_tri_mask(t.shape[-2:], k, lower), t, np.zeros(1, t.dtype))
+    return r
+
+
+@implements(np.tril)
+def tril(m, k=0):
+    return _tri_select(m, k, True)
+
+
+@implements(np.triu)
+def triu(m, k=0):
+    return _tri_select(m, k, False)
+
+
+@implements(np.kron)
+def kron(a, b):
+    """a[i] * b[j] at i * b.shape + j: a broadcast product of interleaved axes, reshaped."""
+    ta, tb = _as_tracer(a), _as_tracer(b)
+    nd = max(ta.ndim, tb.ndim)
+    sa = (1,) * (nd - ta.ndim) + ta.shape
+    sb = (1,) * (nd - tb.ndim) + tb.shape
+    ia = tuple(x for s in sa for x in (s, 1))
+    ib = tuple(x for s in sb for x in (1, s))
+    r = call_ufunc(np.multiply, (reshape(ta, ia), reshape(tb, ib)))
+    out = reshape(r, tuple(x * y for x, y in zip(sa, sb)))
+    out.scalar = False
+    return out
+
+
+@implements(np.cross)
+def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
+    """NumPy's own sequence of products and differences (the same roundings)."""
+    if axis is not None:
+        axisa, axisb, axisc = (axis,) * 3
+    ta, tb = _as_tracer(a), _as_tracer(b)
+    if ta.ndim < 1 or tb.ndim < 1:
+        raise ValueError("At least one array has zero dimension")
+    ta = moveaxis(ta, ops.normalize_axes(axisa, ta.ndim)[0], -1)
+    tb = moveaxis(tb, ops.normalize_axes(axisb, tb.ndim)[0], -1)
+    na, nb = ta.shape[-1], tb.shape[-1]
+    if na not in (2, 3) or nb not in (2, 3):
+        raise ValueError("incompatible dimensions for cross product\n"
+                         "(dimension must be 2 or 3)")
+    if na == 2 or nb == 2:
+        import warnings
+        warnings.warn("Arrays of 2-dimensional vectors are deprecated. Use arrays of "
+                      "3-dimensional vectors instead. (deprecated in NumPy 2.0)",
+                      DeprecationWarning, stacklevel=2)
+    dt = np.promote_types(ta.dtype, tb.dtype)
+    ta, tb = astype(ta, dt), astype(tb, dt)
+    a0, a1, b0, b1 = ta[..., 0], ta[..., 1], tb[..., 0], tb[..., 1]
+    mul, sub = (lambda x, y: call_ufunc(np.multiply, (x, y))), \
+        (lambda x, y: call_ufunc(np.subtract, (x, y)))
+    if na == 2 and nb == 2:
+        r = sub(mul(a0, b1), mul(a1, b0))
+        r.scalar = False
+        return r
+    if na == 2:
+        b2 = tb[..., 2]
+        cps = [mul(a1, b2), call_ufunc(np.negative, (mul(a0, b2),)), sub(mul(a0, b1), mul(a1, b0))]
+    elif nb == 2:
+        a2 = ta[..., 2]
+        cps = [call_ufunc(np.negative, (mul(a2, b1),)), mul(a2, b0), sub(mul(a0, b1), mul(a1, b0))]
+    else:
+        a2, b2 = ta[..., 2], tb[..., 2]
+        cps = [sub(mul(a1, b2), mul(a2, b1)), sub(mul(a2, b0), mul(a0, b2)),
+               sub(mul(a0, b1), mul(a1, b0))]
+    shape = ops.broadcast_shapes(*(c.shape for c in cps))
+    cp = stack([broadcast_to(c, shape) for c in cps], axis=-1)
+    cp = astype(cp, dt)
+    axc = ops.normalize_axes(axisc, cp.ndim)[0]
+    return moveaxis(cp, -1, axc)
+
+
+@implements(np.meshgrid)
+def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
+    if indexing not in ("xy", "ij"):
+        raise ValueError("Valid values for `indexing` are 'xy' and 'ij'.")
+    nd = len(xi)
+    outs = []
+    for i, x in enumerate(xi):
+        shape = [1] * nd
+        shape[i] = -1
+        outs.append(reshape(ravel(_as_tracer(x)), tuple(shape)))
+    if indexing == "xy" and nd > 1:
+        for i in range(nd):
+            s = list(outs[i].shape)
+            s[0], s[1] = s[1], s[0]
+            outs[i] = reshape(outs[i], tuple(s))
+    if not sparse:
+        full = ops.broadcast_shapes(*(o.shape for o in outs))
+        outs = [wrap(ops.broadcast_to(current_graph(), o.node, full), scalar=False)
+                for o in outs]
+    return tuple(outs)
+
+
+@implements(np.ix_)
+def ix_(*args):
+    out = []
+    nd = len(args)
+    for k, new in enumerate(args):
+        t = _as_tracer(new)
+        if t.ndim != 1:
+            raise ValueError("Cross index must be 1 dimensional")
+        if t.dtype.kind == "b":
+            raise TracingError("np.ix_ of a traced boolean mask has a data-dependent size, "
+                               "which cannot be traced")
+        out.append(reshape(t, (1,) * k + (t.shape[0],) + (1,) * (nd - k - 1)))
+    return tuple(out)
+
+
 # ---- data-dependent output sizes ---------------------------------------------------------------
 def _data_dependent(name):
     def refuse(*args, **kwargs):
@@ -1567,6 +2024,17 @@ _method("nonzero", lambda self: _data_dependent("x.nonzero()")())
 _method("dot", lambda self, other, out=None: dot(self, other, out))
 _method("cumsum", lambda self, axis=None, dtype=None, out=None: cumsum(self, axis, dtype, out))
 _method("cumprod", lambda self, axis=None, dtype=None, out=None: cumprod(self, axis, dtype, out))
+_method("sort", _sort_inplace)
+_method("diagonal", lambda self, offset=0, axis1=0, axis2=1: diagonal(self, offset, axis1, axis2))
+_method("trace", lambda self, offset=0, axis1=0, axis2=1, dtype=None, out=None:
+        trace_(self, offset, axis1, axis2, dtype, out))
+_method("partition", _partition_inplace)
+_method("argsort", lambda self, axis=-1, kind=None, order=None, *, stable=None:
+        argsort(self, axis, kind, order, stable=stable))
+_method("argpartition", lambda self, kth, axis=-1, kind="introselect", order=None:
+        argpartition(self, kth, axis, kind, order))
+_method("searchsorted", lambda self, v, side="left", sorter=None:
+        searchsorted(self, v, side, sorter))
 _method("take", lambda self, indices, axis=None, out=None, mode="raise":
         take(self, indices, axis, out, mode))
 

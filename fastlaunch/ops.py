@@ -625,3 +625,22 @@ def set_region(g: Graph, base: Node, starts, steps, counts, value: Node) -> Node
         return base
     return g.add(Op.SETSLICE, base.dtype, base.shape, (base, value),
                  start=tuple(map(int, starts)), step=tuple(map(int, steps)))
+
+
+# ---- sorting -------------------------------------------------------------------------------
+def sort(g: Graph, n: Node, axis, positions: bool = False) -> Node:
+    """n sorted along `axis` (None: the flattened array), ascending, NaNs last, stably; with
+    `positions` the int64 positions that sort it (argsort)."""
+    if axis is None:
+        n = reshape(g, n, (-1,))
+        axis = 0
+    if n.ndim == 0:
+        raise np.exceptions.AxisError(int(axis), 0)
+    ax = normalize_axes(int(axis), n.ndim)[0]
+    if positions:
+        if n.shape[ax] <= 1 or n.size == 0:
+            return broadcast_to(g, literal(g, 0, np.intp), n.shape)
+        return g.add(Op.ARGSORT, np.intp, n.shape, (n,), axis=ax)
+    if n.shape[ax] <= 1 or n.size == 0:
+        return n
+    return g.add(Op.SORT, n.dtype, n.shape, (n,), axis=ax)

@@ -32,8 +32,7 @@ import numpy as np
 
 from ..ir import Op
 from ..kernel import (TRANSCENDENTAL, Compute, Const, DivMod, Folded, Index, IndexValue, Kernel,
-                      Load, Loop, Pick, Random,
-                      Scalar,
+                      Load, Loop, Pick, Random, Scalar, SMALL_SORT, sort_passes,
                       KernelError, index_picks, walk)
 from .llvm_text import FunctionWriter
 
@@ -134,6 +133,7 @@ class LLVMEmitter:
         self.name = name
         self.mod = Declarations()
         self.fw = FunctionWriter()
+        self.sort_hist = None      # a sort's digit histograms (kernel_code allocates them)
 
     # ---- target hooks ------------------------------------------------------------------
     def module(self) -> str:
@@ -185,6 +185,12 @@ class LLVMEmitter:
             fw.emit("%errflag = alloca i8, align 1")
             fw.emit("store i8 0, ptr %errflag, align 1")
         self.row_cache = self.plan_row_cache()
+        s = self.k.sort
+        if s is not None and self.k.rspace[0] > SMALL_SORT:
+            # the histograms, allocated once per launch (in the entry block: not per row)
+            cty = "i32" if self.k.rspace[0] < 2 ** 31 else "i64"
+            self.sort_hist = fw.op(f"alloca [{sort_passes(s.value.dtype) * 256} x {cty}], "
+                                   f"align 16", "hist")
         self.emit_launch()
         if self.k.status is not None:
             flag = fw.op("load i8, ptr %errflag, align 1")
@@ -212,7 +218,9 @@ class LLVMEmitter:
 
     def point_body(self, loops, vals):
         """The code at one point of the space: the prelude's phases (each a full loop over
-        the rspace), then stores, or one output's reduction."""
+        the rspace), then stores, or one output's reduction; or a row's sort."""
+        if self.k.sort is not None:
+            return self.sort_body(loops, vals)
         self.folded = []
         for ph in self.k.prelude:
             self.folded.append(self.phase(ph, loops))
@@ -366,6 +374,215 @@ class LLVMEmitter:
             value, vdt = result[0], acc_dt
         self.store_at(r.arg, self.index(r.index, outer, memo), value, vdt, out_dt)
         return []
+
+    # ---- sorting -----------------------------------------------------------------------
+    def sort_key(self, x: str, dt: np.dtype, ty: str) -> str:
+        """The unsigned integer whose order is NumPy's sort order of the value with bits x:
+        ints with the sign bit flipped; floats by sign and magnitude, -0.0 as 0.0, every NaN
+        as the largest key (NaNs last, in their original order)."""
+        fw = self.fw
+        if dt.kind in "ub":
+            return x
+        bits = int(ty[1:])
+        sign = _signed(1 << (bits - 1), bits)
+        if dt.kind == "i":
+            return fw.op(f"xor {ty} {x}, {sign}")
+        inf = {16: 0x7C00, 32: 0x7F800000, 64: 0x7FF0000000000000}[bits]
+        mag = fw.op(f"and {ty} {x}, {_signed((1 << (bits - 1)) - 1, bits)}")
+        neg = fw.op(f"icmp slt {ty} {x}, 0")
+        flipped = fw.op(f"xor {ty} {x}, -1")
+        pos = fw.op(f"or {ty} {x}, {sign}")
+        k = fw.op(f"select i1 {neg}, {ty} {flipped}, {ty} {pos}")
+        zero = fw.op(f"icmp eq {ty} {mag}, 0")
+        k = fw.op(f"select i1 {zero}, {ty} {sign}, {ty} {k}")
+        nan = fw.op(f"icmp ugt {ty} {mag}, {inf}")
+        return fw.op(f"select i1 {nan}, {ty} -1, {ty} {k}")
+
+    def sort_body(self, loops, vals):
+        """One row of a Sort: the values into this row's scratch (with their positions and,
+        for long rows, the digit histograms), sorted there, then stored."""
+        fw, k, s = self.fw, self.k, self.k.sort
+        n = k.rspace[0]
+        dt = s.value.dtype
+        ty = "i8" if dt.kind == "b" else f"i{dt.itemsize * 8}"
+        out_dt = k.args[s.arg].dtype
+        row = self.flat_position(loops, 0, list(k.space), {}) if k.space else "0"
+        base = fw.op(f"mul nsw i64 {row}, {2 * n}")
+        k0 = fw.op(f"getelementptr inbounds {ty}, ptr {self.buffer(s.scratch)}, i64 {base}")
+        k1 = fw.op(f"getelementptr inbounds {ty}, ptr {k0}, i64 {n}")
+        nspace = len(k.space)
+        in_place = (not s.positions and s.index.is_affine
+                    and s.index.coef(Loop(nspace)) == 1)
+        if in_place:
+            # the output row is contiguous: sort there (its radix passes ping-pong with the
+            # scratch), and copy only when the last pass ended in the scratch
+            k0 = self.address(s.arg, self.index(s.index, list(loops) + ["0"], {}), out_dt)
+        p0 = p1 = None
+        if s.positions:
+            p0 = fw.op(f"getelementptr inbounds i64, ptr {self.buffer(s.pscratch)}, i64 {base}")
+            p1 = fw.op(f"getelementptr inbounds i64, ptr {p0}, i64 {n}")
+        radix = n > SMALL_SORT
+        npass = sort_passes(dt)
+        cty = "i32" if n < 2 ** 31 else "i64"
+        hist = self.sort_hist
+        if radix:
+            # zeroed by a plain loop (a memset to the CPU's optimiser; NVPTX has no memset)
+            def clear(b, _):
+                fw.emit(f"store {cty} 0, ptr {fw.op(f'getelementptr inbounds {cty}, ptr {hist}, i64 {b}')}")
+                return []
+            fw.counted_loop("0", str(npass * 256), [], clear)
+
+        def digit_ptr(key, p):
+            d = fw.op(f"lshr {ty} {key}, {8 * p}") if p else key
+            d = fw.op(f"and {ty} {d}, 255")
+            d = fw.op(f"zext {ty} {d} to i64") if ty != "i64" else d
+            if p:
+                d = fw.op(f"add nuw nsw i64 {d}, {256 * p}")
+            return fw.op(f"getelementptr inbounds {cty}, ptr {hist}, i64 {d}")
+
+        def load_row(r, _):
+            memo: dict = {}
+            v = self.expr(s.value, list(loops) + [r], memo)
+            if dt.kind == "b":
+                bits = fw.op(f"zext i1 {v} to i8")
+            elif dt.kind == "f":
+                bits = fw.op(f"bitcast {llvm_type(dt)} {v} to {ty}")
+            else:
+                bits = v
+            fw.emit(f"store {ty} {bits}, ptr {fw.op(f'getelementptr inbounds {ty}, ptr {k0}, i64 {r}')}")
+            if p0 is not None:
+                fw.emit(f"store i64 {r}, ptr {fw.op(f'getelementptr inbounds i64, ptr {p0}, i64 {r}')}")
+            if radix:
+                key = self.sort_key(bits, dt, ty)
+                for p in range(npass):
+                    h = digit_ptr(key, p)
+                    c = fw.op(f"load {cty}, ptr {h}")
+                    fw.emit(f"store {cty} {fw.op(f'add {cty} {c}, 1')}, ptr {h}")
+            return []
+
+        fw.counted_loop("0", str(n), [], load_row)
+        if radix:
+            cur, nxt = (k0, p0), (k1, p1)
+            for p in range(npass):
+                cur, nxt = self._radix_pass(p, n, dt, ty, cty, hist, cur, nxt, digit_ptr)
+        else:
+            self._insertion_sort(n, dt, ty, k0, p0)
+            cur = (k0, p0)
+
+        def store_row(r, _):
+            memo: dict = {}
+            if s.positions:
+                v = fw.op(f"load i64, ptr {fw.op(f'getelementptr inbounds i64, ptr {cur[1]}, i64 {r}')}")
+                vdt = np.dtype(np.int64)
+            else:
+                bits = fw.op(f"load {ty}, ptr {fw.op(f'getelementptr inbounds {ty}, ptr {cur[0]}, i64 {r}')}")
+                if dt.kind == "b":
+                    v = fw.op(f"icmp ne i8 {bits}, 0")
+                elif dt.kind == "f":
+                    v = fw.op(f"bitcast {ty} {bits} to {llvm_type(dt)}")
+                else:
+                    v = bits
+                vdt = dt
+            self.store_at(s.arg, self.index(s.index, list(loops) + [r], memo), v, vdt, out_dt)
+            return []
+
+        if in_place:
+            moved = fw.op(f"icmp ne ptr {cur[0]}, {k0}")
+            copy, done = fw.label("copyback"), fw.label("sorted")
+            fw.cond_br(moved, copy, done)
+            fw.start(copy)
+            fw.counted_loop("0", str(n), [], store_row)
+            fw.br(done)
+            fw.start(done)
+            return []
+        fw.counted_loop("0", str(n), [], store_row)
+        return []
+
+    def _radix_pass(self, p, n, dt, ty, cty, hist, cur, nxt, digit_ptr):
+        """One stable counting pass on digit p from cur into nxt (keys, positions), skipped
+        when the whole row shares that digit; returns the (cur, nxt) pointers after it."""
+        fw = self.fw
+        first = fw.op(f"load {ty}, ptr {cur[0]}")
+        count = fw.op(f"load {cty}, ptr {digit_ptr(self.sort_key(first, dt, ty), p)}")
+        skip = fw.op(f"icmp eq {cty} {count}, {n}")
+        pre = fw.block
+        run, merge = fw.label("pass"), fw.label("passed")
+        fw.cond_br(skip, merge, run)
+        fw.start(run)
+        bucket0 = fw.op(f"getelementptr inbounds {cty}, ptr {hist}, i64 {256 * p}")
+
+        def prefix(b, acc):       # exclusive prefix sums: each digit's first output position
+            h = fw.op(f"getelementptr inbounds {cty}, ptr {bucket0}, i64 {b}")
+            c = fw.op(f"load {cty}, ptr {h}")
+            fw.emit(f"store {cty} {acc[0]}, ptr {h}")
+            return [fw.op(f"add {cty} {acc[0]}, {c}")]
+
+        fw.counted_loop("0", "256", [(cty, "0")], prefix)
+
+        def scatter(r, _):
+            x = fw.op(f"load {ty}, ptr {fw.op(f'getelementptr inbounds {ty}, ptr {cur[0]}, i64 {r}')}")
+            h = digit_ptr(self.sort_key(x, dt, ty), p)
+            o = fw.op(f"load {cty}, ptr {h}")
+            fw.emit(f"store {cty} {fw.op(f'add {cty} {o}, 1')}, ptr {h}")
+            o64 = fw.op(f"zext {cty} {o} to i64") if cty != "i64" else o
+            fw.emit(f"store {ty} {x}, ptr {fw.op(f'getelementptr inbounds {ty}, ptr {nxt[0]}, i64 {o64}')}")
+            if cur[1] is not None:
+                q = fw.op(f"load i64, ptr {fw.op(f'getelementptr inbounds i64, ptr {cur[1]}, i64 {r}')}")
+                fw.emit(f"store i64 {q}, ptr {fw.op(f'getelementptr inbounds i64, ptr {nxt[1]}, i64 {o64}')}")
+            return []
+
+        fw.counted_loop("0", str(n), [], scatter)
+        done = fw.block
+        fw.br(merge)
+        fw.start(merge)
+        out_cur, out_nxt = [], []
+        for a, b in zip(cur, nxt):
+            if a is None:
+                out_cur.append(None)
+                out_nxt.append(None)
+                continue
+            out_cur.append(fw.op(f"phi ptr [ {a}, %{pre} ], [ {b}, %{done} ]"))
+            out_nxt.append(fw.op(f"phi ptr [ {b}, %{pre} ], [ {a}, %{done} ]"))
+        return tuple(out_cur), tuple(out_nxt)
+
+    def _insertion_sort(self, n, dt, ty, keys, pos):
+        """Stable insertion sort of a short row in place (keys, and positions if any)."""
+        fw = self.fw
+
+        def at(ptr, t, i):
+            return fw.op(f"getelementptr inbounds {t}, ptr {ptr}, i64 {i}")
+
+        def outer(i, _):
+            x = fw.op(f"load {ty}, ptr {at(keys, ty, i)}")
+            kx = self.sort_key(x, dt, ty)
+            px = fw.op(f"load i64, ptr {at(pos, 'i64', i)}") if pos is not None else None
+            pre = fw.block
+            head, check, shift, done = (fw.label("ins"), fw.label("cmp"), fw.label("shift"),
+                                        fw.label("place"))
+            fw.br(head)
+            fw.start(head)
+            j = fw.fresh("j")
+            slot = fw.placeholder()
+            fw.cond_br(fw.op(f"icmp sgt i64 {j}, 0"), check, done)
+            fw.start(check)
+            jm1 = fw.op(f"sub nsw i64 {j}, 1")
+            y = fw.op(f"load {ty}, ptr {at(keys, ty, jm1)}")
+            gt = fw.op(f"icmp ugt {ty} {self.sort_key(y, dt, ty)}, {kx}")
+            fw.cond_br(gt, shift, done)
+            fw.start(shift)
+            fw.emit(f"store {ty} {y}, ptr {at(keys, ty, j)}")
+            if pos is not None:
+                py = fw.op(f"load i64, ptr {at(pos, 'i64', jm1)}")
+                fw.emit(f"store i64 {py}, ptr {at(pos, 'i64', j)}")
+            fw.br(head)
+            fw.fill(slot, f"{j} = phi i64 [ {i}, %{pre} ], [ {jm1}, %{shift} ]")
+            fw.start(done)
+            fw.emit(f"store {ty} {x}, ptr {at(keys, ty, j)}")
+            if pos is not None:
+                fw.emit(f"store i64 {px}, ptr {at(pos, 'i64', j)}")
+            return []
+
+        fw.counted_loop("1", str(n), [], outer)
 
     def flat_position(self, loops, first, sizes, memo) -> str:
         """C-order position within the reduction loops (dims first, first+1, ...)."""
@@ -657,6 +874,11 @@ class LLVMEmitter:
         if dst.itemsize < src.itemsize:
             return fw.op(f"trunc {st} {v} to {dt_}")
         return fw.op(f"{'sext' if src.kind == 'i' else 'zext'} {st} {v} to {dt_}")
+
+
+def _signed(value: int, bits: int) -> int:
+    """An unsigned bit pattern as the signed integer LLVM's text of an i<bits> constant takes."""
+    return value - (1 << bits) if value >= 1 << (bits - 1) else value
 
 
 def _suffix(dt: np.dtype) -> str:

@@ -515,7 +515,8 @@ CATEGORY_ORDER = ["arithmetic", "exponential and log", "trigonometric and hyperb
                   "rounding", "min/max, clip, sign manipulation", "predicates", "comparisons",
                   "logical", "bitwise and shifts", "selection and casting", "reductions",
                   "nan-reductions", "cumulative", "shapes and views", "joining",
-                  "construction", "gather", "scatter", "linear algebra",
+                  "construction", "gather", "scatter", "sorting and selection",
+                  "matrix helpers", "linear algebra",
                   "data-dependent size"]
 
 

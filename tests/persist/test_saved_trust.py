@@ -387,6 +387,38 @@ def test_strict_pick_round_trips():
         kernel_from_json(json.loads(text))
 
 
+# ---- sort kernels ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def argsort_desc():
+    return _desc(lambda x: np.argsort(x * 2.0, axis=0, kind="stable"), np.zeros((50, 3)))
+
+
+def test_sort_description_round_trips_and_rules(argsort_desc):
+    d = argsort_desc
+    assert d["sort"]["positions"] is True
+    assert kernel_to_json(kernel_from_json(json.loads(json.dumps(d)))) == d
+    _bad(d, lambda d: d.__setitem__("rspace", [50, 2]), "exactly one non-empty row loop")
+    _bad(d, lambda d: d["sort"].__setitem__("positions", False), "stores float64 into a int64")
+    _bad(d, lambda d: d["args"][d["sort"]["scratch"]].__setitem__(1, "<u4"), "scratch")
+    _bad(d, lambda d: d["args"][d["sort"]["pscratch"]].__setitem__(1, "<f8"), "positions scratch")
+    _bad(d, lambda d: d["sort"].__setitem__("pscratch", d["sort"]["arg"]), "distinct")
+    _bad(d, lambda d: d.__setitem__("reduction", {"op": "sum"}), "a sort and a reduction")
+
+
+def test_saved_sort_program_runs_from_descriptions(tmp_path):
+    """A saved program with sort kernels loads and runs, from machine code or recompiled from
+    its descriptions."""
+    x = np.random.default_rng(3).standard_normal((40, 7)).astype(np.float32)
+    fn = lambda x: (np.sort(x, axis=0), np.argsort(x, kind="stable"), np.median(x, axis=1))  # noqa: E731
+    path = str(tmp_path / "sort.flp")
+    fl.compile(fn).save(path, x)
+    want = fn(x)
+    for mode in (True, False):
+        got = fl.load(path, machine_code=mode)(x)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_a_files_machine_code_never_stands_in_for_a_later_compile():
     """A saved program's machine code is loaded under a key of its own bytes.  Before: it was
     remembered under its stored source's key, so once a hostile file was loaded (in the

@@ -73,6 +73,10 @@ CASES = {
         [np.linspace(-3, 3, 40 * 600, dtype=np.float32).reshape(40, 600)]),
     "row_var": (lambda a: ((a - a.mean(axis=1, keepdims=True)) ** 2).sum(axis=1),
                 [np.linspace(-3, 3, 300).reshape(10, 30)]),
+    # a thread per row: insertion sort (short rows), radix sort with positions (long ones)
+    "sort_short": (lambda a: np.sort(a, axis=0), [np.linspace(3, -3, 60).reshape(6, 10)]),
+    "argsort_long": (lambda a: np.argsort(a * 2, axis=-1, kind="stable"),
+                     [np.linspace(5, -5, 600, dtype=np.float32).reshape(3, 200)]),
 }
 
 
