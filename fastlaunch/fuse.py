@@ -16,9 +16,9 @@ import numpy as np
 
 from .ir import Graph, Kind, Node, Op
 from .leaves import contiguous_strides
-from .kernel import (Compute, Const, DivMod, Index, IndexValue, Kernel, KernelArg, Load, Pick, Random,
-                     Reduction, Scalar, Store, address, coalesce, idents, index_picks,
-                     set_extents, simplify)
+from .kernel import (Compute, Const, DivMod, Index, IndexValue, Kernel, KernelArg, LibraryCall,
+                     Load, Pick, Random, Reduction, Scalar, Store, address, coalesce, idents,
+                     index_picks, is_kernel, set_extents, simplify)
 
 # LLVM's optimiser takes time quadratic in the size of a loop body (measured here: 0.15 s at
 # 1000 operations, 2.4 s at 4000), so a fused expression growing past this many operations
@@ -53,6 +53,10 @@ class Plan:
 
     def describe(self) -> str:
         return "\n\n".join(f"# kernel {i}\n{k.describe()}" for i, k in enumerate(self.kernels))
+
+    def compiled_kernels(self) -> list:
+        """The steps that are kernels (the program's kernel table), without library calls."""
+        return [k for k in self.kernels if is_kernel(k)]
 
     def add_temp(self, dtype, shape) -> Buffer:
         """A new C-ordered temporary (for a backend's schedule: e.g. reduction partials)."""
@@ -137,7 +141,7 @@ class _Fuser:
                 stores.append((buf, node))
         self.emit_store_groups([(b, b.strides, n) for b, n in stores if n.size])
         self.emit_writebacks()
-        self.plan.kernels = [k for k in self.plan.kernels if k.size > 0]
+        self.plan.kernels = [k for k in self.plan.kernels if not is_kernel(k) or k.size > 0]
         return self.plan
 
     def add_kernel(self, kb: "_KernelBuilder"):
@@ -223,6 +227,8 @@ class _Fuser:
     def emit_reduce(self, node: Node, out: Buffer):
         src = node.inputs[0]
         axes = node.attrs["axes"]
+        if node.op is Op.SUM and src.op is Op.MUL:
+            self.materialize_contraction_operands(src)
         kept = [d for d in range(src.ndim) if d not in axes]
         space = tuple(src.shape[d] for d in kept)
         rspace = tuple(src.shape[d] for d in axes)
@@ -234,6 +240,24 @@ class _Fuser:
         value = kb.build(src, imap)
         kb.reduce(node.op, value, out, address(out.strides, idents(len(space))))
         self.add_kernel(kb)
+
+    def materialize_contraction_operands(self, prod: Node):
+        """A contraction (the sum of a product of broadcast operands: matmul, einsum) reads
+        each operand element many times: an operand that is computed (tanh(x @ W + b), a
+        cast) is materialised once, never recomputed inside the reduction loop, and the
+        product reads two buffers through views (which a backend may hand to BLAS)."""
+        bases = []
+        for operand in prod.inputs:
+            n, broadcast = operand, False
+            while n.op.kind is Kind.VIEW and n.index not in self.buffer_of:
+                broadcast |= n.op is Op.BROADCAST
+                n = n.inputs[0]
+            bases.append((n, broadcast))
+        if not all(b for _, b in bases):
+            return
+        for n, _ in bases:
+            if n.index not in self.buffer_of and n.op.kind is not Kind.LEAF and n.size:
+                self.materialize(n)
 
     def emit_scan(self, node: Node, out: Buffer):
         """cumsum/cumprod: the scanned axis is the one reduction loop; every step is stored."""

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..ir import Op
-from ..kernel import Index, Kernel, KernelArg, Load, Reduction, address, idents, set_extents, \
+from ..kernel import Index, Kernel, is_kernel, KernelArg, Load, Reduction, address, idents, set_extents, \
     substitute
 
 BLOCK = 256                 # threads per block
@@ -64,6 +64,9 @@ def schedule(plan):
     temporary and a combine kernel); the fused plan stays unscheduled."""
     out = plan.with_kernels([])
     for k in plan.kernels:
+        if not is_kernel(k):
+            out.kernels.append(k)     # a library call: refused when linked (backends/cuda.py)
+            continue
         if len(k.args) > MAX_PARAMS:
             raise ValueError(f"kernel {k.label!r} has {len(k.args)} arguments; a CUDA kernel "
                              f"takes at most {MAX_PARAMS}")
