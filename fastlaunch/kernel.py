@@ -391,6 +391,8 @@ class LibraryCall:
     args: list
     layouts: list
     label: str = ""
+    # the backend's decisions (None in a fused plan); like a Kernel's, it has describe()
+    schedule: object = None
     status = None                    # library calls stop the run themselves on failure
 
     def describe(self) -> str:

@@ -60,9 +60,12 @@ def schedule(plan, reduce_chunk: int = REDUCE_CHUNK):
     out = plan.with_kernels([])
     for k in plan.kernels:
         if not is_kernel(k):
-            out.kernels.append(k)          # a library call the fused plan asked for
+            # a library call the fused plan asked for (np.linalg): the host runs it as is
+            if k.schedule is not None:
+                raise ValueError(f"library call {k.label!r} is already scheduled")
+            out.kernels.append(replace(k, args=list(k.args), schedule=LibrarySchedule()))
             continue
-        call = gemm_call(k)
+        call = gemm_call(k) if k.schedule is None else None
         if call is not None:
             out.kernels.append(call)
             continue
@@ -77,6 +80,15 @@ def schedule(plan, reduce_chunk: int = REDUCE_CHUNK):
 # BLAS call's setup.  Measured with bench/matmul.py (see docs/architecture.md, section 10).
 GEMM_MIN_FLOPS = 16 * 16 * 16
 _INT32_MAX = (1 << 31) - 1
+
+
+@dataclass(frozen=True)
+class LibrarySchedule:
+    """A step the CPU runs as a library call (LIBCALL): BLAS/LAPACK on the interpreter's
+    thread, with BLAS's own threads."""
+
+    def describe(self) -> str:
+        return "library call"
 
 
 def blas_layout(rows, cols, s0, s1):
@@ -149,7 +161,7 @@ def gemm_call(k: Kernel):
     args = [replace(k.args[x.arg], writes=False), replace(k.args[y.arg], writes=False),
             replace(out, writes=True)]
     return LibraryCall("gemm", dt, (bsizes[0], bsizes[1], m, n, kk), args, [lx, ly, lc],
-                       k.label)
+                       k.label, LibrarySchedule())
 
 
 def schedule_kernel(k: Kernel) -> Kernel:
