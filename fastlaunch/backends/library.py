@@ -22,7 +22,7 @@ from ..bytecode import ROUTINES
 
 # the BLAS/LAPACK entry points the routines call (library.c's entry_names)
 _BLAS = ("sgemm", "dgemm")
-_LAPACK = ("sgetrf", "dgetrf", "sgetri", "dgetri", "sgesv", "dgesv", "spotrf", "dpotrf",
+_LAPACK = ("sgetrf", "dgetrf", "sgesv", "dgesv", "spotrf", "dpotrf",
            "ssyevd", "dsyevd")
 _lock = threading.Lock()
 _registered = False

@@ -16,16 +16,15 @@ typedef void (*gemm_s)(char *, char *, int *, int *, int *, float *, float *, in
 typedef void (*gemm_d)(char *, char *, int *, int *, int *, double *, double *, int *,
                        double *, int *, double *, double *, int *);
 typedef void (*getrf_t)(int *, int *, void *, int *, int *, int *);
-typedef void (*getri_t)(int *, void *, int *, int *, void *, int *, int *);
 typedef void (*gesv_t)(int *, int *, void *, int *, int *, void *, int *, int *);
 typedef void (*potrf_t)(char *, int *, void *, int *, int *);
 typedef void (*syevd_t)(char *, char *, int *, void *, int *, void *, void *, int *, int *,
                         int *, int *);
 
 /* entry points by name; index i*2 + (double) */
-enum { E_GEMM, E_GETRF, E_GETRI, E_GESV, E_POTRF, E_SYEVD, E_COUNT };
+enum { E_GEMM, E_GETRF, E_GESV, E_POTRF, E_SYEVD, E_COUNT };
 static const char *entry_names[E_COUNT][2] = {
-    {"sgemm", "dgemm"}, {"sgetrf", "dgetrf"}, {"sgetri", "dgetri"}, {"sgesv", "dgesv"},
+    {"sgemm", "dgemm"}, {"sgetrf", "dgetrf"}, {"sgesv", "dgesv"},
     {"spotrf", "dpotrf"}, {"ssyevd", "dsyevd"}};
 static void *entries[E_COUNT][2];
 
@@ -129,24 +128,24 @@ COPIES(double)
  * input; the arguments stay untouched) */
 #define LAPACK(T, IDX, SUFFIX)                                                               \
 static int inv_##SUFFIX(const int64_t *ops, const int64_t *slots) {                         \
+    /* as NumPy's inv: gesv against the identity (not getri), for the same rounding */       \
     int64_t b1 = ops[OP_B1], b2 = ops[OP_B2], m = ops[OP_M];                                 \
     arr_t A = arr(ops, slots, 0, sizeof(T)), X = arr(ops, slots, 1, sizeof(T));              \
-    getrf_t getrf = (getrf_t)entries[E_GETRF][IDX];                                          \
-    getri_t getri = (getri_t)entries[E_GETRI][IDX];                                          \
-    int n = (int)m, lwork = 64 * (n > 0 ? n : 1), info = 0, rc = 0;                          \
+    gesv_t gesv = (gesv_t)entries[E_GESV][IDX];                                              \
+    int n = (int)m, info = 0, rc = 0;                                                        \
     if (b1 == 0 || b2 == 0 || m == 0) return 0;                                              \
-    if (!FITS(m) || m > 46340 || !getrf || !getri) return -1;                                \
-    T *w = malloc(sizeof(T) * (size_t)(m * m + lwork));                                      \
+    if (!FITS(m) || m > 46340 || !gesv) return -1;                                           \
+    T *w = malloc(sizeof(T) * (size_t)(2 * m * m));                                          \
     int *piv = malloc(sizeof(int) * (size_t)m);                                              \
     if (!w || !piv) { free(w); free(piv); return -2; }                                       \
     for (int64_t i1 = 0; i1 < b1 && !rc; i1++)                                               \
         for (int64_t i2 = 0; i2 < b2 && !rc; i2++) {                                         \
-            load_##T(w, item(&A, i1, i2), m, m, A.s0, A.s1);                                 \
-            getrf(&n, &n, w, &n, piv, &info);                                                \
+            load_##T(w, item(&A, i1, i2), m, m, A.s1, A.s0);                                 \
+            memset(w + m * m, 0, sizeof(T) * (size_t)(m * m));                               \
+            for (int64_t i = 0; i < m; i++) w[m * m + i * m + i] = 1;                        \
+            gesv(&n, &n, w, &n, piv, w + m * m, &n, &info);                                  \
             if (info > 0) { rc = info; break; }                                              \
-            getri(&n, w, &n, piv, w + m * m, &lwork, &info);                                 \
-            if (info > 0) { rc = info; break; }                                              \
-            store_##T(item(&X, i1, i2), w, m, m, X.s0, X.s1);                                \
+            store_##T(item(&X, i1, i2), w + m * m, m, m, X.s1, X.s0);                        \
         }                                                                                    \
     free(w); free(piv);                                                                      \
     return rc;                                                                               \
@@ -279,7 +278,7 @@ static const fl_library_fn routines[] = {
     slogdet_f32, slogdet_f64, cholesky_f32, cholesky_f64, eigh_f32, eigh_f64};
 /* the entry points each routine needs (for a clear error at link time) */
 static const int needs[][2] = {
-    {E_GEMM, E_GEMM}, {E_GETRF, E_GETRI}, {E_GESV, E_GESV}, {E_GETRF, E_GETRF},
+    {E_GEMM, E_GEMM}, {E_GESV, E_GESV}, {E_GESV, E_GESV}, {E_GETRF, E_GETRF},
     {E_GETRF, E_GETRF}, {E_POTRF, E_POTRF}, {E_SYEVD, E_SYEVD}};
 
 fl_library_fn fl_library_routine(int routine) {
