@@ -312,9 +312,8 @@ class Program:
 
     def _libcall_text(self, ops) -> str:
         """LIBCALL gemm_f32 b=(1,1) m=.. n=.. k=..  x=slot:label[off; sb1 sb2; s0 s1] ..."""
-        try:
-            info = ROUTINES[Routine(ops[0])]
-        except ValueError:
+        info = ROUTINES.get(ops[0])
+        if info is None:
             return " ".join(f"{n}={v}" for n, v in zip(OPERANDS[Opcode.LIBCALL], ops))
         text = (f"{info.name}_{np.dtype(info.dtype)} b=({ops[1]},{ops[2]}) m={ops[3]} "
                 f"n={ops[4]} k={ops[5]}")
