@@ -78,7 +78,7 @@ def schedule(plan, reduce_chunk: int = REDUCE_CHUNK):
 # A float32/float64 contraction of at least this many multiply-adds per matrix runs as a BLAS
 # gemm call (LIBCALL); smaller ones stay compiled kernels, whose launch costs less than a
 # BLAS call's setup.  Measured with bench/matmul.py (see docs/architecture.md, section 10).
-GEMM_MIN_FLOPS = 16 * 16 * 16
+GEMM_MIN_FLOPS = 8 * 8 * 8
 _INT32_MAX = (1 << 31) - 1
 
 

@@ -124,6 +124,60 @@ static void store_##T(char *dst, const T *src, int64_t r, int64_t c, int64_t s0,
 COPIES(float)
 COPIES(double)
 
+/* Small matrices (m <= SMALL_M): an LU factorisation with partial pivoting written out here
+ * (LAPACK's getf2: the first largest |pivot|, rows scaled by its reciprocal), because a
+ * LAPACK call per 4x4 matrix costs more than the arithmetic.  w is dense row-major m x m;
+ * piv[k] = the row swapped with k; returns 0 or k+1 for the first exactly zero pivot (the
+ * factorisation goes on, as LAPACK's). */
+#define SMALL_M 16
+#define SMALL(T, SUFFIX)                                                                     \
+static int small_lu_##SUFFIX(T *w, int64_t m, int *piv) {                                    \
+    int info = 0;                                                                            \
+    for (int64_t k = 0; k < m; k++) {                                                        \
+        int64_t p = k;                                                                       \
+        T best = w[k * m + k] < 0 ? -w[k * m + k] : w[k * m + k];                            \
+        for (int64_t i = k + 1; i < m; i++) {                                                \
+            T v = w[i * m + k] < 0 ? -w[i * m + k] : w[i * m + k];                           \
+            if (v > best) { best = v; p = i; }                                               \
+        }                                                                                    \
+        piv[k] = (int)p;                                                                     \
+        if (w[p * m + k] == 0) { if (!info) info = (int)k + 1; continue; }                   \
+        if (p != k)                                                                          \
+            for (int64_t j = 0; j < m; j++) {                                                \
+                T t = w[k * m + j]; w[k * m + j] = w[p * m + j]; w[p * m + j] = t;           \
+            }                                                                                \
+        T r = 1 / w[k * m + k];                                                              \
+        for (int64_t i = k + 1; i < m; i++) {                                                \
+            T l = w[i * m + k] * r;                                                          \
+            w[i * m + k] = l;                                                                \
+            for (int64_t j = k + 1; j < m; j++) w[i * m + j] -= l * w[k * m + j];            \
+        }                                                                                    \
+    }                                                                                        \
+    return info;                                                                             \
+}                                                                                            \
+/* x (dense row-major m x r) <- A^-1 x from small_lu's factors */                            \
+static void small_solve_##SUFFIX(const T *w, const int *piv, int64_t m, T *x, int64_t r) {   \
+    for (int64_t k = 0; k < m; k++)                                                          \
+        if (piv[k] != k)                                                                     \
+            for (int64_t j = 0; j < r; j++) {                                                \
+                T t = x[k * r + j]; x[k * r + j] = x[piv[k] * r + j]; x[piv[k] * r + j] = t; \
+            }                                                                                \
+    for (int64_t i = 1; i < m; i++)                                                          \
+        for (int64_t k = 0; k < i; k++) {                                                    \
+            T l = w[i * m + k];                                                              \
+            for (int64_t j = 0; j < r; j++) x[i * r + j] -= l * x[k * r + j];                \
+        }                                                                                    \
+    for (int64_t i = m - 1; i >= 0; i--) {                                                   \
+        for (int64_t k = i + 1; k < m; k++) {                                                \
+            T u = w[i * m + k];                                                              \
+            for (int64_t j = 0; j < r; j++) x[i * r + j] -= u * x[k * r + j];                \
+        }                                                                                    \
+        for (int64_t j = 0; j < r; j++) x[i * r + j] /= w[i * m + i];                        \
+    }                                                                                        \
+}
+SMALL(float, f32)
+SMALL(double, f64)
+
 /* the LAPACK routines: one batch item at a time through dense scratch (LAPACK overwrites its
  * input; the arguments stay untouched) */
 #define LAPACK(T, IDX, SUFFIX)                                                               \
@@ -140,8 +194,16 @@ static int inv_##SUFFIX(const int64_t *ops, const int64_t *slots) {             
     if (!w || !piv) { free(w); free(piv); return -2; }                                       \
     for (int64_t i1 = 0; i1 < b1 && !rc; i1++)                                               \
         for (int64_t i2 = 0; i2 < b2 && !rc; i2++) {                                         \
-            load_##T(w, item(&A, i1, i2), m, m, A.s1, A.s0);                                 \
             memset(w + m * m, 0, sizeof(T) * (size_t)(m * m));                               \
+            if (m <= SMALL_M) {                                                              \
+                for (int64_t i = 0; i < m; i++) w[m * m + i * m + i] = 1;                    \
+                load_##T(w, item(&A, i1, i2), m, m, A.s0, A.s1);                             \
+                if ((info = small_lu_##SUFFIX(w, m, piv)) > 0) { rc = info; break; }         \
+                small_solve_##SUFFIX(w, piv, m, w + m * m, m);                               \
+                store_##T(item(&X, i1, i2), w + m * m, m, m, X.s0, X.s1);                    \
+                continue;                                                                    \
+            }                                                                                \
+            load_##T(w, item(&A, i1, i2), m, m, A.s1, A.s0);                                 \
             for (int64_t i = 0; i < m; i++) w[m * m + i * m + i] = 1;                        \
             gesv(&n, &n, w, &n, piv, w + m * m, &n, &info);                                  \
             if (info > 0) { rc = info; break; }                                              \
@@ -163,6 +225,14 @@ static int solve_##SUFFIX(const int64_t *ops, const int64_t *slots) {           
     if (!w || !piv) { free(w); free(piv); return -2; }                                       \
     for (int64_t i1 = 0; i1 < b1 && !rc; i1++)                                               \
         for (int64_t i2 = 0; i2 < b2 && !rc; i2++) {                                         \
+            if (m <= SMALL_M) {                                                              \
+                load_##T(w, item(&A, i1, i2), m, m, A.s0, A.s1);                             \
+                load_##T(w + m * m, item(&B, i1, i2), m, r, B.s0, B.s1);                     \
+                if ((info = small_lu_##SUFFIX(w, m, piv)) > 0) { rc = info; break; }         \
+                small_solve_##SUFFIX(w, piv, m, w + m * m, r);                               \
+                store_##T(item(&X, i1, i2), w + m * m, m, r, X.s0, X.s1);                    \
+                continue;                                                                    \
+            }                                                                                \
             /* column-major copies: A's (i, j) at i + j*m, B's at i + j*m */                 \
             load_##T(w, item(&A, i1, i2), m, m, A.s1, A.s0);                                 \
             load_##T(w + m * m, item(&B, i1, i2), r, m, B.s1, B.s0);                         \
@@ -176,13 +246,14 @@ static int solve_##SUFFIX(const int64_t *ops, const int64_t *slots) {           
 /* (sign, log|det|) from an LU factorisation, accumulated as NumPy does */                   \
 static int lu_slogdet_##SUFFIX(T *w, int *piv, int64_t m, T *sign, T *logdet) {             \
     getrf_t getrf = (getrf_t)entries[E_GETRF][IDX];                                          \
-    int n = (int)m, info = 0;                                                                \
-    getrf(&n, &n, w, &n, piv, &info);                                                        \
+    int n = (int)m, info = 0, base = 1;                                                      \
+    if (m <= SMALL_M) { info = small_lu_##SUFFIX(w, m, piv); base = 0; }                     \
+    else getrf(&n, &n, w, &n, piv, &info);                                                   \
     if (info > 0) { *sign = 0; *logdet = -INFINITY; return 0; }                              \
     T s = 1, l = 0;                                                                          \
     for (int64_t i = 0; i < m; i++) {                                                        \
         T d = w[i * m + i];                                                                  \
-        if (piv[i] != i + 1) s = -s;                                                         \
+        if (piv[i] != i + base) s = -s;                                                      \
         if (d < 0) { s = -s; d = -d; }                                                       \
         l += log(d);                                                                         \
     }                                                                                        \
