@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .harness import Tol, check, check_many, cover, make, param, short
+from .harness import Tol, check, check_many, cover, make, param, param_marks, short
 import fastlaunch as fl
 
 LA = "linear algebra"
@@ -306,14 +306,17 @@ for _n, _notes in [
                                "raises LinAlgError at replay"),
         ("np.linalg.eigh", "LAPACK syevd; UPLO 'L'/'U'; eigenvectors equal NumPy's up to sign")]:
     cover(_n, LA, ["f32", "f64"], note=_notes, test="test_linalg.py")
-for _n, _why in [("np.linalg.lstsq", "not supported yet: a TracingError (a gelsd library call is "
-                                     "the plan)"),
-                 ("np.linalg.pinv", "not supported yet: a TracingError (needs an SVD library call)")]:
-    cover(_n, LA, [], note=_why, test="test_linalg.py::test_unsupported_linalg_is_a_tracing_error")
+@param_marks("np.linalg.lstsq")
+def test_linalg_lstsq():
+    a = _well_conditioned((5, 3, 3), np.float64)
+    check(lambda a: np.linalg.lstsq(a[0], a[1])[0], a, tol=_tol(), atol=1e-12)
 
 
-def test_unsupported_linalg_is_a_tracing_error():
-    for f in (np.linalg.lstsq, np.linalg.pinv):
-        g = fl.compile(lambda a, f=f: f(a) if f is np.linalg.pinv else f(a, a)[0])
-        with pytest.raises(fl.TracingError):
-            g(np.eye(3))
+@param_marks("np.linalg.pinv")
+def test_linalg_pinv():
+    check(lambda a: np.linalg.pinv(a), _well_conditioned((3, 3), np.float64), tol=_tol(),
+          atol=1e-12)
+
+
+cover("np.linalg.lstsq", LA, [], test="test_linalg.py::test_linalg_lstsq")
+cover("np.linalg.pinv", LA, [], test="test_linalg.py::test_linalg_pinv")
