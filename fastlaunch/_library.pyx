@@ -6,7 +6,7 @@ cdef extern from "csrc/library.h" nogil:
     ctypedef int (*fl_library_fn)(const int64_t *operands, const int64_t *slots)
     int fl_library_null(const int64_t *operands, const int64_t *slots)
     fl_library_fn fl_library_routine(int routine)
-    int fl_library_register(const char *name, void *fn)
+    int fl_library_register(const char *name, void *fn, int ilp64)
     const char *fl_library_missing(int routine)
 
 
@@ -15,9 +15,10 @@ def routine_address(int routine):
     return <intptr_t>fl_library_routine(routine)
 
 
-def register(str name, intptr_t address):
-    """Give the routines the BLAS/LAPACK entry point `name` (sgemm, dgetrf...)."""
-    if address == 0 or fl_library_register(name.encode(), <void *>address) != 0:
+def register(str name, intptr_t address, bint ilp64=False):
+    """Give the routines the BLAS/LAPACK entry point `name` (sgemm, dgetrf...: the LP64 name);
+    ilp64: it takes 64-bit integers."""
+    if address == 0 or fl_library_register(name.encode(), <void *>address, ilp64) != 0:
         raise ValueError(f"no library entry point {name!r}")
 
 

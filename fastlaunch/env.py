@@ -17,6 +17,11 @@ FASTLAUNCH_LOG
     value warns and logs, rather than raising: a logging switch must not stop a computation.
 FASTLAUNCH_CACHE_DIR
     by cache.py: any folder; "" disables the disk cache.
+FASTLAUNCH_BLAS
+    when the first program with a library call (matrix product, np.linalg) is linked
+    (backends/library.py): "numpy" (the OpenBLAS NumPy itself is linked with, when it is
+    NumPy's bundled scipy-openblas64), "scipy" (scipy.linalg.cython_blas/cython_lapack), or
+    unset: NumPy's where available, else SciPy's.
 
 Nothing here imports the rest of fastlaunch (_core imports this module while it loads).
 """
@@ -27,7 +32,7 @@ import re
 import warnings
 
 __all__ = ["EnvironmentVariableError", "num_threads", "pool_limit_bytes", "log_enabled",
-           "backend_name", "DEFAULT_POOL_LIMIT_MB", "MAX_POOL_LIMIT_MB"]
+           "backend_name", "blas_choice", "DEFAULT_POOL_LIMIT_MB", "MAX_POOL_LIMIT_MB"]
 
 DEFAULT_POOL_LIMIT_MB = 4096
 MAX_POOL_LIMIT_MB = (2**63 - 1) >> 20          # the limit in bytes must fit an int64
@@ -99,3 +104,14 @@ def backend_name() -> str | None:
     """FASTLAUNCH_BACKEND, or None when unset (backends.get_backend checks the name)."""
     value = _raw("FASTLAUNCH_BACKEND")
     return None if value is None else value.strip()
+
+
+def blas_choice() -> str | None:
+    """FASTLAUNCH_BLAS: "numpy", "scipy", or None when unset (the default order)."""
+    value = _raw("FASTLAUNCH_BLAS")
+    if value is None:
+        return None
+    if value.strip().lower() not in ("numpy", "scipy"):
+        raise EnvironmentVariableError(f"environment variable FASTLAUNCH_BLAS={value!r}: "
+                                       f"expected 'numpy' or 'scipy'")
+    return value.strip().lower()

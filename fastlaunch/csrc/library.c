@@ -28,11 +28,79 @@ static const char *entry_names[E_COUNT][2] = {
     {"spotrf", "dpotrf"}, {"ssyevd", "dsyevd"}};
 static void *entries[E_COUNT][2];
 
-int fl_library_register(const char *name, void *fn) {
+/* ILP64 entry points (64-bit integers: NumPy's bundled scipy-openblas64), reached through
+ * adapters with the LP64 signatures the routines call; Fortran's hidden CHARACTER lengths
+ * are passed (1), which the C-implemented entries ignore and the Fortran ones expect. */
+static void *ilp[E_COUNT][2];
+typedef int64_t i64;
+
+#define ADAPT_GEMM(D, T)                                                                     \
+static void gemm_adapt_##D(char *ta, char *tb, int *m, int *n, int *k, T *al, T *a, int *lda, \
+                           T *b, int *ldb, T *be, T *c, int *ldc) {                          \
+    i64 M = *m, N = *n, K = *k, LA = *lda, LB = *ldb, LC = *ldc;                             \
+    ((void (*)(char *, char *, i64 *, i64 *, i64 *, T *, T *, i64 *, T *, i64 *, T *, T *,   \
+               i64 *, size_t, size_t))ilp[E_GEMM][D])(ta, tb, &M, &N, &K, al, a, &LA, b,     \
+                                                      &LB, be, c, &LC, 1, 1);                \
+}                                                                                            \
+static void getrf_adapt_##D(int *m, int *n, void *a, int *lda, int *ipiv, int *info) {      \
+    i64 M = *m, N = *n, LA = *lda, INFO = 0, small[64], r = M < N ? M : N;                   \
+    i64 *p = r <= 64 ? small : malloc(sizeof(i64) * (size_t)r);                             \
+    if (!p) { *info = -1000; return; }                                                       \
+    ((void (*)(i64 *, i64 *, void *, i64 *, i64 *, i64 *))ilp[E_GETRF][D])(&M, &N, a, &LA,   \
+                                                                           p, &INFO);        \
+    for (i64 i = 0; i < r; i++) ipiv[i] = (int)p[i];                                         \
+    *info = (int)INFO;                                                                       \
+    if (p != small) free(p);                                                                 \
+}                                                                                            \
+static void gesv_adapt_##D(int *n, int *nrhs, void *a, int *lda, int *ipiv, void *b,        \
+                           int *ldb, int *info) {                                            \
+    i64 N = *n, R = *nrhs, LA = *lda, LB = *ldb, INFO = 0, small[64];                        \
+    i64 *p = N <= 64 ? small : malloc(sizeof(i64) * (size_t)N);                              \
+    if (!p) { *info = -1000; return; }                                                       \
+    ((void (*)(i64 *, i64 *, void *, i64 *, i64 *, void *, i64 *, i64 *))ilp[E_GESV][D])(    \
+        &N, &R, a, &LA, p, b, &LB, &INFO);                                                   \
+    for (i64 i = 0; i < N; i++) ipiv[i] = (int)p[i];                                         \
+    *info = (int)INFO;                                                                       \
+    if (p != small) free(p);                                                                 \
+}                                                                                            \
+static void potrf_adapt_##D(char *uplo, int *n, void *a, int *lda, int *info) {             \
+    i64 N = *n, LA = *lda, INFO = 0;                                                         \
+    ((void (*)(char *, i64 *, void *, i64 *, i64 *, size_t))ilp[E_POTRF][D])(uplo, &N, a,    \
+                                                                             &LA, &INFO, 1); \
+    *info = (int)INFO;                                                                       \
+}                                                                                            \
+static void syevd_adapt_##D(char *jobz, char *uplo, int *n, void *a, int *lda, void *w,     \
+                            void *work, int *lwork, int *iwork, int *liwork, int *info) {    \
+    i64 N = *n, LA = *lda, LW = *lwork, LIW = *liwork, INFO = 0, small[64];                  \
+    i64 cnt = LIW > 0 ? LIW : 1;                                                             \
+    i64 *iw = cnt <= 64 ? small : malloc(sizeof(i64) * (size_t)cnt);                        \
+    if (!iw) { *info = -1000; return; }                                                      \
+    ((void (*)(char *, char *, i64 *, void *, i64 *, void *, void *, i64 *, i64 *, i64 *,    \
+               i64 *, size_t, size_t))ilp[E_SYEVD][D])(jobz, uplo, &N, a, &LA, w, work, &LW, \
+                                                       iw, &LIW, &INFO, 1, 1);               \
+    if (*lwork == -1 || *liwork == -1) iwork[0] = (int)iw[0];                                \
+    *info = (int)INFO;                                                                       \
+    if (iw != small) free(iw);                                                               \
+}
+ADAPT_GEMM(0, float)
+ADAPT_GEMM(1, double)
+
+static void *adapters[E_COUNT][2] = {
+    {(void *)gemm_adapt_0, (void *)gemm_adapt_1}, {(void *)getrf_adapt_0, (void *)getrf_adapt_1},
+    {(void *)gesv_adapt_0, (void *)gesv_adapt_1}, {(void *)potrf_adapt_0, (void *)potrf_adapt_1},
+    {(void *)syevd_adapt_0, (void *)syevd_adapt_1}};
+
+/* name: the LP64 name (sgemm...); ilp64: fn takes 64-bit integers */
+int fl_library_register(const char *name, void *fn, int ilp64) {
     for (int e = 0; e < E_COUNT; e++)
         for (int d = 0; d < 2; d++)
             if (strcmp(entry_names[e][d], name) == 0) {
-                entries[e][d] = fn;
+                if (ilp64) {
+                    ilp[e][d] = fn;
+                    entries[e][d] = adapters[e][d];
+                } else {
+                    entries[e][d] = fn;
+                }
                 return 0;
             }
     return -1;
@@ -206,7 +274,7 @@ static int inv_##SUFFIX(const int64_t *ops, const int64_t *slots) {             
             load_##T(w, item(&A, i1, i2), m, m, A.s1, A.s0);                                 \
             for (int64_t i = 0; i < m; i++) w[m * m + i * m + i] = 1;                        \
             gesv(&n, &n, w, &n, piv, w + m * m, &n, &info);                                  \
-            if (info > 0) { rc = info; break; }                                              \
+            if (info != 0) { rc = info > 0 ? info : -2; break; }                                              \
             store_##T(item(&X, i1, i2), w + m * m, m, m, X.s1, X.s0);                        \
         }                                                                                    \
     free(w); free(piv);                                                                      \
@@ -237,7 +305,7 @@ static int solve_##SUFFIX(const int64_t *ops, const int64_t *slots) {           
             load_##T(w, item(&A, i1, i2), m, m, A.s1, A.s0);                                 \
             load_##T(w + m * m, item(&B, i1, i2), r, m, B.s1, B.s0);                         \
             gesv(&n, &nrhs, w, &n, piv, w + m * m, &n, &info);                               \
-            if (info > 0) { rc = info; break; }                                              \
+            if (info != 0) { rc = info > 0 ? info : -2; break; }                                              \
             store_##T(item(&X, i1, i2), w + m * m, r, m, X.s1, X.s0);                        \
         }                                                                                    \
     free(w); free(piv);                                                                      \
@@ -294,19 +362,19 @@ static int cholesky_##SUFFIX(const int64_t *ops, const int64_t *slots) {        
     arr_t A = arr(ops, slots, 0, sizeof(T)), X = arr(ops, slots, 1, sizeof(T));              \
     potrf_t potrf = (potrf_t)entries[E_POTRF][IDX];                                          \
     int n = (int)m, info = 0, rc = 0;                                                        \
-    char uplo = 'U';      /* the column-major upper triangle is A's lower one */             \
+    char uplo = 'L';      /* as NumPy: a column-major copy, its lower triangle   */             \
     if (b1 == 0 || b2 == 0 || m == 0) return 0;                                              \
     if (!FITS(m) || m > 46340 || !potrf) return -1;                                          \
     T *w = malloc(sizeof(T) * (size_t)(m * m));                                              \
     if (!w) return -2;                                                                       \
     for (int64_t i1 = 0; i1 < b1 && !rc; i1++)                                               \
         for (int64_t i2 = 0; i2 < b2 && !rc; i2++) {                                         \
-            load_##T(w, item(&A, i1, i2), m, m, A.s0, A.s1);                                 \
+            load_##T(w, item(&A, i1, i2), m, m, A.s1, A.s0);                                 \
             potrf(&uplo, &n, w, &n, &info);                                                  \
-            if (info > 0) { rc = info; break; }                                              \
+            if (info != 0) { rc = info > 0 ? info : -2; break; }                                              \
             for (int64_t i = 0; i < m; i++)                                                  \
-                for (int64_t j = i + 1; j < m; j++) w[i * m + j] = 0;                        \
-            store_##T(item(&X, i1, i2), w, m, m, X.s0, X.s1);                                \
+                for (int64_t j = i + 1; j < m; j++) w[j * m + i] = 0;                        \
+            store_##T(item(&X, i1, i2), w, m, m, X.s1, X.s0);                                \
         }                                                                                    \
     free(w);                                                                                 \
     return rc;                                                                               \
@@ -316,7 +384,7 @@ static int eigh_##SUFFIX(const int64_t *ops, const int64_t *slots) {            
     arr_t A = arr(ops, slots, 0, sizeof(T)), X = arr(ops, slots, 1, sizeof(T));              \
     syevd_t syevd = (syevd_t)entries[E_SYEVD][IDX];                                          \
     int n = (int)m, info = 0, rc = 0, lwork = -1, liwork = -1, iq = 0;                       \
-    char jobz = 'V', uplo = 'U';    /* column-major upper = A's lower (NumPy's UPLO='L') */  \
+    char jobz = 'V', uplo = 'L';    /* as NumPy: a column-major copy, its lower triangle */  \
     T q = 0;                                                                                 \
     if (b1 == 0 || b2 == 0 || m == 0) return 0;                                              \
     if (!FITS(m) || m > 46340 || !syevd) return -1;                                          \
@@ -329,9 +397,9 @@ static int eigh_##SUFFIX(const int64_t *ops, const int64_t *slots) {            
     if (!work || !iwork) { free(w); free(work); free(iwork); return -2; }                    \
     for (int64_t i1 = 0; i1 < b1 && !rc; i1++)                                               \
         for (int64_t i2 = 0; i2 < b2 && !rc; i2++) {                                         \
-            load_##T(w, item(&A, i1, i2), m, m, A.s0, A.s1);                                 \
+            load_##T(w, item(&A, i1, i2), m, m, A.s1, A.s0);                                 \
             syevd(&jobz, &uplo, &n, w, &n, w + m * m, work, &lwork, iwork, &liwork, &info);  \
-            if (info > 0) { rc = info; break; }                                              \
+            if (info != 0) { rc = info > 0 ? info : -2; break; }                                              \
             T *x = (T *)item(&X, i1, i2);                                                    \
             for (int64_t j = 0; j < m; j++) x[j * X.s1] = w[m * m + j];                      \
             /* column j of the column-major result is eigenvector j: v[i, j] */              \

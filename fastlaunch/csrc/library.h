@@ -19,7 +19,7 @@ int fl_library_null(const int64_t *operands, const int64_t *slots);
 /* library.c: the routines, indexed by _launch.Routine, and the BLAS/LAPACK entry points they
  * call (scipy.linalg.cython_blas / cython_lapack, registered by name before first use) */
 fl_library_fn fl_library_routine(int routine);
-int fl_library_register(const char *name, void *fn);
+int fl_library_register(const char *name, void *fn, int ilp64);
 const char *fl_library_missing(int routine);
 
 #endif

@@ -297,8 +297,10 @@ def test_linalg_results_are_namedtuples_and_fuse_with_neighbours():
 
 
 for _n, _notes in [
-        ("np.linalg.inv", "LAPACK gesv against the identity (as NumPy); batched leading dims; "
-                          "singular matrices raise LinAlgError at replay with nothing written"),
+        ("np.linalg.inv", "computed in float64 and cast, as NumPy; LAPACK gesv against the "
+                          "identity (as NumPy; matrices up to 16x16: an LU written out); "
+                          "batched leading dims; singular matrices raise LinAlgError at replay "
+                          "with nothing written"),
         ("np.linalg.solve", "b of shape (m,) or (..., m, k), broadcast batches; LAPACK gesv"),
         ("np.linalg.det", "LAPACK getrf, sign and log-sum as NumPy; singular: 0"),
         ("np.linalg.slogdet", "SlogdetResult; singular: (0, -inf)"),
