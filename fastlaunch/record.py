@@ -145,8 +145,9 @@ def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: 
         if polling:
             asm.poll()
         unchecked |= k.status is not None
-        for a in k.args:
-            s = slot_of[a.buffer]
+        # a library call may take one buffer as two operands (x.T @ x): each slot once
+        used = list(dict.fromkeys(slot_of[a.buffer] for a in k.args))
+        for s in used:
             if s in temps and first_use[s] == k_index:
                 asm.alloc(s, slots[s].nbytes)
                 if s in shadow_in:
@@ -157,8 +158,7 @@ def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: 
         else:
             asm.libcall(routine_of(k.name, k.dtype), k.sizes,
                         [(slot_of[a.buffer],) + tuple(lay) for a, lay in zip(k.args, k.layouts)])
-        for a in k.args:
-            s = slot_of[a.buffer]
+        for s in used:
             if s in temps and last_use[s] == k_index and s not in shadow_out and \
                     not (s in shadow_in and shadow_in[s] in mutated_leaves):
                 asm.free(s)
