@@ -5,6 +5,12 @@
     python bench/matmul.py --threshold     # small sizes: the gemm call against the compiled
                                            # (tiled) kernel, the measurement behind
                                            # cpu_schedule.GEMM_MIN_FLOPS
+    python bench/matmul.py --instructions  # instructions per call under callgrind, one
+                                           # BLAS thread: NumPy's matmul against the replay
+
+On a loaded machine timings drift by much more than 10%; `--instructions` counts what one
+call executes (callgrind: inside np.matmul's ufunc call for NumPy, inside the dispatcher's
+__call__ for fastlaunch; the difference of runs with 3 and 1 calls), which is repeatable.
 
 Medians of interleaved batches (fastlaunch.benchtools.interleaved); the ratio is fastlaunch's
 time over NumPy's (below 1: faster).  Results are checked against NumPy first.  BLAS threads
@@ -98,10 +104,69 @@ def threshold(batches: int):
     print(format_table(["case", "dtype", "NumPy us", "gemm us", "kernel us"], rows))
 
 
+COUNT_CHILD = r"""
+import sys
+import numpy as np
+import fastlaunch as fl
+which, dt, calls = sys.argv[1], np.dtype(sys.argv[2]), int(sys.argv[3])
+sa, sb = eval(sys.argv[4]), eval(sys.argv[5])
+rng = np.random.default_rng(0)
+a, b = rng.standard_normal(sa).astype(dt), rng.standard_normal(sb).astype(dt)
+f = fl.compile(lambda a, b: a @ b)
+f(a, b)
+np.matmul(a, b)
+for _ in range(calls):
+    f(a, b) if which == "fastlaunch" else np.matmul(a, b)
+"""
+
+
+def _count(which, dt, sa, sb, calls) -> int:
+    import re
+    import subprocess
+    import tempfile
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root, FASTLAUNCH_CACHE_DIR="", OPENBLAS_NUM_THREADS="1",
+               FASTLAUNCH_NUM_THREADS="1", PYTHONHASHSEED="0")
+    toggle = "__pyx_pw_*Dispatcher_*__call__" if which == "fastlaunch" else \
+        "ufunc_generic_fastcall"
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "cg.out")
+        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                        "--collect-atstart=no", f"--toggle-collect={toggle}",
+                        sys.executable, "-c", COUNT_CHILD, which, np.dtype(dt).name, str(calls),
+                        repr(sa), repr(sb)],
+                       env=env, cwd=root, capture_output=True, text=True, check=True)
+        text = open(out).read()
+    return int(re.search(r"^summary:\s+(\d+)", text, re.M).group(1))
+
+
+def instructions():
+    rows = []
+    for label, sa, sb in [("64^3", (64, 64), (64, 64)), ("256^3", (256, 256), (256, 256)),
+                          ("512^3", (512, 512), (512, 512)),
+                          ("batched 8 x 64^3", (8, 64, 64), (8, 64, 64)),
+                          ("batched 4 x 256^3", (4, 256, 256), (4, 256, 256))]:
+        for dt in (np.float32, np.float64):
+            per = {w: (_count(w, dt, sa, sb, 3) - _count(w, dt, sa, sb, 1)) / 2
+                   for w in ("numpy", "fastlaunch")}
+            rows.append([label, np.dtype(dt).name, f"{per['numpy']:.0f}",
+                         f"{per['fastlaunch']:.0f}", f"{per['fastlaunch'] / per['numpy']:.3f}"])
+            print(format_table(["case", "dtype", "NumPy instr", "fastlaunch instr", "ratio"],
+                               rows[-1:]), flush=True)
+    print(format_table(["case", "dtype", "NumPy instr", "fastlaunch instr", "ratio"], rows))
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--full", action="store_true", help="include 2048^3")
     ap.add_argument("--threshold", action="store_true", help="gemm vs compiled kernel, small")
+    ap.add_argument("--instructions", action="store_true",
+                    help="instructions per call (callgrind, one BLAS thread)")
     ap.add_argument("--batches", type=int, default=7)
     opts = ap.parse_args()
-    threshold(opts.batches) if opts.threshold else run(opts.full, opts.batches)
+    if opts.instructions:
+        instructions()
+    elif opts.threshold:
+        threshold(opts.batches)
+    else:
+        run(opts.full, opts.batches)
