@@ -538,6 +538,9 @@ def linalg_solve(a, b):
     g = current_graph()
     an, rt = _linalg_operand(a, "solve")
     bn = node_of(b)
+    if bn.ndim == 0:
+        raise ValueError("solve: Input operand 1 does not have enough dimensions (has 0, "
+                         "gufunc core with signature (m,m),(m,n)->(m,n) requires 2)")
     _linalg_dtype(bn.dtype, "solve")
     if bn.dtype != np.float32:
         rt = np.dtype(np.float64)
