@@ -24,6 +24,7 @@ import threading
 
 from fastlaunch._launch cimport *
 from fastlaunch import env as _env
+from fastlaunch.pytree import object_parts as _object_parts
 
 cnp.import_array()
 
@@ -64,6 +65,7 @@ cdef enum:
     TAG_NAMEDTUPLE = 11
     TAG_BIGINT = 12         # a Python int in [2**63, 2**64): NumPy takes it as uint64
     TAG_DEVARRAY = 13       # a DeviceArray: as TAG_ARRAY, plus its backend's kind << 44
+    TAG_OBJECT = 14         # a registered object, dataclass or method's self (pytree.py)
 
 # encode() results
 cdef enum:
@@ -195,7 +197,17 @@ cdef int encode_value(object obj, Words *sig, Words *vals, list leaves, list key
             words_push(vals, int(obj))
         leaves.append(obj)
     else:
-        return NOT_ENCODABLE
+        # objects taken apart by attributes or registered functions; their static part (class,
+        # child names, other attributes' values) is a key compared by value
+        parts = _object_parts(obj)
+        if parts is None or depth >= MAX_DEPTH:
+            return NOT_ENCODABLE
+        key, children = parts
+        words_push(sig, TAG_OBJECT | (<int64_t>len(children) << 8))
+        keys.append(key)
+        for item in children:
+            if encode_value(item, sig, vals, leaves, keys, depth + 1) != ENCODED:
+                return NOT_ENCODABLE
     return ENCODED
 
 cdef int encode_args(tuple args, tuple static_positions, Words *sig, Words *vals,
@@ -304,7 +316,8 @@ def signature_leaves(bytes sig):
             out.append(("scalar", np.dtype(np.bool_), bool))
         elif tag == TAG_NPSCALAR:
             out.append(("scalar", _typenum_dtype((word >> 8) & 0xFFFF), None))
-        elif tag in (TAG_TUPLE, TAG_LIST, TAG_DICT, TAG_NAMEDTUPLE, TAG_NONE, TAG_STATIC):
+        elif tag in (TAG_TUPLE, TAG_LIST, TAG_DICT, TAG_NAMEDTUPLE, TAG_NONE, TAG_STATIC,
+                     TAG_OBJECT):
             pass
         else:
             raise ValueError(f"signature: unknown tag {tag}")
@@ -913,9 +926,10 @@ cdef class Executable:
                 if a0 < b1 and b0 < a1 and (
                         type(leaf) is DeviceArray or type(<object>leaf_objs[j]) is DeviceArray
                         or np.shares_memory(leaf, <object>leaf_objs[j])):
-                    raise ValueError(
+                    raise AliasedArgumentsError(
                         f"argument leaf {m} is updated in place and overlaps argument leaf "
-                        f"{j}; fastlaunch treats arguments as distinct arrays: pass a copy")
+                        f"{j}; fastlaunch treats arguments as distinct arrays: pass a copy",
+                        m, j)
         return 0
 
 
@@ -980,6 +994,15 @@ cdef class HostExecutable(Executable):
                 fl_mem_free(<void *><intptr_t>slots[self.temp_slots[i]])
                 slots[self.temp_slots[i]] = 0
         return 0
+
+
+class AliasedArgumentsError(ValueError):
+    """An argument updated in place overlaps another argument in memory: the program traced
+    for distinct arrays cannot run on them (the dispatcher hands such calls to _on_aliased)."""
+
+    def __init__(self, message, leaf, other):
+        super().__init__(message)
+        self.leaf, self.other = leaf, other
 
 
 def check_in_place_arguments(list leaves, list mutated):
@@ -1176,11 +1199,24 @@ cdef class Dispatcher:
             out.append(kwargs[name])
         return tuple(out)
 
-    cdef inline object _hit(self, Entry entry, int64_t *vals, PyObject **objs):
+    cdef inline object _hit(self, Entry entry, int64_t *vals, PyObject **objs, tuple args):
         self._tick += 1
         entry.last_used = self._tick
         self._mru = entry
+        if entry.executable.nmutated:
+            return self._hit_mutating(entry, vals, objs, args)
         return entry.executable.invoke(vals, objs)
+
+    cdef object _hit_mutating(self, Entry entry, int64_t *vals, PyObject **objs, tuple args):
+        # arguments updated in place may alias others: such a call has programs of its own
+        try:
+            return entry.executable.invoke(vals, objs)
+        except AliasedArgumentsError as err:
+            return self._on_aliased(args, {}, err)
+
+    def _on_aliased(self, args, kwargs, err):
+        """A call whose in-place argument overlaps another (err: AliasedArgumentsError)."""
+        raise err
 
     def __call__(self, *args, **kwargs):
         cdef int64_t sig[FLAT_SIG_WORDS]
@@ -1204,14 +1240,14 @@ cdef class Dispatcher:
                 if entry is not None and entry.flat and entry.nsig == nsig and \
                         memcmp(<char *>entry.sig, sig, nsig * sizeof(int64_t)) == 0 and \
                         entry.values_match(vals):
-                    return self._hit(entry, vals, objs)
+                    return self._hit(entry, vals, objs, args)
                 bucket = self._table.get(hash_words(sig, nsig))
                 if bucket is not None:
                     for entry in bucket:
                         if entry.flat and entry.nsig == nsig and \
                                 memcmp(<char *>entry.sig, sig, nsig * sizeof(int64_t)) == 0 \
                                 and entry.values_match(vals):
-                            return self._hit(entry, vals, objs)
+                            return self._hit(entry, vals, objs, args)
                 return self._miss(args, kwargs)
         return self._general_call(args, kwargs)
 
@@ -1242,7 +1278,10 @@ cdef class Dispatcher:
                     self._tick += 1
                     entry.last_used = self._tick
                     self._mru = entry
-                    result = invoke_with_leaves(entry.executable, vals.data, leaves)
+                    try:
+                        result = invoke_with_leaves(entry.executable, vals.data, leaves)
+                    except AliasedArgumentsError as err:
+                        return self._on_aliased(args, kwargs, err)
                     if entry.post is not None:
                         return entry.post(args, result)
                     return result

@@ -174,8 +174,9 @@ class DiskCache:
     """get(key) -> payload or None; put(key, payload).  Opened on first use."""
 
     def __init__(self, directory: str | None):
-        self.directory = directory
-        self.enabled = directory is not None
+        # "" disables the cache, as FASTLAUNCH_CACHE_DIR="" does (not: the current folder)
+        self.directory = directory or None
+        self.enabled = self.directory is not None
         self.shared = trust_mode() == "shared"
         self._warned = False
         self._opened = False
@@ -186,11 +187,12 @@ class DiskCache:
         self.refused: str | None = None     # why the folder is not used (trust rules)
         self.hits = self.misses = self.writes = self.rejected = 0
 
-    def __del__(self):
+    def __del__(self, _close=os.close):
+        # os.close bound at definition: at interpreter exit the module's globals may be gone
         fd = getattr(self, "_dir_fd", None)
         if fd is not None:
             try:
-                os.close(fd)
+                _close(fd)
             except OSError:
                 pass
 

@@ -12,6 +12,7 @@ import pickle
 import sys
 import threading
 import time
+import types
 import warnings
 import weakref
 from dataclasses import dataclass, field
@@ -27,10 +28,15 @@ from .backends.base import CallLayout
 from .errors import TracingError
 from .leaves import LeafSpec
 from .link import link_entry
-from .pytree import NestingError, flatten
-from .trace import SpecializeRequest, trace_function
+from .pytree import NestingError, flatten, register_method_class
+from .trace import Attr, SpecializeRequest, trace_function
 
 RETRACE_WARNING_AFTER = 8
+
+
+class StaticArraysWarning(UserWarning):
+    """A static argument (a method's `self`, a config object) holds NumPy arrays, whose values
+    the program freezes when it is traced."""
 
 
 class RetraceWarning(UserWarning):
@@ -141,6 +147,7 @@ class Compiled(_core.Dispatcher):
         self.retraces = 0                  # replay=False: calls traced without caching
         self.programs_loaded = 0           # entries installed from shipped program bytes
         self._lock = threading.RLock()
+        self._aliased: dict = {}        # (signature, aliases) -> [(keys, statics, Entry)]
         self._warned_at = 0
 
     # ---- the slow path -----------------------------------------------------------------
@@ -152,6 +159,7 @@ class Compiled(_core.Dispatcher):
         call = args + ((kwargs,) if kwargs else ())
         enc = _core.encode(call, self._static)
         copies: dict = {}
+        caller = call        # side effects go to the caller's containers, not normalised copies
         if enc is None or (self.backend.memory.crosses and self._reversed_leaf(call)):
             # a device backend copies each argument's memory span to the device from its
             # pointer on: an array with a negative stride goes through a contiguous copy
@@ -168,10 +176,78 @@ class Compiled(_core.Dispatcher):
                 entry = self._find(enc, call)
                 if entry is None:
                     entry = self._trace(call, enc, bool(kwargs), install=True)
-        if not copies:
-            result = _core.run_entry(entry, call, self._static)
-        else:
-            result = self._run_on_copies(entry, call, copies)
+        try:
+            if not copies:
+                result = _core.run_entry(entry, call, self._static)
+            else:
+                result = self._run_on_copies(entry, call, copies)
+        except _core.AliasedArgumentsError as err:
+            return self._on_aliased(args, kwargs, err)
+        if entry.post is not None:
+            return entry.post(caller, result)
+        return result
+
+    def _on_aliased(self, args, kwargs, err):
+        """A call in which an argument updated in place is the very same array view as another
+        argument (`f(x, x)`): NumPy's result, from a program traced with those leaves sharing
+        one storage, so that writes through one are seen through the other.  Such programs
+        are kept apart from the ordinary entries (which assume distinct arrays) and reached
+        through here, the slow path, on every aliased call.  Arguments that overlap without
+        being the same view stay an error."""
+        args, kwargs = self._bind(args, kwargs)
+        call = args + ((kwargs,) if kwargs else ())
+        leaves = []
+        for pos, arg in enumerate(call):
+            if pos not in self._static:
+                leaves += flatten(arg)[0]
+        arrays = [(k, x) for k, x in enumerate(leaves) if isinstance(x, np.ndarray)]
+        aliases: dict = {}
+        for a, (k, x) in enumerate(arrays):
+            if k in aliases:
+                continue
+            for k2, y in arrays[a + 1:]:
+                if k2 in aliases or not np.shares_memory(x, y):
+                    continue
+                if not _same_view(x, y):
+                    raise ValueError(
+                        f"{self.__name__}: argument leaves {k} and {k2} overlap in memory "
+                        f"without being the same view, and one of them is updated in place; "
+                        f"fastlaunch follows NumPy there only when they are the same array "
+                        f"(f(x, x)): pass a copy") from None
+                aliases[k2] = k
+        if not aliases:
+            raise err
+        enc = _core.encode(call, self._static)
+        if enc is None:
+            raise err
+        key = (enc[0], tuple(sorted(aliases.items())))
+        with self._lock:
+            entry = None
+            for keys, statics, e in self._aliased.get(key, ()):
+                if keys == enc[2] and statics == enc[3]:
+                    entry = e
+                    break
+            if entry is None:
+                entry = self._trace(call, enc, bool(kwargs), install=False, aliases=aliases)
+                self._aliased.setdefault(key, []).append((enc[2], enc[3], entry))
+                self.traces.append(TraceRecord(
+                    "aliased arguments: leaves " + ", ".join(
+                        f"{j} = {i}" for j, i in sorted(aliases.items())) + " (one storage)",
+                    _signature_text(entry.info.leaves), 0.0, len(entry.info.kernels),
+                    sum(1 for k in entry.info.kernels if k.origin == "compiled")))
+        # The program never reads the aliased leaves (their uses went to the shared storage),
+        # but binds them: bound to stand-ins of the same layout, the in-place overlap check
+        # passes and the caller's array is written exactly once, through its first leaf.
+        run_call, at = [], 0
+        for pos, arg in enumerate(call):
+            if pos in self._static:
+                run_call.append(arg)
+                continue
+            arg_leaves, tree = flatten(arg)
+            fixed = [_stand_in(x) if at + i in aliases else x for i, x in enumerate(arg_leaves)]
+            at += len(arg_leaves)
+            run_call.append(tree.unflatten(fixed))
+        result = _core.run_entry(entry, tuple(run_call), self._static)
         if entry.post is not None:
             return entry.post(call, result)
         return result
@@ -297,7 +373,7 @@ class Compiled(_core.Dispatcher):
         return f"argument {i}"
 
     # ---- tracing -----------------------------------------------------------------------
-    def _trace(self, call, enc, has_kwargs: bool, install: bool):
+    def _trace(self, call, enc, has_kwargs: bool, install: bool, aliases=None):
         t0 = time.perf_counter()
         sig_bytes, leaf_objs, keys, statics = enc
         leaves, names = [], []
@@ -315,7 +391,8 @@ class Compiled(_core.Dispatcher):
 
         def build_args(tracers):
             it = iter([leaf_objs[k] if k in special else
-                       rng.TracedGenerator(t.node) if k in generators else t
+                       rng.TracedGenerator(t.node) if k in generators else
+                       tracers[aliases[k]] if aliases and k in aliases else t
                        for k, t in enumerate(tracers)])
             rebuilt = []
             for i, arg in enumerate(call):
@@ -336,6 +413,14 @@ class Compiled(_core.Dispatcher):
                     raise TypeError(f"static {self._arg_name(i, call)} must be hashable: its "
                                     f"value is part of the signature (got "
                                     f"{type(call[i]).__name__})") from None
+                frozen = _array_attributes(call[i])
+                if frozen:
+                    warnings.warn(
+                        f"{self.__name__}: static {self._arg_name(i, call)} holds arrays "
+                        f"({', '.join(frozen)}): their values are frozen into the program when "
+                        f"it is traced, and later changes are not seen. Pass it as a regular "
+                        f"argument (for a method, drop static_argnums=0) to have them read on "
+                        f"every call", StaticArraysWarning, stacklevel=4)
         captured = _captured_generators(self.__wrapped__)
         while True:
             try:
@@ -457,6 +542,7 @@ class Compiled(_core.Dispatcher):
         disk cache keeps them cheap to load again)."""
         with self._lock:
             self._forget()
+            self._aliased.clear()
             self.traces.clear()
             self.retraces = 0
             self._warned_at = 0
@@ -510,10 +596,14 @@ class Compiled(_core.Dispatcher):
         return f"<fastlaunch.Compiled {self.__qualname__} ({len(self._entries_list())} entries)>"
 
     def __get__(self, obj, objtype=None):
+        """A compiled method: `self` is its first argument.  Unless it is static, its class is
+        taken apart by attributes (pytree.register_method_class): array attributes are traced
+        leaves read on every call, the others keyed by value."""
         if obj is None:
             return self
-        import functools
-        return functools.partial(self, obj)
+        if 0 not in self._static:
+            register_method_class(type(obj))
+        return types.MethodType(self, obj)
 
     # ---- pickling and Dask -------------------------------------------------------------
     def with_programs(self, *args, **kwargs) -> "Compiled":
@@ -758,8 +848,16 @@ def _immutable(value) -> bool:
 
 
 def _foreign_device_array(leaf) -> bool:
-    return not isinstance(leaf, (np.ndarray, _core.DeviceArray)) and \
-        hasattr(type(leaf), "__cuda_array_interface__")
+    """Another library's CUDA array.  The instance decides: torch.Tensor has the attribute on
+    its class, but a CPU tensor raises when asked for it."""
+    if isinstance(leaf, (np.ndarray, _core.DeviceArray)) or \
+            not hasattr(type(leaf), "__cuda_array_interface__"):
+        return False
+    try:
+        leaf.__cuda_array_interface__
+    except Exception:                 # noqa: BLE001  (AttributeError, RuntimeError, ...)
+        return False
+    return True
 
 
 _STATIC_HINT = (". Other objects (a method's `self`, a config object) can be passed as static "
@@ -966,6 +1064,30 @@ def _with_generators(enc, gens):
     return sig, leaves, keys + [("numpy.random.Generator", tuple(sorted(gens)))], statics
 
 
+def _stand_in(x: np.ndarray) -> np.ndarray:
+    """An array with x's dtype, shape and strides over memory of its own (never written)."""
+    lo = sum(min(0, (n - 1) * st) for n, st in zip(x.shape, x.strides) if n)
+    hi = sum(max(0, (n - 1) * st) for n, st in zip(x.shape, x.strides) if n) + x.itemsize
+    if x.size == 0:
+        return np.empty_like(x)
+    base = np.empty((hi - lo + x.itemsize - 1) // x.itemsize, x.dtype)
+    return np.lib.stride_tricks.as_strided(base[(-lo) // x.itemsize:], x.shape, x.strides)
+
+
+def _same_view(x: np.ndarray, y: np.ndarray) -> bool:
+    return (x.__array_interface__["data"][0] == y.__array_interface__["data"][0]
+            and x.shape == y.shape and x.strides == y.strides and x.dtype == y.dtype)
+
+
+def _array_attributes(value) -> list:
+    """Names of the NumPy-array attributes of an object (a static argument's), if any."""
+    try:
+        attrs = vars(value)
+    except TypeError:
+        return []
+    return [k for k, v in attrs.items() if isinstance(v, np.ndarray)][:5]
+
+
 def _generator_leaves(keys) -> set:
     for k in keys:
         if type(k) is tuple and k and k[0] == "numpy.random.Generator":
@@ -987,12 +1109,15 @@ class ContainerEffects:
         for path, final in zip(self.paths, finals):
             target = call[path[1]] if path[0] == 0 else call[-1][path[1]]
             for key in path[2:]:
-                target = target[key]
+                target = getattr(target, key.name) if isinstance(key, Attr) else target[key]
             if type(target) is dict:
                 target.clear()
                 target.update(final)
-            else:
+            elif type(target) is list:
                 target[:] = final
+            else:                     # an object: the attributes the function rebound
+                for name, value in final.items():
+                    setattr(target, name, value)
         return result
 
     def describe(self) -> str:
@@ -1001,7 +1126,7 @@ class ContainerEffects:
 
 def _path_text(path) -> str:
     head = f"argument {path[1]}" if path[0] == 0 else f"keyword argument {path[1]!r}"
-    return head + "".join(f"[{k!r}]" for k in path[2:])
+    return head + "".join(repr(k) if isinstance(k, Attr) else f"[{k!r}]" for k in path[2:])
 
 
 def _log_trace(name, reason, lowered, kernels, seconds):

@@ -1,5 +1,15 @@
-"""Nested tuples, lists and dicts of leaves: flattening for arguments and results."""
+"""Nested tuples, lists, dicts and objects of leaves: flattening for arguments and results.
+
+Objects are taken apart when their class is registered (`register_class`, JAX's pytree
+registration), is a dataclass, or is the class of a compiled method's `self`: array and
+container attributes are children (traced leaves, read afresh on every call), every other
+attribute is static, keyed by value in the signature."""
 from __future__ import annotations
+
+import dataclasses
+import threading
+
+import numpy as np
 
 
 class TreeDef:
@@ -8,9 +18,9 @@ class TreeDef:
     __slots__ = ("kind", "children", "meta")
 
     def __init__(self, kind: str, children=(), meta=None):
-        self.kind = kind            # leaf | none | tuple | list | dict | namedtuple
+        self.kind = kind            # leaf | none | tuple | list | dict | namedtuple | object
         self.children = tuple(children)
-        self.meta = meta            # dict keys, or the namedtuple class
+        self.meta = meta            # dict keys, the namedtuple class, or an ObjectKey
 
     @property
     def num_leaves(self) -> int:
@@ -35,13 +45,15 @@ class TreeDef:
             return items
         if self.kind == "namedtuple":
             return self.meta(*items)
+        if self.kind == "object":
+            return self.meta.rebuild(items)
         return dict(zip(self.meta, items))
 
     def to_json(self):
         """A JSON-able description (saved programs); dict keys must be str, int or float."""
         out = {"kind": self.kind}
-        if self.kind == "namedtuple":
-            raise TypeError("a saved program cannot return a namedtuple; return a tuple or dict")
+        if self.kind in ("namedtuple", "object"):
+            raise TypeError(f"a saved program cannot return a {self.kind}; return a tuple or dict")
         if self.kind == "dict":
             if not all(type(k) in (str, int, float) for k in self.meta):
                 raise TypeError("a saved program's result dicts need str, int or float keys")
@@ -72,7 +84,164 @@ class TreeDef:
         if self.kind == "dict":
             inner = ", ".join(f"{k!r}: {c!r}" for k, c in zip(self.meta, self.children))
             return "{" + inner + "}"
+        if self.kind == "object":
+            return f"{self.meta.cls.__name__}({inner})"
         return f"({inner})" if self.kind != "list" else f"[{inner}]"
+
+
+# ---- objects ----------------------------------------------------------------------------
+_REGISTRY: dict = {}          # class -> (flatten, unflatten) or None (attribute-based)
+_REGISTRY_LOCK = threading.Lock()
+
+
+def register_class(cls: type, flatten=None, unflatten=None) -> type:
+    """Let compiled functions take (and return) instances of `cls`, taken apart into leaves.
+
+    Without functions: by attributes (`vars(obj)`), as for dataclasses: NumPy arrays and
+    lists/tuples/dicts/registered objects among them are children, traced and read afresh on
+    every call (a new array assigned to such an attribute inside the function is replayed onto
+    the caller's object); every other attribute (numbers, strings, flags) is static: part of
+    the signature, keyed by value, so a new value traces again.  With `flatten(obj) ->
+    (children, aux)` and `unflatten(aux, children) -> obj` (JAX's convention): the children are
+    taken apart further and `aux` (hashable) is static.  Returns cls (usable as a decorator)."""
+    if not isinstance(cls, type):
+        raise TypeError(f"register_class: expected a class, got {cls!r:.60}")
+    if (flatten is None) != (unflatten is None):
+        raise TypeError("register_class: give both flatten and unflatten, or neither")
+    if flatten is not None and not (callable(flatten) and callable(unflatten)):
+        raise TypeError("register_class: flatten and unflatten must be callable")
+    if flatten is None and not _has_dict(cls):
+        raise TypeError(f"register_class: {cls.__name__} instances have no __dict__ (__slots__?): "
+                        f"give flatten and unflatten functions")
+    with _REGISTRY_LOCK:
+        _REGISTRY[cls] = None if flatten is None else (flatten, unflatten)
+    return cls
+
+
+def register_method_class(cls: type) -> None:
+    """The class of a compiled method's `self`: taken apart by attributes (see register_class),
+    unless registered otherwise already."""
+    if cls not in _REGISTRY and _has_dict(cls):
+        with _REGISTRY_LOCK:
+            _REGISTRY.setdefault(cls, None)
+
+
+def _has_dict(cls) -> bool:
+    return "__dict__" in dir(cls) or any("__dict__" in vars(c) for c in cls.__mro__)
+
+
+# Array types of fastlaunch's own beyond np.ndarray (trace.py adds its Tracer): attributes
+# holding them are children too, so an object built inside a traced function returns them.
+LEAF_TYPES: set = set()
+
+
+_STATIC_TYPES = frozenset({bool, int, float, complex, str, bytes, type(None), np.float64,
+                           np.float32, np.int64, np.int32, np.bool_})
+_CONTAINERS = frozenset({tuple, list, dict})
+
+
+def _is_child(v) -> bool:
+    """Attribute values traced (as leaves or subtrees) rather than keyed by value."""
+    t = type(v)
+    if t in _STATIC_TYPES:
+        return False
+    return (t is np.ndarray or t in _CONTAINERS or t in LEAF_TYPES or isinstance(v, np.ndarray)
+            or (isinstance(v, tuple) and hasattr(t, "_fields"))
+            or t in _REGISTRY or (dataclasses.is_dataclass(v) and not isinstance(v, type))
+            or hasattr(t, "__cuda_array_interface__") or getattr(t, "__fl_device__", False))
+
+
+def _static_key(v):
+    global _static_key_fn
+    if _static_key_fn is None:
+        from ._core import static_key
+        _static_key_fn = static_key
+    return _static_key_fn(v)
+
+
+_static_key_fn = None
+
+
+def _same_static(a, b) -> bool:
+    """Static values as the signature compares them (static_key: type and value; floats by
+    their bits, so 0.0 and -0.0 differ and a NaN matches itself)."""
+    if a is b:
+        return True
+    t = type(a)
+    if t is not type(b):
+        return False
+    if t is float or isinstance(a, (np.floating, tuple, frozenset)):
+        return _static_key(a) == _static_key(b)
+    try:
+        return bool(a == b)
+    except Exception:         # noqa: BLE001  (a user type's __eq__ may raise)
+        return False
+
+
+class ObjectKey:
+    """An object node's static part: its class, which attributes are children, and the value
+    of every other one.  Equal keys rebuild equal objects; compared by value."""
+
+    __slots__ = ("cls", "names", "statics", "aux", "custom", "_hash")
+
+    def __init__(self, cls, names=(), statics=(), aux=None, custom=None):
+        self.cls, self.names, self.statics, self.aux, self.custom = cls, names, statics, aux, custom
+        self._hash = None
+
+    def __eq__(self, other):
+        if self is other:
+            return True
+        if type(other) is not ObjectKey or self.cls is not other.cls or \
+                self.names != other.names or self.custom is not other.custom or \
+                len(self.statics) != len(other.statics):
+            return False
+        for (k1, v1), (k2, v2) in zip(self.statics, other.statics):
+            if k1 != k2 or not _same_static(v1, v2):
+                return False
+        return _same_static(self.aux, other.aux)
+
+    def __hash__(self):
+        if self._hash is None:
+            try:
+                self._hash = hash((self.cls, self.names,
+                                   tuple((k, _static_key(v)) for k, v in self.statics),
+                                   self.aux))
+            except TypeError:       # an unhashable static value: equality still decides
+                self._hash = hash((self.cls, self.names))
+        return self._hash
+
+    def rebuild(self, children):
+        if self.custom is not None:
+            return self.custom[1](self.aux, list(children))
+        obj = self.cls.__new__(self.cls)
+        d = obj.__dict__
+        d.update(self.statics)
+        d.update(zip(self.names, children))
+        return obj
+
+    def __repr__(self):
+        return f"ObjectKey({self.cls.__qualname__}, children={self.names})"
+
+
+def object_parts(obj):
+    """(ObjectKey, children) for an object taken apart here, else None."""
+    cls = type(obj)
+    how = _REGISTRY.get(cls, False)
+    if how is False:
+        if not (dataclasses.is_dataclass(obj) and not isinstance(obj, type) and _has_dict(cls)):
+            return None
+        how = None
+    if how is not None:
+        children, aux = how[0](obj)
+        return ObjectKey(cls, (), (), aux, how), list(children)
+    names, children, statics = [], [], []
+    for k, v in vars(obj).items():
+        if _is_child(v):
+            names.append(k)
+            children.append(v)
+        else:
+            statics.append((k, v))
+    return ObjectKey(cls, tuple(names), tuple(statics)), children
 
 
 # Deeper nesting than this is refused: a container that holds itself would recurse forever.
@@ -83,6 +252,9 @@ class NestingError(TypeError):
     """An argument or result nests containers more than MAX_DEPTH levels deep."""
 
 
+_PLAIN = frozenset({tuple, list, dict, bool, int, float, complex, str, bytes, type(None)})
+
+
 def flatten(tree) -> tuple[list, TreeDef]:
     leaves: list = []
     return leaves, _flatten(tree, leaves, 0)
@@ -90,11 +262,18 @@ def flatten(tree) -> tuple[list, TreeDef]:
 
 def _flatten(x, leaves, depth) -> TreeDef:
     t = type(x)
-    if t in (tuple, list, dict) or (isinstance(x, tuple) and hasattr(t, "_fields")):
+    parts = None
+    if t not in _PLAIN and not isinstance(x, (np.ndarray, np.generic)):
+        parts = object_parts(x)
+    if t in (tuple, list, dict) or (isinstance(x, tuple) and hasattr(t, "_fields")) or \
+            parts is not None:
         if depth >= MAX_DEPTH:
             raise NestingError(f"containers nested more than {MAX_DEPTH} levels deep (a list, "
-                               f"tuple or dict that contains itself?)")
+                               f"tuple, dict or object that contains itself?)")
         depth += 1
+    if parts is not None:
+        key, children = parts
+        return TreeDef("object", [_flatten(c, leaves, depth) for c in children], key)
     if t is tuple:
         return TreeDef("tuple", [_flatten(c, leaves, depth) for c in x])
     if t is list:

@@ -92,7 +92,7 @@ def dumps_entry(entry, backend, static_positions) -> bytes:
         raise RuntimeError("fastlaunch: the traced plan and its compiled kernels disagree")
     for k in info.keys:
         if not isinstance(k, tuple):
-            raise TypeError("a saved program cannot take namedtuple arguments")
+            raise TypeError("a saved program cannot take namedtuple or object arguments")
     if any(d.is_array and d.space != Space.SPACE_HOST for d in info.leaves):
         raise TypeError("a saved program takes NumPy arrays: save it with NumPy example "
                         "arguments, not DeviceArrays")

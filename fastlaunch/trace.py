@@ -301,6 +301,11 @@ def view_of(t: Tracer, view: ViewMap | None = None, reshape: tuple | None = None
     return Tracer(t._storage, vm, None, None, scalar)
 
 
+from . import pytree as _pytree  # noqa: E402
+
+_pytree.LEAF_TYPES.add(Tracer)
+
+
 # ---- the trace driver --------------------------------------------------------------------------
 @dataclass
 class Traced:
@@ -452,10 +457,28 @@ def _param_int_bounds(g: Graph) -> dict:
 
 
 # ---- side effects on argument containers ---------------------------------------------------
+class Attr:
+    """A path step into an object's attribute (argument paths are otherwise keys/indices)."""
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __eq__(self, other):
+        return isinstance(other, Attr) and other.name == self.name
+
+    def __hash__(self):
+        return hash(("Attr", self.name))
+
+    def __repr__(self):
+        return f".{self.name}"
+
+
 def _containers(tree, path=()) -> list:
-    """(path, container, snapshot of its items) for every list and dict in the call's argument
-    tree, outermost first.  path: (0, position) into args, or (1, name) into kwargs, then keys
-    and indices."""
+    """(path, container, snapshot of its items) for every list, dict and attribute-flattened
+    object in the call's argument tree, outermost first.  path: (0, position) into args, or
+    (1, name) into kwargs, then keys, indices and Attr steps."""
+    from .pytree import object_parts
     out = []
     stack = [(tree, path)]
     while stack:
@@ -469,15 +492,40 @@ def _containers(tree, path=()) -> list:
             stack.extend((v, p + (i,)) for i, v in reversed(list(enumerate(x))))
         elif t is tuple or (isinstance(x, tuple) and hasattr(t, "_fields")):
             stack.extend((v, p + (i,)) for i, v in reversed(list(enumerate(x))))
+        elif p and not isinstance(x, (np.ndarray, np.generic, Tracer)) and x is not None:
+            parts = object_parts(x)
+            if parts is not None and parts[0].custom is None:
+                out.append((p, x, list(vars(x).items())))
+                stack.extend((v, p + (Attr(k),))
+                             for k, v in reversed(list(zip(parts[0].names, parts[1]))))
     return out
 
 
 def _container_effects(containers) -> list:
     """(path, final contents) of each container whose items changed during the trace
-    (keys added, removed or reordered, items replaced, appended or popped).  A container
+    (keys added, removed or reordered, items replaced, appended or popped; for an object, its
+    attributes rebound: the final contents are then the attributes that changed).  A container
     inside another changed one is covered by the outer one's final contents."""
     changed = []
     for path, obj, before in containers:
+        if type(obj) not in (dict, list):
+            now = dict(vars(obj))
+            gone = [k for k, _ in before if k not in now]
+            if gone:
+                raise TracingError(f"the traced function deleted attribute {gone[0]!r} of an "
+                                   f"argument object ({_where(path)}); fastlaunch can replay "
+                                   f"new values of attributes, not their deletion")
+            was = dict(before)
+            new = {k: v for k, v in now.items() if k not in was or was[k] is not v}
+            if new and not any(path[:len(p)] == p for p, _ in changed):
+                for k, v in new.items():
+                    if not _replayable_attribute(v):
+                        raise TracingError(
+                            f"the traced function set attribute {k!r} of an argument object "
+                            f"({_where(path)}) to a {type(v).__name__}; only arrays, numbers "
+                            f"and containers of them assigned to attributes can be replayed")
+                changed.append((path, new))
+            continue
         now = list(obj.items()) if type(obj) is dict else list(obj)
         if len(now) != len(before) or any(
                 (a[0] != b[0] or a[1] is not b[1]) if type(obj) is dict else a is not b
@@ -486,3 +534,18 @@ def _container_effects(containers) -> list:
                 continue
             changed.append((path, dict(obj) if type(obj) is dict else list(obj)))
     return changed
+
+
+def _replayable_attribute(v) -> bool:
+    from .pytree import flatten
+    try:
+        leaves, _ = flatten(v)
+    except TypeError:
+        return False
+    return all(isinstance(x, (Tracer, np.ndarray, np.generic, bool, int, float)) or x is None
+               or getattr(type(x), "__fl_tracer__", None) is not None for x in leaves)
+
+
+def _where(path) -> str:
+    head = f"argument {path[1]}" if path[0] == 0 else f"keyword argument {path[1]!r}"
+    return head + "".join(repr(k) if isinstance(k, Attr) else f"[{k!r}]" for k in path[2:])

@@ -1,7 +1,8 @@
 """Test session setup: kernels compile into a fresh disk cache, not the user's; the backend
 the suite runs on (`pytest --backend devsim`, or FASTLAUNCH_BACKEND) is the default of every
 fl.compile that names none; `--cuda-ptx` also lowers every traced function for CUDA and
-assembles its kernels with ptxas for sm_90 and sm_80 (tests/cuda_ptx.py); tests marked
+assembles its kernels with ptxas for sm_90 and sm_80 (tests/cuda_ptx.py; in CI, a sample of
+them without the option); tests marked
 `cuda` skip, with the reason, where no GPU is usable."""
 import os
 import sys
@@ -30,9 +31,28 @@ def pytest_configure(config):
     backend = config.getoption("--backend")
     if backend:
         os.environ["FASTLAUNCH_BACKEND"] = backend
-    if config.getoption("--cuda-ptx"):
+    every = _cuda_ptx_every(config)
+    if every:
         import cuda_ptx
-        cuda_ptx.install(max(1, config.getoption("--cuda-ptx-every")))
+        cuda_ptx.install(every)
+
+
+# In CI (CI=true) on a machine with ptxas and libdevice, a sample of the traced functions is
+# also checked for CUDA without --cuda-ptx: one in CI_CUDA_PTX_EVERY (all of them, in a run of
+# its own, with --cuda-ptx: too slow for every CI run).
+CI_CUDA_PTX_EVERY = 40
+
+
+def _cuda_ptx_every(config) -> int:
+    if config.getoption("--cuda-ptx"):
+        return max(1, config.getoption("--cuda-ptx-every"))
+    if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
+        return 0
+    try:
+        from fastlaunch.backends.cuda import find_libdevice, find_ptxas
+    except ImportError:
+        return 0
+    return CI_CUDA_PTX_EVERY if find_ptxas() and find_libdevice() else 0
 
 
 def pytest_collection_modifyitems(config, items):
@@ -56,7 +76,7 @@ def _cuda_unusable():
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if session.config.getoption("--cuda-ptx"):
+    if _cuda_ptx_every(session.config):
         import cuda_ptx
         session.config._cuda_ptx_summary = cuda_ptx.summary()   # assembles what is queued
         if cuda_ptx.FAILURES and session.exitstatus == 0:

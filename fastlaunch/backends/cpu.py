@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import ctypes.util
+import hashlib
 import logging
 import os
 import threading
@@ -214,12 +215,18 @@ class CPUBackend:
         name = "fl_" + key[:32]
         with self._lock:
             self._bury()
-            code = self._cached(key)
+            code = self._cached(key)        # compiled here from the same source: our own code
             origin = "memory"
             if code is None:
-                code = self._load(obj, key, name, text.replace(PLACEHOLDER_NAME, name))
-                self._remember(code)
-                origin = "saved"
+                # A file's machine code is remembered under a key of its own bytes, never
+                # under its source's: a later compile of that source must not run code that
+                # came from a file (which need not be what the source compiles to).
+                saved_key = "saved-" + hashlib.sha256(key.encode() + b"\0" + obj).hexdigest()
+                code = self._cached(saved_key)
+                if code is None:
+                    code = self._load(obj, saved_key, name, text.replace(PLACEHOLDER_NAME, name))
+                    self._remember(code)
+                    origin = "saved"
             return CompiledKernel(name, code.address, code.source, 0.0, origin, key, code.obj,
                                   code)
 

@@ -24,6 +24,14 @@ def test_readme_block_runs(index, tmp_path):
     for module in re.findall(r"^\s*import (dask|distributed)\b", code, re.MULTILINE):
         if importlib.util.find_spec(module) is None:
             pytest.skip(f"{module} is not installed")
+    if 'backend="cuda"' in code:
+        try:
+            from fastlaunch import _cuda
+            why = _cuda.driver_error()
+        except ImportError:
+            why = "fastlaunch was built without its CUDA extension"
+        if why:
+            pytest.skip(f"a CUDA sample needs a usable NVIDIA GPU: {why}")
     script = tmp_path / f"readme_block_{index}.py"
     script.write_text(code)
     env = dict(os.environ, FASTLAUNCH_CACHE_DIR=str(tmp_path / "cache"),

@@ -8,6 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 
+import fastlaunch as fl
 from fastlaunch import cache
 from fastlaunch.backends.cpu import CPUBackend
 from fastlaunch.kernel import Kernel
@@ -183,3 +184,14 @@ def test_cache_command(tmp_path):
                              capture_output=True, text=True, timeout=60)
     assert "removed" in cleared.stdout
     assert cache.DiskCache(str(tmp_path)).entries() == []
+
+
+def test_an_empty_folder_name_disables_the_cache(tmp_path, monkeypatch):
+    """cache_dir="" means no disk cache, as FASTLAUNCH_CACHE_DIR="" does.  Before: the
+    current folder became the cache (key files and hmac-key written wherever one ran)."""
+    from fastlaunch.backends.cpu import CPUBackend
+    monkeypatch.chdir(tmp_path)
+    be = CPUBackend(cache_dir="")
+    assert not be.disk.enabled
+    be.compile(fl.compile(lambda a: a + 1.0).lower(np.ones(3)).plan.kernels[0])
+    assert list(tmp_path.iterdir()) == []

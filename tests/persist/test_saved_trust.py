@@ -370,3 +370,31 @@ def test_metadata_is_read_strictly(add_one):
     for _ in range(150):
         deep = {"kind": "tuple", "children": [deep]}
     _refused(_edit(add_one, lambda f: f["meta"].__setitem__("out_tree", deep)), "deeply")
+
+
+def test_a_files_machine_code_never_stands_in_for_a_later_compile():
+    """A saved program's machine code is loaded under a key of its own bytes.  Before: it was
+    remembered under its stored source's key, so once a hostile file was loaded (in the
+    default machine_code=True mode), every later compile of that source in the process ran
+    the file's code instead."""
+    from fastlaunch.backends.cpu import CPUBackend
+    from fastlaunch.codegen.llvm import PLACEHOLDER_NAME
+    be = CPUBackend(cache_dir=None)
+    x = np.arange(4.0)
+
+    def kernel_text(fn):
+        return be.source(fl.compile(fn, backend="cpu").lower(x).plan.kernels[0])
+
+    honest, other = kernel_text(lambda a: a + 1.0), kernel_text(lambda a: a * 3.0)
+    name = "fl_" + be.compile_source(honest).key[:32]
+    be.release()
+    be = CPUBackend(cache_dir=None)                  # a process that has compiled nothing yet
+    forged = be.object_code(other.replace(PLACEHOLDER_NAME, name))
+    loaded = be.load_object(honest, forged, be.target_key)
+    assert loaded.origin == "saved"
+    again = be.load_object(honest, forged, be.target_key)
+    assert again.owner is loaded.owner               # the same bytes share one engine
+    compiled = be.compile_source(honest)
+    assert compiled.origin == "compiled" and compiled.owner is not loaded.owner
+    # ... and a load after that compile uses the process's own code, not the file's
+    assert be.load_object(honest, forged, be.target_key).owner is compiled.owner
