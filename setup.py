@@ -1,6 +1,7 @@
 """Builds the extensions: the host interpreter and executable interface (_core), the opcode
 enums (_launch), the benchmark floor (_bench), the test-only device-space backend's
-executable (_devsim), and, where cuda.h is found, the CUDA backend's executable (_cuda),
+executable (_devsim), the CPU backend's library routines (_library: BLAS/LAPACK through
+scipy's function pointers), and, where cuda.h is found, the CUDA backend's executable (_cuda),
 which opens the driver with dlopen at run time (so it links no CUDA library).
 
 cuda.h is looked for in FASTLAUNCH_CUDA_INCLUDE, CUDA_HOME/CUDA_PATH, the nvidia-cuda-runtime
@@ -47,6 +48,9 @@ extensions = [
               extra_compile_args=["-O2"]),
     Extension("fastlaunch._bench", sources=["fastlaunch/_bench.pyx"],
               extra_compile_args=["-O2"], **NUMPY),
+    Extension("fastlaunch._library",
+              sources=["fastlaunch/_library.pyx", "fastlaunch/csrc/library.c"],
+              extra_compile_args=COMPILE_ARGS, libraries=["m"], include_dirs=["fastlaunch"]),
     Extension("fastlaunch._devsim", sources=["fastlaunch/_devsim.pyx"],
               extra_compile_args=COMPILE_ARGS, **NUMPY),
 ]

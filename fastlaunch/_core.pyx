@@ -439,7 +439,7 @@ cdef int interrupt_pending() noexcept nogil:
 # ---- the host interpreter ----------------------------------------------------------------
 cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, int64_t *slots,
                   int64_t *argwords, fl_kernel_fn *kernels, const int64_t *work,
-                  RunState *state) except -1 nogil:
+                  const fl_library_fn *libs, RunState *state) except -1 nogil:
     """Execute host bytecode from state.start.  Returns a Status (state.pc: where it stopped);
     never touches Python objects.  The verifier has proved every index below in range."""
     cdef Py_ssize_t pc = state.start, k
@@ -448,6 +448,7 @@ cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, i
     cdef const int64_t *src
     cdef const int64_t *end
     cdef void *p
+    cdef int rc
     while pc < ncode:
         op = code[pc]
         if op == LAUNCH:
@@ -480,6 +481,13 @@ cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, i
             if fl_interrupt_pending():
                 state.pc = pc
                 return STATUS_INTERRUPTED
+        elif op == LIBCALL:
+            # the routine runs here, on the interpreter's thread (BLAS has its own threads)
+            rc = libs[code[pc + 1]](&code[pc + 2], slots)
+            if rc != 0:
+                state.pc = pc
+                state.backend_code = rc
+                return STATUS_LIBRARY_ERROR
         else:
             # loops (fl.iterate), after the plain opcodes: their dispatch leaves the plain
             # path's as it was
@@ -897,6 +905,8 @@ cdef class Executable:
             return RuntimeError(f"fastlaunch: a kernel reported error bits {word:#x}{where}")
         if status == STATUS_BACKEND_ERROR:
             return RuntimeError(f"fastlaunch: backend error {state.backend_code}{where}")
+        if status == STATUS_LIBRARY_ERROR:
+            return self.program.library_error(state.pc, state.backend_code, where)
         return RuntimeError(f"fastlaunch: program failed with status {status}{where}")
 
     cdef object _pack(self, PyObject **outs, PyObject **leaf_objs):
@@ -990,26 +1000,40 @@ cdef class HostExecutable(Executable):
     ABI, memory comes from the host pool."""
     cdef fl_kernel_fn *kernels
     cdef int64_t *work
+    cdef fl_library_fn *libs
 
-    def __init__(self, layout, kernel_addresses, kernel_work):
+    def __init__(self, layout, kernel_addresses, kernel_work, library_addresses=()):
+        """library_addresses: one routine address per _launch.Routine (the LIBCALL table;
+        0 where the program calls none), resolved by the backend at link time."""
         cdef Py_ssize_t i
         Executable.__init__(self, layout)
         self.kernels = <fl_kernel_fn *>malloc(max(1, len(kernel_addresses)) * sizeof(fl_kernel_fn))
-        if self.kernels == NULL:
+        self.libs = <fl_library_fn *>malloc(LIB_COUNT * sizeof(fl_library_fn))
+        if self.kernels == NULL or self.libs == NULL:
             raise MemoryError()
         for i, addr in enumerate(kernel_addresses):
             if not addr:
                 raise ValueError(f"kernel {i} has no address")
             self.kernels[i] = <fl_kernel_fn><intptr_t>addr
         self.work = _copy_words(kernel_work)
+        library_addresses = list(library_addresses) or [0] * LIB_COUNT
+        if len(library_addresses) != LIB_COUNT:
+            raise ValueError(f"{len(library_addresses)} library routines, expected {LIB_COUNT}")
+        used = set(layout.program.library_routines())
+        for i in range(LIB_COUNT):
+            if i in used and not library_addresses[i]:
+                raise ValueError(f"library routine {i} has no address")
+            self.libs[i] = <fl_library_fn><intptr_t>library_addresses[i] \
+                if library_addresses[i] else fl_library_null
 
     def __dealloc__(self):
         free(self.kernels)
         free(self.work)
+        free(self.libs)
 
     cdef int execute(self, int64_t *slots, int64_t *argwords, RunState *state) except -1 nogil:
         return run_code(self.code, self.ncode, self.lists, slots, argwords, self.kernels,
-                        self.work, state)
+                        self.work, self.libs, state)
 
     cdef int release(self, int64_t *slots) except -1:
         cdef Py_ssize_t i
@@ -1382,6 +1406,11 @@ def half_libcalls():
 
 def null_kernel_address():
     return <intptr_t>fl_null_kernel
+
+
+def null_library_address():
+    """The null backend's library routine: does nothing (fl_library_null)."""
+    return <intptr_t>fl_library_null
 
 def start_threads(int n=0):
     """Start the worker pool (n threads including the caller; 0: FASTLAUNCH_NUM_THREADS, else

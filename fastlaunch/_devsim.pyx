@@ -119,13 +119,28 @@ cdef class DevSimExecutable(Executable):
     pointers (the CPU backend compiles them), run on one thread."""
     cdef fl_kernel_fn *kernels
     cdef Py_ssize_t nkernels
+    cdef fl_library_fn *libs          # LIBCALL routines: the CPU's, run on the simulated
+                                      # device's memory (as a device library would run on
+                                      # device buffers: no copies through the host)
     cdef object device_consts
     cdef list device_outputs          # (template DeviceArray, nbytes) per result, when results
                                       # stay on the device
 
-    def __init__(self, layout, kernel_addresses, device_consts):
+    def __init__(self, layout, kernel_addresses, device_consts, library_addresses=()):
         cdef Py_ssize_t i
         Executable.__init__(self, layout)
+        self.libs = <fl_library_fn *>malloc(LIB_COUNT * sizeof(fl_library_fn))
+        if self.libs == NULL:
+            raise MemoryError()
+        library_addresses = list(library_addresses) or [0] * LIB_COUNT
+        if len(library_addresses) != LIB_COUNT:
+            raise ValueError(f"{len(library_addresses)} library routines, expected {LIB_COUNT}")
+        used = set(layout.program.library_routines())
+        for i in range(LIB_COUNT):
+            if i in used and not library_addresses[i]:
+                raise ValueError(f"library routine {i} has no address")
+            # the verifier lets LIBCALL name only the routines the program uses
+            self.libs[i] = <fl_library_fn><intptr_t>library_addresses[i]
         self.device_consts = device_consts
         program = layout.program
         self.device_outputs = None
@@ -146,11 +161,14 @@ cdef class DevSimExecutable(Executable):
     def __dealloc__(self):
         if self.kernels != NULL:
             free(self.kernels)
+        if self.libs != NULL:
+            free(self.libs)
 
     cdef int execute(self, int64_t *slots, int64_t *argwords, RunState *state) except -1 nogil:
         cdef Py_ssize_t pc = state.start, k
         cdef int64_t op, word
         cdef char flag
+        cdef int rc
         cdef void *p
         cdef const int64_t *code = self.code
         if self.status_slot >= 0 and pc == 0:     # (a resumed run has its word already)
@@ -222,6 +240,12 @@ cdef class DevSimExecutable(Executable):
                             <void *><intptr_t>slots[code[pc + 2]], code[pc + 3])
             elif op == SET:
                 slots[code[pc + 1]] = code[pc + 2]
+            elif op == LIBCALL:
+                rc = self.libs[code[pc + 1]](&code[pc + 2], slots)
+                if rc != 0:
+                    state.pc = pc
+                    state.backend_code = rc
+                    return STATUS_LIBRARY_ERROR
             else:
                 state.pc = pc
                 return STATUS_BAD_OPCODE

@@ -17,6 +17,10 @@ cpdef enum Opcode:
     TO_HOST = 0x0704    # TO_HOST dst src nbytes    copy device slot src to host slot dst
     POLL = 0x0801     # POLL                        stop with STATUS_INTERRUPTED if a signal
                       #                             (Ctrl-C) arrived: long programs only
+    LIBCALL = 0x0919  # LIBCALL routine b1 b2 m n k, then 3 arrays x (slot off sb1 sb2 s0 s1):
+                      #   call the executable's library routine (a Routine) over a (b1, b2)
+                      #   batch; an unused array has slot -1 and zeros.  A non-zero return
+                      #   stops with STATUS_LIBRARY_ERROR (backend_code: the routine's info)
 
     # ---- loops (fl.iterate) ---------------------------------------------------------------
     # A loop is a do-while: its body runs from a LOOP's target to the LOOP, which jumps back
@@ -45,6 +49,27 @@ cpdef enum Status:
     STATUS_KERNEL_ERROR = 3       # a CHECK found KernelError bits (kernel.KernelError)
     STATUS_BACKEND_ERROR = 4      # a driver call failed; RunState.backend_code says which
     STATUS_INTERRUPTED = 5        # a POLL saw a pending signal
+    STATUS_LIBRARY_ERROR = 6      # a LIBCALL failed (a singular matrix...); backend_code: info
+
+
+# Library routines a LIBCALL names (the index into the executable's library table; one per
+# operation and dtype).  What each reads and writes: bytecode.ROUTINES.
+cpdef enum Routine:
+    LIB_GEMM_F32 = 0      # C[b] = A[b] @ B[b]      A m x k, B k x n, C m x n
+    LIB_GEMM_F64 = 1
+    LIB_INV_F32 = 2       # X[b] = inv(A[b])        A, X m x m (X C-contiguous)
+    LIB_INV_F64 = 3
+    LIB_SOLVE_F32 = 4     # X[b] = solve(A[b], B[b]) A m x m, B, X m x n
+    LIB_SOLVE_F64 = 5
+    LIB_DET_F32 = 6       # X[b] = det(A[b])        X 1 x 1
+    LIB_DET_F64 = 7
+    LIB_SLOGDET_F32 = 8   # X[b] = (sign, log|det|) X 1 x 2
+    LIB_SLOGDET_F64 = 9
+    LIB_CHOLESKY_F32 = 10 # X[b] = cholesky(A[b])   lower; X m x m
+    LIB_CHOLESKY_F64 = 11
+    LIB_EIGH_F32 = 12     # X[b] = (w; V)           X (m+1) x m: row 0 eigenvalues, then V
+    LIB_EIGH_F64 = 13
+    LIB_COUNT = 14
 
 
 # Memory spaces of slots.  A backend's kernels read and write one space; values cross
@@ -115,6 +140,12 @@ cdef extern from "csrc/runtime.h" nogil:
     void fl_mem_trim()
     int64_t fl_mem_cached_bytes()
     int64_t fl_mem_live_bytes()
+
+
+cdef extern from "csrc/library.h" nogil:
+    # a library routine: operands = the LIBCALL's words after the routine; 0 or an error code
+    ctypedef int (*fl_library_fn)(const int64_t *operands, const int64_t *slots)
+    int fl_library_null(const int64_t *operands, const int64_t *slots)
 
 
 cdef extern from "csrc/interrupt.h" nogil:

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ._launch import Opcode, Space
+from ._launch import Opcode, Routine, Space
 from .leaves import element_range
 
 # Operand names per opcode, for the disassembler; their count must match the width in the enum.
@@ -46,6 +46,8 @@ OPERANDS = {
     Opcode.SET: ("slot", "value"),
     Opcode.LOOP: ("ctr", "count", "target"),
     Opcode.BREAK_IF: ("flag", "target"),
+    Opcode.LIBCALL: ("routine", "b1", "b2", "m", "n", "k") + tuple(
+        f"{a}{f}" for a in "xyz" for f in ("", "_off", "_sb1", "_sb2", "_s0", "_s1")),
 }
 for _op, _names in OPERANDS.items():
     assert (_op & 0xFF) == 1 + len(_names), f"{_op.name}: width and operand names disagree"
@@ -54,6 +56,75 @@ for _op, _names in OPERANDS.items():
 VALID_OPCODES = {int(op) for op in OPERANDS}
 # Opcodes that jump, and the operand holding their target pc.
 JUMP_OPERAND = {Opcode.LOOP: 2, Opcode.BREAK_IF: 1}
+
+
+@dataclass(frozen=True)
+class RoutineInfo:
+    """What a library routine (_launch.Routine) computes, for the recorder, the verifier and
+    the disassembler: its name, dtype, and per array operand (x, y, z) its per-batch-item
+    shape as a function of (m, n, k) and whether it writes it (None: unused).  `error`: the
+    message of a positive status (LAPACK's info), raised as `np.linalg.LinAlgError`."""
+    name: str
+    dtype: str
+    arrays: tuple
+    error: str = ""
+
+
+def _shapes(*arrays):
+    return arrays + (None,) * (3 - len(arrays))
+
+
+_SQUARE = lambda m, n, k: (m, m)       # noqa: E731
+ROUTINES: dict = {}
+for _dt in ("f32", "f64"):
+    _np = "<f4" if _dt == "f32" else "<f8"
+    _R = lambda name: Routine[f"LIB_{name.upper()}_{_dt.upper()}"]   # noqa: E731
+    ROUTINES[_R("gemm")] = RoutineInfo("gemm", _np, _shapes(
+        (lambda m, n, k: (m, k), False), (lambda m, n, k: (k, n), False),
+        (lambda m, n, k: (m, n), True)))
+    ROUTINES[_R("inv")] = RoutineInfo("inv", _np, _shapes((_SQUARE, False), (_SQUARE, True)),
+                                      "Singular matrix")
+    ROUTINES[_R("solve")] = RoutineInfo("solve", _np, _shapes(
+        (_SQUARE, False), (lambda m, n, k: (m, n), False), (lambda m, n, k: (m, n), True)),
+        "Singular matrix")
+    ROUTINES[_R("det")] = RoutineInfo("det", _np, _shapes(
+        (_SQUARE, False), (lambda m, n, k: (1, 1), True)))
+    ROUTINES[_R("slogdet")] = RoutineInfo("slogdet", _np, _shapes(
+        (_SQUARE, False), (lambda m, n, k: (1, 2), True)))
+    ROUTINES[_R("cholesky")] = RoutineInfo("cholesky", _np, _shapes(
+        (_SQUARE, False), (_SQUARE, True)), "Matrix is not positive definite")
+    ROUTINES[_R("eigh")] = RoutineInfo("eigh", _np, _shapes(
+        (_SQUARE, False), (lambda m, n, k: (m + 1, m), True)), "Eigenvalues did not converge")
+assert len(ROUTINES) == Routine.LIB_COUNT
+LIBCALL_ARRAYS = 3        # array operands per LIBCALL, 6 words each after the 5 sizes
+
+
+def routine_of(name: str, dtype) -> int:
+    """The Routine number of operation `name` on `dtype` (float32/float64)."""
+    suffix = {"f": "F32", "d": "F64"}[np.dtype(dtype).char]
+    return int(Routine[f"LIB_{name.upper()}_{suffix}"])
+
+
+def libcall_extents(routine: int, ops: list) -> list:
+    """Per used array operand of a LIBCALL (its words after the routine): (slot, lo, hi,
+    writes), the element range [lo, hi] relative to the slot's pointer it may touch
+    (hi < lo: nothing)."""
+    info = ROUTINES[Routine(routine)]
+    b1, b2, m, n, k = ops[:5]
+    out = []
+    for a, spec in enumerate(info.arrays):
+        if spec is None:
+            continue
+        slot, off, sb1, sb2, s0, s1 = ops[5 + 6 * a:11 + 6 * a]
+        rows, cols = spec[0](m, n, k)
+        dims = ((b1, sb1), (b2, sb2), (rows, s0), (cols, s1))
+        if any(d == 0 for d, _ in dims):
+            out.append((slot, 0, -1, spec[1]))
+            continue
+        lo = off + sum(min(0, (d - 1) * st) for d, st in dims)
+        hi = off + sum(max(0, (d - 1) * st) for d, st in dims)
+        out.append((slot, lo, hi, spec[1]))
+    return out
 
 # Limits a program must respect (also what a hostile file could inflate).
 MAX_SLOTS = 1 << 20
@@ -178,6 +249,25 @@ class Program:
                 live -= sizes.pop(operands[0], 0)
         return peak
 
+    def library_routines(self) -> list:
+        """The routines the program's LIBCALLs name, in order of first use."""
+        return list(dict.fromkeys(ops[0] for _, op, ops in self.instructions()
+                                  if op is Opcode.LIBCALL))
+
+    def library_error(self, pc: int, code: int, where: str = "") -> Exception:
+        """The exception of a LIBCALL at pc that returned `code` (library.h): a positive
+        LAPACK info is NumPy's LinAlgError for the routine."""
+        name = "library routine"
+        op, ops = decode(self.code, pc) if 0 <= pc < len(self.code) else (None, None)
+        info = ROUTINES.get(ops[0]) if op is Opcode.LIBCALL else None
+        if info is not None:
+            name = f"{info.name} ({np.dtype(info.dtype)})"
+        if code > 0 and info is not None and info.error:
+            return np.linalg.LinAlgError(f"{info.error}{where}")
+        if code == -2:
+            return MemoryError(f"fastlaunch: out of memory for {name}'s workspace{where}")
+        return RuntimeError(f"fastlaunch: {name} failed with status {code}{where}")
+
     def launch_count(self) -> int:
         return sum(1 for _, op, _ in self.instructions() if op is Opcode.LAUNCH)
 
@@ -238,6 +328,8 @@ class Program:
             named += "  [" + ", ".join(self._slot_name(int(s)) for s in listed) + "]"
         elif op is Opcode.LAUNCH and 0 <= operands[0] < len(self.kernels):
             named += f"  ; {self.kernels[operands[0]].label} ({self.kernels[operands[0]].name})"
+        elif op is Opcode.LIBCALL:
+            named = self._libcall_text(operands)
         elif op in (Opcode.ALLOC, Opcode.FREE, Opcode.CHECK):
             named += f"  ; {self._slot_name(operands[0])}"
         elif op in (Opcode.TO_DEVICE, Opcode.TO_HOST, Opcode.MOVE, Opcode.COPY):
@@ -256,6 +348,21 @@ class Program:
         elif op is Opcode.BREAK_IF:
             named += f"  ; out to {operands[1]:04d} if {self._slot_name(operands[0])}"
         return " " + named if named else ""
+
+    def _libcall_text(self, ops) -> str:
+        """LIBCALL gemm_f32 b=(1,1) m=.. n=.. k=..  x=slot:label[off; sb1 sb2; s0 s1] ..."""
+        info = ROUTINES.get(ops[0])
+        if info is None:
+            return " ".join(f"{n}={v}" for n, v in zip(OPERANDS[Opcode.LIBCALL], ops))
+        text = (f"{info.name}_{np.dtype(info.dtype)} b=({ops[1]},{ops[2]}) m={ops[3]} "
+                f"n={ops[4]} k={ops[5]}")
+        for a, spec in enumerate(info.arrays):
+            if spec is None:
+                continue
+            slot, off, sb1, sb2, s0, s1 = ops[6 + 6 * a:12 + 6 * a]
+            text += (f"  {'xyz'[a]}{'<-' if spec[1] else '='}{self._slot_name(slot)}"
+                     f"[{off}; {sb1} {sb2}; {s0} {s1}]")
+        return text
 
     def _slot_name(self, s: int) -> str:
         if 0 <= s < len(self.slots):
@@ -459,6 +566,13 @@ class Assembler:
         self.arg_lists += list(slots)
         self.code += [Opcode.BIND, args_at, list_at, len(slots)]
         self.code += [Opcode.LAUNCH, kernel, n, args_at]
+
+    def libcall(self, routine: int, sizes, arrays):
+        """sizes: (b1, b2, m, n, k); arrays: up to 3 (slot, off, sb1, sb2, s0, s1)."""
+        words = [int(routine)] + [int(x) for x in sizes]
+        for a in range(LIBCALL_ARRAYS):
+            words += [int(x) for x in arrays[a]] if a < len(arrays) else [-1, 0, 0, 0, 0, 0]
+        self.code += [Opcode.LIBCALL] + words
 
     def arrays(self):
         return np.array(self.code, np.int64), np.array(self.arg_lists, np.int64)
@@ -972,6 +1086,8 @@ class _CodeVerifier:
                 self.err(f"{where}: after an argument was written in place")
         elif op in (Opcode.TO_DEVICE, Opcode.TO_HOST, Opcode.COPY):
             self.copy(where, op, ops, st)
+        elif op is Opcode.LIBCALL:
+            self.libcall(where, ops, st)
         elif op is Opcode.LAUNCH:
             self.launch(where, ops, st)
         elif op is Opcode.MOVE:
@@ -1066,6 +1182,72 @@ class _CodeVerifier:
             self.err(f"{where}: slot {s} is read before it is set")
             return False
         return True
+
+    def libcall(self, where, ops, st: _State):
+        """A library call: a known routine, sizes within bounds, every used array operand a
+        memory slot of the routine's dtype in the kernels' space, set, its element range inside
+        the slot; writes only to results and temporaries; unused operands all -1/0 (so the
+        words mean one thing)."""
+        p = self.p
+        routine = ops[0]
+        if routine not in {int(r) for r in ROUTINES}:
+            self.err(f"{where}: unknown library routine {routine}")
+            return
+        info = ROUTINES[Routine(routine)]
+        sizes = ops[1:6]
+        if any(not 0 <= x <= MAX_ELEMENTS for x in sizes) or \
+                math.prod(sizes) > MAX_ELEMENTS or any(x >= (1 << 31) for x in sizes[2:]):
+            self.err(f"{where}: sizes {list(sizes)} out of range")
+            return
+        bad = False
+        for a, spec in enumerate(info.arrays):
+            words = list(ops[6 + 6 * a:12 + 6 * a])
+            if spec is None:
+                if words != [-1, 0, 0, 0, 0, 0]:
+                    self.err(f"{where}: unused operand {'xyz'[a]} is not -1 0 0 0 0 0")
+                    bad = True
+                continue
+            if any(abs(x) > MAX_ELEMENTS for x in words[1:]):
+                self.err(f"{where}: operand {'xyz'[a]}: offset or stride out of range")
+                bad = True
+        if bad:
+            return
+        writes = []
+        for a, (slot, lo, hi, w) in enumerate(libcall_extents(routine, list(ops[1:]))):
+            name = f"operand {'xyz'[a]} of {info.name}"
+            if not 0 <= slot < self.nslots:
+                self.err(f"{where}: {name}: slot {slot} out of range")
+                continue
+            s = p.slots[slot]
+            if s.role not in _MEMORY:
+                self.err(f"{where}: {name}: slot {slot} is a {_text(s.role)} slot, not memory")
+                continue
+            if self.targets(st, slot) is None:
+                self.err(f"{where}: {name}: slot {slot} is used before it is allocated")
+                continue
+            if s.space != self.kspace:
+                self.err(f"{where}: {name} reads slot {slot} in {SPACE_NAMES.get(s.space)} "
+                         f"space; library calls run in {SPACE_NAMES.get(self.kspace)} space")
+            if np.dtype(s.dtype) != np.dtype(info.dtype):
+                self.err(f"{where}: {name} is {np.dtype(info.dtype)}, slot {slot} holds "
+                         f"{np.dtype(s.dtype)}")
+            if hi >= lo:
+                blo, top = self.extent(slot)
+                if lo < blo or hi > top:
+                    self.err(f"{where}: {name} touches elements [{lo}, {hi}] outside slot "
+                             f"{slot}'s [{blo}, {top}]")
+            owners = ([t for t, _, _, _ in self.targets(st, slot)]
+                      if s.role == SlotRole.ALIAS else [slot])
+            if w:
+                for t in owners:
+                    if self.role(t) not in (SlotRole.OUTPUT, SlotRole.TEMP):
+                        self.err(f"{where}: {name} writes slot {t}, a {_text(self.role(t))} "
+                                 f"slot (library calls write only results and temporaries)")
+                writes.append(slot)
+            elif hi >= lo and not self.initialized(st, slot):
+                self.err(f"{where}: {name} reads slot {slot} before anything is written to it")
+        for slot in writes:
+            self.wrote(st, slot, where)
 
     def fits(self, where, dst, src, offsets=(0, 0)) -> bool:
         """Alias dst may take a pointer into src's buffer at these element offsets: same

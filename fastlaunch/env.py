@@ -22,6 +22,11 @@ FASTLAUNCH_MATH
     sin, cos, tanh, ... as inlined polynomials, codegen/vmath.py) or "libm" (glibc's libm and
     libmvec, bit for bit).  It is part of the backend's target key, so cached kernels of the
     two modes never mix.
+FASTLAUNCH_BLAS
+    when the first program with a library call (matrix product, np.linalg) is linked
+    (backends/library.py): "numpy" (the OpenBLAS NumPy itself is linked with, when it is
+    NumPy's bundled scipy-openblas64), "scipy" (scipy.linalg.cython_blas/cython_lapack), or
+    unset: NumPy's where available, else SciPy's.
 
 Nothing here imports the rest of fastlaunch (_core imports this module while it loads).
 """
@@ -32,7 +37,7 @@ import re
 import warnings
 
 __all__ = ["EnvironmentVariableError", "num_threads", "pool_limit_bytes", "log_enabled",
-           "backend_name", "math_mode", "MATH_MODES", "DEFAULT_POOL_LIMIT_MB",
+           "backend_name", "math_mode", "MATH_MODES", "blas_choice", "DEFAULT_POOL_LIMIT_MB",
            "MAX_POOL_LIMIT_MB"]
 
 DEFAULT_POOL_LIMIT_MB = 4096
@@ -121,3 +126,12 @@ def math_mode() -> str:
                                        f"expected one of {', '.join(MATH_MODES)} (unset: "
                                        f"auto)")
     return word
+def blas_choice() -> str | None:
+    """FASTLAUNCH_BLAS: "numpy", "scipy", or None when unset (the default order)."""
+    value = _raw("FASTLAUNCH_BLAS")
+    if value is None:
+        return None
+    if value.strip().lower() not in ("numpy", "scipy"):
+        raise EnvironmentVariableError(f"environment variable FASTLAUNCH_BLAS={value!r}: "
+                                       f"expected 'numpy' or 'scipy'")
+    return value.strip().lower()

@@ -17,9 +17,9 @@ import numpy as np
 from .ir import Graph, Kind, Node, Op
 from .leaves import contiguous_strides
 from .kernel import (RANDOM_COST, TRANSCENDENTAL, TRANSCENDENTAL_COST, Compute, Const, DivMod,
-                     Folded, Index, IndexValue, Phase, accumulator_dtype, Kernel, KernelArg, Load,
-                     Pick, Random, Reduction, Scalar, Sort, Store, address, coalesce, idents,
-                     index_picks, set_extents, simplify)
+                     Folded, Index, IndexValue, LibraryCall, Phase, accumulator_dtype, Kernel,
+                     KernelArg, Load, Pick, Random, Reduction, Scalar, Sort, Store, address,
+                     coalesce, idents, index_picks, is_kernel, set_extents, simplify)
 
 # LLVM's optimiser takes time quadratic in the size of a loop body (measured here: 0.15 s at
 # 1000 operations, 2.4 s at 4000), so a fused expression growing past this many operations
@@ -59,6 +59,10 @@ class Plan:
 
     def describe(self) -> str:
         return "\n\n".join(f"# kernel {i}\n{k.describe()}" for i, k in enumerate(self.kernels))
+
+    def compiled_kernels(self) -> list:
+        """The steps that are kernels (the program's kernel table), without library calls."""
+        return [k for k in self.kernels if is_kernel(k)]
 
     def add_temp(self, dtype, shape) -> Buffer:
         """A new C-ordered temporary (for a backend's schedule: e.g. reduction partials)."""
@@ -160,7 +164,7 @@ class _Fuser:
         self.emit_store_groups([(self._out_bufs[i], self._out_bufs[i].strides, g.outputs[i])
                                 for i in sorted(pending) if g.outputs[i].size], rows=True)
         self.emit_writebacks()
-        self.plan.kernels = [k for k in self.plan.kernels if k.size > 0]
+        self.plan.kernels = [k for k in self.plan.kernels if not is_kernel(k) or k.size > 0]
         return self.plan
 
     def output_buffer(self, i: int) -> Buffer:
@@ -295,6 +299,8 @@ class _Fuser:
             self.emit_sort(node, buf)
         elif node.op.kind in _UPDATES:
             self.emit_update_chain(node, buf)
+        elif node.op.kind is Kind.LIBRARY:
+            self.emit_library(node, buf)
         else:
             # an elementwise value or view that must sit in memory (e.g. a computed gather source)
             self.emit_store_groups([(buf, buf.strides, node)])
@@ -338,6 +344,8 @@ class _Fuser:
     def emit_reduce(self, node: Node, out: Buffer):
         src = node.inputs[0]
         axes = node.attrs["axes"]
+        if node.op is Op.SUM and src.op is Op.MUL:
+            self.materialize_contraction_operands(src)
         kept = [d for d in range(src.ndim) if d not in axes]
         space = tuple(src.shape[d] for d in kept)
         rspace = tuple(src.shape[d] for d in axes)
@@ -361,6 +369,69 @@ class _Fuser:
         kb = _KernelBuilder(self, space, rspace, label)
         body(kb)
         self.add_kernel(kb)
+
+    def materialize_contraction_operands(self, prod: Node):
+        """A contraction (the sum of a product of broadcast operands: matmul, einsum) reads
+        each operand element many times: an operand that is computed (tanh(x @ W + b), a
+        cast) is materialised once, never recomputed inside the reduction loop, and the
+        product reads two buffers through views (which a backend may hand to BLAS)."""
+        bases = []
+        for operand in prod.inputs:
+            n, broadcast = operand, False
+            while n.op.kind is Kind.VIEW and n.index not in self.buffer_of:
+                broadcast |= n.op is Op.BROADCAST
+                n = n.inputs[0]
+            bases.append((n, broadcast))
+        if not all(b for _, b in bases):
+            return
+        for n, _ in bases:
+            if n.index not in self.buffer_of and n.op.kind is not Kind.LEAF and n.size:
+                self.materialize(n)
+
+    # ---- library calls (np.linalg) ---------------------------------------------------------
+    def emit_library(self, node: Node, out: Buffer):
+        """A LibraryCall step: operands read in place where they are in memory (arguments,
+        constants, materialised values) with at most two batch dims after merging, else
+        through a C-ordered copy; the result written into `out` (C-ordered)."""
+        fn = node.attrs["fn"]
+        a = node.inputs[0]
+        batch = a.shape[:-2]
+        m = a.shape[-1]
+        layouts = []
+        for operand in node.inputs:
+            if not self.in_memory(operand) or operand.op.kind is Kind.VIEW:
+                buf = self.materialize_copy(operand)
+            else:
+                buf = self.leaf_buffer(operand) if operand.op.kind is Kind.LEAF \
+                    else self.buffer_of[operand.index]
+            layouts.append((buf, buf.strides))
+        out_shape = {"det": batch + (1, 1), "slogdet": batch + (1, 2)}.get(fn, node.shape)
+        layouts.append((out, contiguous_strides(out_shape)))
+        merged = _merge_batch(batch, [st[:len(batch)] for _, st in layouts])
+        if merged is None:
+            # more than two batch dims that do not merge: C-ordered copies of the operands
+            layouts = [(self.materialize_copy(x), None) for x in node.inputs] + [layouts[-1]]
+            layouts = [(b, b.strides if st is None else st) for b, st in layouts]
+            merged = _merge_batch(batch, [st[:len(batch)] for _, st in layouts])
+        bsizes, bstrides = merged
+        n = node.inputs[1].shape[-1] if fn == "solve" else 0
+        args, lays = [], []
+        for i, (buf, st) in enumerate(layouts):
+            writes = buf is out
+            args.append(KernelArg("buffer", buf.dtype, buf.id, 0, writes))
+            rs, cs = st[len(batch):len(batch) + 2] if len(st) >= len(batch) + 2 else (1, 1)
+            lays.append((0, bstrides[i][0], bstrides[i][1], rs, cs))
+        self.plan.kernels.append(LibraryCall(fn, node.dtype, (bsizes[0], bsizes[1], m, n, 0),
+                                             args, lays, fn))
+
+    def materialize_copy(self, node: Node) -> Buffer:
+        """A C-ordered temporary holding node's value (a copy when it is a view)."""
+        if node.op.kind is not Kind.VIEW and node.op.kind is not Kind.LEAF:
+            return self.materialize(node)
+        buf = self.new_buffer("temp", node.dtype, node.shape)
+        if node.size:
+            self.emit_store_groups([(buf, buf.strides, node)])
+        return buf
 
     def emit_scan(self, node: Node, out: Buffer):
         """cumsum/cumprod: the scanned axis is the one reduction loop; every step is stored."""
@@ -636,7 +707,28 @@ def _reaches(roots, target: Node) -> bool:
 
 
 def _needs_buffer(node: Node) -> bool:
-    return node.op.kind in (Kind.REDUCE, Kind.SCAN, Kind.SCATTER, Kind.UPDATE, Kind.SORT)
+    return node.op.kind in (Kind.REDUCE, Kind.SCAN, Kind.SCATTER, Kind.UPDATE, Kind.SORT, Kind.LIBRARY)
+
+
+def _merge_batch(batch, strides_list):
+    """The batch dims merged where every operand allows (size-1 dims dropped): (sizes,
+    strides per operand), each padded to two dims; None when more than two remain."""
+    dims = [d for d, s in enumerate(batch) if s != 1]
+    groups: list = []
+    for d in dims:
+        if groups and all(st[groups[-1][-1]] == st[d] * batch[d] for st in strides_list):
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+    if len(groups) > 2:
+        return None
+    sizes = [int(np.prod([batch[d] for d in g], dtype=np.int64)) for g in groups]
+    per = [[st[g[-1]] for g in groups] for st in strides_list]
+    sizes += [1] * (2 - len(sizes))
+    per = [p + [0] * (2 - len(p)) for p in per]
+    if any(s == 0 for s in batch):
+        sizes = [0, 1]
+    return sizes, per
 
 
 def _covers(chain: list, shape) -> bool:

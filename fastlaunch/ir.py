@@ -49,6 +49,7 @@ class Kind(enum.Enum):
     SCATTER = "scatter"          # writes or accumulates values at data-dependent indices
     UPDATE = "update"            # replaces a strided region of its base
     SORT = "sort"                # orders its operand along one axis
+    LIBRARY = "library"          # dense linear algebra over the last two dims (np.linalg)
 
 
 class Op(enum.Enum):
@@ -182,6 +183,11 @@ class Op(enum.Enum):
     SCATTER = ("scatter", Kind.SCATTER, -1)
     # setslice(base, value): base with the strided region start + step*i replaced by value
     SETSLICE = ("setslice", Kind.UPDATE, 2)
+    # linalg(a[, b]) fn=...: per matrix of the leading (batch) dims, the operation `fn`
+    # ("inv", "solve", "det", "slogdet", "cholesky", "eigh") of np.linalg.  Results with
+    # two parts are packed: slogdet [..., 2] = (sign, log|det|); eigh [..., n+1, n] = the
+    # eigenvalues in row 0, then the eigenvectors (as np.linalg.eigh's columns)
+    LINALG = ("linalg", Kind.LIBRARY, -1)
 
     def __repr__(self):
         return f"Op.{self.name}"

@@ -466,7 +466,7 @@ class Compiled(_core.Dispatcher):
         layouts = {pos: leaf.strides for pos, leaf in enumerate(leaves) if leaf.is_array}
         fused = fuse.plan(traced.graph, layouts)
         plan = backend.schedule(fused)
-        kernels = [backend.compile(k) for k in plan.kernels]
+        kernels = [backend.compile(k) for k in plan.compiled_kernels()]
         # a call with device arrays keeps its results on the device
         device_results = backend.memory.crosses and any(
             leaf.is_array and leaf.space == Space.SPACE_DEVICE for leaf in leaves)
@@ -481,7 +481,7 @@ class Compiled(_core.Dispatcher):
         if traced.effects:
             entry.post = ContainerEffects(traced.effects)
         lowered = Lowered(str(traced.graph),
-                          [(k.label, k.describe(), ck.source) for k, ck in zip(plan.kernels, kernels)],
+                          [(k.label, k.describe(), ck.source) for k, ck in zip(plan.compiled_kernels(), kernels)],
                           program.disassemble(), plan, program, fused)
         static_values = [call[i] for i in self._static if i < len(call)]
         entry.info = _EntryInfo(leaves, lowered, kernels, keys, statics, static_values, results,

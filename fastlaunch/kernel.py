@@ -16,7 +16,8 @@ from .ir import Op, dtype_short
 
 __all__ = ["KernelError", "accumulator_dtype", "Loop", "DivMod", "Pick", "Index", "Load", "Scalar", "Const",
            "IndexValue", "Random", "Compute", "Folded", "Phase", "Store", "Reduction", "Sort",
-           "KernelArg", "Kernel", "walk", "index_picks", "SMALL_SORT", "sort_passes"]
+           "KernelArg", "Kernel", "walk", "index_picks", "SMALL_SORT", "sort_passes",
+           "LibraryCall", "is_kernel"]
 
 
 class KernelError(enum.IntFlag):
@@ -441,6 +442,45 @@ TRANSCENDENTAL = {Op.CBRT, Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10,
                   Op.TANH, Op.ARCSINH, Op.ARCCOSH, Op.ARCTANH, Op.POW, Op.ARCTAN2, Op.HYPOT,
                   Op.NEXTAFTER, Op.LOGADDEXP, Op.LOGADDEXP2, Op.FLOORDIV, Op.MOD, Op.FMOD,
                   Op.ERF, Op.ERFC, Op.LGAMMA}
+
+
+@dataclass
+class LibraryCall:
+    """A step of a plan that is not a compiled kernel: a library routine (matrix product,
+    small dense linear algebra) over a (b1, b2) batch of matrices, by operation name
+    ("gemm", "inv", "solve", "det", "slogdet", "cholesky", "eigh"): which routine entry
+    implements it, and whether one does, is the backend's business.  `args` bind the
+    operands (x, y[, z]) to plan buffers, `layouts` give each operand's (offset, batch
+    strides sb1 sb2, row and column strides s0 s1) in elements; sizes are (b1, b2, m, n, k)
+    (bytecode.ROUTINES says which shape each operand has)."""
+    name: str
+    dtype: np.dtype
+    sizes: tuple
+    args: list
+    layouts: list
+    label: str = ""
+    # the backend's decisions (None in a fused plan); like a Kernel's, it has describe()
+    schedule: object = None
+    status = None                    # library calls stop the run themselves on failure
+
+    def describe(self) -> str:
+        b1, b2, m, n, k = self.sizes
+        ops = "  ".join(f"{'xyz'[i]}{'<-' if a.writes else '='}buf{a.buffer}"
+                        f"[{lay[0]}; {lay[1]} {lay[2]}; {lay[3]} {lay[4]}]"
+                        for i, (a, lay) in enumerate(zip(self.args, self.layouts)))
+        return (f"library {self.name} {dtype_short(self.dtype)} batch=({b1},{b2}) m={m} n={n} "
+                f"k={k}\n  {ops}")
+
+    def work(self) -> int:
+        """Estimated operations (for the recorder's decision to poll for Ctrl-C)."""
+        b1, b2, m, n, k = self.sizes
+        return b1 * b2 * max(1, m) * max(1, m if self.name != "gemm" else n) * \
+            max(1, k if self.name == "gemm" else m)
+
+
+def is_kernel(step) -> bool:
+    """Whether a plan step is a compiled kernel (not a LibraryCall)."""
+    return isinstance(step, Kernel)
 
 
 def index_picks(ix: Index) -> list:

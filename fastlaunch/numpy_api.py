@@ -501,6 +501,118 @@ def _norm(x, ord=None, axis=None, keepdims=False):
 FUNCTIONS[np.linalg.norm] = _norm
 
 
+# ---- small dense linear algebra (np.linalg): LIBRARY nodes ---------------------------------------
+_SlogdetResult = type(np.linalg.slogdet(np.eye(1)))
+_EighResult = type(np.linalg.eigh(np.eye(1)))
+
+
+def _linalg_operand(x, name: str, square: bool = True):
+    """(operand cast to float64, result dtype) of np.linalg.`name`.  NumPy computes every
+    real linalg function in float64 and casts the results to float32 for float32 inputs
+    (float64 for any other): so do we, for the same bits."""
+    n = node_of(x)
+    if n.ndim < 2:
+        raise np.linalg.LinAlgError(f"{n.ndim}-dimensional array given. Array must be at "
+                                    f"least two-dimensional")
+    if square and n.shape[-1] != n.shape[-2]:
+        raise np.linalg.LinAlgError("Last 2 dimensions of the array must be square")
+    _linalg_dtype(n.dtype, name)
+    result = np.dtype(np.float32) if n.dtype == np.float32 else np.dtype(np.float64)
+    return ops.cast(current_graph(), n, np.float64), result
+
+
+def _linalg_dtype(dt, name):
+    if dt.kind == "f" and dt.itemsize == 2:
+        raise TypeError("array type float16 is unsupported in linalg")
+    if dt.kind not in "biuf":
+        raise TracingError(f"np.linalg.{name} of {dt} is not supported by fastlaunch")
+
+
+def _linalg(fn, shape, inputs, result_dtype):
+    """The LIBRARY node (float64) cast to the result dtype."""
+    g = current_graph()
+    return ops.cast(g, g.add(Op.LINALG, np.float64, shape, inputs, fn=fn), result_dtype)
+
+
+@implements(np.linalg.inv)
+def linalg_inv(a):
+    n, rt = _linalg_operand(a, "inv")
+    return wrap(_linalg("inv", n.shape, (n,), rt))
+
+
+@implements(np.linalg.solve)
+def linalg_solve(a, b):
+    g = current_graph()
+    an, rt = _linalg_operand(a, "solve")
+    bn = node_of(b)
+    if bn.ndim == 0:
+        raise ValueError("solve: Input operand 1 does not have enough dimensions (has 0, "
+                         "gufunc core with signature (m,m),(m,n)->(m,n) requires 2)")
+    _linalg_dtype(bn.dtype, "solve")
+    if bn.dtype != np.float32:
+        rt = np.dtype(np.float64)
+    bn = ops.cast(g, bn, np.float64)
+    m = an.shape[-1]
+    vector = bn.ndim == 1
+    if vector:
+        bn = ops.reshape(g, bn, (m, 1))
+    if bn.shape[-2] != m:
+        raise ValueError(f"solve: Input operand 1 has a mismatch in its core dimension 0, "
+                         f"with gufunc signature (m,m),(m,n)->(m,n) (size {bn.shape[-2]} is "
+                         f"different from {m})")
+    batch = ops.broadcast_shapes(an.shape[:-2], bn.shape[:-2])
+    an = ops.broadcast_to(g, an, batch + an.shape[-2:])
+    bn = ops.broadcast_to(g, bn, batch + bn.shape[-2:])
+    r = _linalg("solve", bn.shape, (an, bn), rt)
+    if vector:
+        r = ops.reshape(g, r, batch + (m,))
+    return wrap(r)
+
+
+@implements(np.linalg.det)
+def linalg_det(a):
+    n, rt = _linalg_operand(a, "det")
+    r = _linalg("det", n.shape[:-2], (n,), rt)
+    return wrap(r, scalar=r.ndim == 0)
+
+
+@implements(np.linalg.slogdet)
+def linalg_slogdet(a):
+    g = current_graph()
+    n, rt = _linalg_operand(a, "slogdet")
+    packed = _linalg("slogdet", n.shape[:-2] + (2,), (n,), rt)
+    lead = packed.ndim - 1
+    parts = [ops.reshape(g, ops.slice_view(g, packed, (0,) * lead + (i,), (1,) * (lead + 1),
+                                           packed.shape[:-1] + (1,)), packed.shape[:-1])
+             for i in (0, 1)]
+    return _SlogdetResult(*(wrap(p, scalar=p.ndim == 0) for p in parts))
+
+
+@implements(np.linalg.cholesky)
+def linalg_cholesky(a, /, *, upper=False):
+    n, rt = _linalg_operand(a, "cholesky")
+    r = _linalg("cholesky", n.shape, (n,), rt)
+    return wrap(r) if not upper else wrap(ops.transpose(
+        current_graph(), r, tuple(range(r.ndim - 2)) + (r.ndim - 1, r.ndim - 2)))
+
+
+@implements(np.linalg.eigh)
+def linalg_eigh(a, UPLO="L"):
+    if UPLO not in ("L", "U"):
+        raise ValueError("UPLO argument must be 'L' or 'U'")
+    g = current_graph()
+    n, rt = _linalg_operand(a, "eigh")
+    if UPLO == "U":           # the upper triangle is the lower one of the transpose
+        n = ops.transpose(g, n, tuple(range(n.ndim - 2)) + (n.ndim - 1, n.ndim - 2))
+    m = n.shape[-1]
+    packed = _linalg("eigh", n.shape[:-2] + (m + 1, m), (n,), rt)
+    lead = packed.ndim - 2
+    w = ops.reshape(g, ops.slice_view(g, packed, (0,) * packed.ndim, (1,) * packed.ndim,
+                                      packed.shape[:-2] + (1, m)), packed.shape[:-2] + (m,))
+    v = ops.slice_view(g, packed, (0,) * lead + (1, 0), (1,) * packed.ndim, n.shape)
+    return _EighResult(wrap(w), wrap(v))
+
+
 # ---- matrix products -------------------------------------------------------------------------
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 

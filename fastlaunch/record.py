@@ -21,8 +21,9 @@ import numpy as np
 
 from ._launch import Space
 from .backends.base import HOST_MEMORY, MemoryModel
-from .bytecode import ArgKind, Assembler, KernelInfo, Program, SlotInfo, SlotRole
+from .bytecode import ArgKind, Assembler, KernelInfo, Program, SlotInfo, SlotRole, routine_of
 from .fuse import Plan
+from .kernel import is_kernel
 from .leaves import LeafSpec, element_range
 
 # A program estimated to do more work than this (operations) polls for signals between its
@@ -132,9 +133,11 @@ def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: 
     status = next((slot_of[b.id] for b in plan.buffers if b.role == "status"), None)
     unchecked = False             # a kernel may have raised an error bit since the last CHECK
     work = sum(k.size * max(1, int(np.prod(k.rspace, dtype=np.int64))) * k.cost_per_iteration()
-               for k in plan.kernels)
+               if is_kernel(k) else k.work() for k in plan.kernels)
     polling = work >= POLL_WORK
-    for k_index, (k, name) in enumerate(zip(plan.kernels, kernel_names)):
+    # kernel_names: one per compiled kernel; library calls (LIBCALL) are not in the kernel table
+    names = iter(kernel_names)
+    for k_index, k in enumerate(plan.kernels):
         writes_input = any(a.writes and a.kind == "buffer" and
                            slots[slot_of[a.buffer]].role == SlotRole.INPUT for a in k.args)
         if writes_input:
@@ -145,19 +148,23 @@ def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: 
         if polling:
             asm.poll()
         unchecked |= k.status is not None
-        for a in k.args:
-            s = slot_of[a.buffer]
+        # a library call may take one buffer as two operands (x.T @ x): each slot once
+        used = list(dict.fromkeys(slot_of[a.buffer] for a in k.args))
+        for s in used:
             if s in temps and first_use[s] == k_index:
                 asm.alloc(s, slots[s].nbytes)
                 if s in shadow_in:
                     asm.to_device(s, shadow_in[s], slots[shadow_in[s]].span_bytes)
-        asm.launch(k_index, k.launch_size, [slot_of[a.buffer] for a in k.args])
-        for a in k.args:
-            s = slot_of[a.buffer]
+        if is_kernel(k):
+            asm.launch(len(infos), k.launch_size, [slot_of[a.buffer] for a in k.args])
+            infos.append(kernel_info(k, next(names)))
+        else:
+            asm.libcall(routine_of(k.name, k.dtype), k.sizes,
+                        [(slot_of[a.buffer],) + tuple(lay) for a, lay in zip(k.args, k.layouts)])
+        for s in used:
             if s in temps and last_use[s] == k_index and s not in shadow_out and \
                     not (s in shadow_in and shadow_in[s] in mutated_leaves):
                 asm.free(s)
-        infos.append(kernel_info(k, name))
     if unchecked:
         asm.check(status)
     # results and in-place updates leave the kernels' space last, after every check

@@ -89,7 +89,7 @@ def dumps_entry(entry, backend, static_positions, iterate=None) -> bytes:
         raise TypeError(f"a saved program cannot replay side effects on argument containers "
                         f"({entry.post.describe()}); return the new values instead")
     program: Program = info.lowered.program
-    descriptions = info.lowered.plan.kernels
+    descriptions = info.lowered.plan.compiled_kernels()
     if len(descriptions) != len(info.kernels):
         raise RuntimeError("fastlaunch: the traced plan and its compiled kernels disagree")
     for k in info.keys:

@@ -175,7 +175,8 @@ class CPUBackend:
 
     def link(self, program, kernels, call):
         from ..link import host_executable
-        return host_executable(program, kernels, call)
+        from .library import routine_addresses
+        return host_executable(program, kernels, call, routine_addresses(program))
 
     def source(self, kernel: Kernel) -> str:
         return generate(kernel, self.math)

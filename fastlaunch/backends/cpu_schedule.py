@@ -19,8 +19,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..ir import Op
-from ..kernel import (Index, Kernel, KernelArg, Load, Loop, Reduction, accumulator_dtype,
-                      address, coalesce, idents, set_extents, substitute, walk)
+from ..kernel import (Compute, Index, Kernel, KernelArg, LibraryCall, Load, Loop, Reduction,
+                      accumulator_dtype, address, coalesce, idents, is_kernel, set_extents,
+                      substitute, walk)
 
 # Full reductions of at least 2*REDUCE_CHUNK elements into fewer than SPLIT_MAX_OUTPUTS
 # results are split (see the module docstring).
@@ -58,9 +59,109 @@ def schedule(plan, reduce_chunk: int = REDUCE_CHUNK):
     is left unscheduled: it is the contract every backend starts from."""
     out = plan.with_kernels([])
     for k in plan.kernels:
+        if not is_kernel(k):
+            # a library call the fused plan asked for (np.linalg): the host runs it as is
+            if k.schedule is not None:
+                raise ValueError(f"library call {k.label!r} is already scheduled")
+            out.kernels.append(replace(k, args=list(k.args), schedule=LibrarySchedule()))
+            continue
+        call = gemm_call(k) if k.schedule is None else None
+        if call is not None:
+            out.kernels.append(call)
+            continue
         for part in _split(out, k, reduce_chunk):
             out.kernels.append(schedule_kernel(part))
     return out
+
+
+# ---- matrix products through BLAS ------------------------------------------------------------
+# A float32/float64 contraction of at least this many multiply-adds per matrix runs as a BLAS
+# gemm call (LIBCALL); smaller ones stay compiled kernels, whose launch costs less than a
+# BLAS call's setup.  Measured with bench/matmul.py (see docs/architecture.md, section 10).
+GEMM_MIN_FLOPS = 8 * 8 * 8
+_INT32_MAX = (1 << 31) - 1
+
+
+@dataclass(frozen=True)
+class LibrarySchedule:
+    """A step the CPU runs as a library call (LIBCALL): BLAS/LAPACK on the interpreter's
+    thread, with BLAS's own threads."""
+
+    def describe(self) -> str:
+        return "library call"
+
+
+def blas_layout(rows, cols, s0, s1):
+    """Whether BLAS can take a row-major rows x cols matrix with element strides (s0, s1)
+    without a copy: rows or columns contiguous, the other stride at least the matrix's extent
+    (csrc/library.c's blas_layout, the same rule)."""
+    if cols <= 1:
+        s1 = 1
+    if rows <= 1:
+        s0 = max(cols, 1) if s1 == 1 else 1
+    if s1 == 1 and max(cols, 1) <= s0 <= _INT32_MAX:
+        return "N"
+    if s0 == 1 and max(rows, 1) <= s1 <= _INT32_MAX:
+        return "T"
+    return None
+
+
+def gemm_call(k: Kernel):
+    """The BLAS gemm call computing kernel `k`, if it is a float32/float64 matrix product
+    (batched over at most two dims) with operands BLAS can address in place; else None."""
+    r = k.reduction
+    if r is None or r.op is not Op.SUM or r.scan or r.chunk or k.stores or k.checks or \
+            k.status is not None or len(k.rspace) != 1 or not 1 <= len(k.space) <= 4:
+        return None
+    v = r.value
+    dt = v.dtype if isinstance(v, Compute) else None
+    if dt is None or v.op is not Op.MUL or dt not in (np.float32, np.float64) or v.checked or \
+            len(v.operands) != 2 or not all(isinstance(o, Load) and o.dtype == dt and
+                                            o.index.is_affine for o in v.operands):
+        return None
+    out = k.args[r.arg]
+    if out.dtype != dt or not r.index.is_affine:
+        return None
+    nspace = len(k.space)
+    kd = nspace                                          # the reduction loop
+    x, y = v.operands
+    if nspace == 1:
+        # matrix @ vector or vector @ matrix: the vector operand does not follow the space
+        if x.index.coef(Loop(0)) == 0:
+            x, y = y, x
+        if y.index.coef(Loop(0)) != 0:
+            return None
+        batch, md, nd = [], 0, None
+    else:
+        md, nd = nspace - 2, nspace - 1
+        if x.index.coef(Loop(nd)) != 0:
+            x, y = y, x
+        if x.index.coef(Loop(nd)) != 0 or y.index.coef(Loop(md)) != 0:
+            return None
+        batch = list(range(nspace - 2))
+    if len(batch) > 2 or r.index.coef(Loop(kd)) != 0:
+        return None
+    sizes = list(k.space) + list(k.rspace)
+    m = sizes[md]
+    n = sizes[nd] if nd is not None else 1
+    kk = sizes[kd]
+    if m * n * kk < GEMM_MIN_FLOPS or max(m, n, kk) > _INT32_MAX:
+        return None
+    bsizes = [sizes[d] for d in batch] + [1] * (2 - len(batch))
+
+    def strides(ix, first, second):
+        c = lambda d: ix.coef(Loop(d)) if d is not None else 0     # noqa: E731
+        bs = [c(d) for d in batch] + [0] * (2 - len(batch))
+        return (ix.const, bs[0], bs[1], c(first), c(second))
+
+    lx, ly, lc = strides(x.index, md, kd), strides(y.index, kd, nd), strides(r.index, md, nd)
+    if blas_layout(m, kk, lx[3], lx[4]) is None or blas_layout(kk, n, ly[3], ly[4]) is None \
+            or blas_layout(m, n, lc[3], lc[4]) != "N":
+        return None
+    args = [replace(k.args[x.arg], writes=False), replace(k.args[y.arg], writes=False),
+            replace(out, writes=True)]
+    return LibraryCall("gemm", dt, (bsizes[0], bsizes[1], m, n, kk), args, [lx, ly, lc],
+                       k.label, LibrarySchedule())
 
 
 def schedule_kernel(k: Kernel) -> Kernel:

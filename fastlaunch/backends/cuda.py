@@ -263,7 +263,15 @@ class CUDABackend:
         return cuda_extension().from_cuda_array(obj)
 
     def link(self, program, kernels, call):
-        from ..link import executable_layout
+        from ..link import LinkError, executable_layout
+        routines = program.library_routines()
+        if routines:
+            from .._launch import Routine
+            from ..bytecode import ROUTINES
+            names = ", ".join(sorted({ROUTINES[Routine(r)].name for r in routines}))
+            raise LinkError(f"fastlaunch: the CUDA backend has no library calls: {names} via "
+                            f"cuBLAS/cuSOLVER not implemented (matrix products run as compiled "
+                            f"kernels on CUDA; np.linalg is CPU-only)")
         _cuda = cuda_extension()
         launch = [tuple(k.params) for k in program.kernels]
         nargs = [len(k.arg_kinds) for k in program.kernels]

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..ir import Op
 from ..kernel import (Compute, Folded, Index, Kernel, KernelArg, Load, Reduction, Store, address,
-                      idents, set_extents, substitute, walk)
+                      idents, is_kernel, set_extents, substitute, walk)
 from ..leaves import contiguous_strides
 
 BLOCK = 256                 # threads per block
@@ -65,6 +65,9 @@ def schedule(plan):
     temporary and a combine kernel); the fused plan stays unscheduled."""
     out = plan.with_kernels([])
     for k in plan.kernels:
+        if not is_kernel(k):
+            out.kernels.append(k)     # a library call: refused when linked (backends/cuda.py)
+            continue
         if len(k.args) > MAX_PARAMS:
             raise ValueError(f"kernel {k.label!r} has {len(k.args)} arguments; a CUDA kernel "
                              f"takes at most {MAX_PARAMS}")

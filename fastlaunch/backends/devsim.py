@@ -60,5 +60,9 @@ class DevSimBackend:
         consts = [_devsim.DeviceBuffer.from_array(arr) for _, arr in program.consts]
         layout = executable_layout(program, call, keepalive=(kernels, consts),
                                    const_ptrs=[c.address for c in consts])
-        # the kernels run serially on the simulated device: no work estimate is needed
-        return _devsim.DevSimExecutable(layout, [k.address for k in kernels], consts)
+        # the kernels run serially on the simulated device: no work estimate is needed.
+        # Library calls run the CPU's routines on the simulated device memory, standing in
+        # for a device library (cuBLAS) that works on device buffers: no copy to the host.
+        from .library import routine_addresses
+        return _devsim.DevSimExecutable(layout, [k.address for k in kernels], consts,
+                                        routine_addresses(program))

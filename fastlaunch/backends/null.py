@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .. import _core
-from ..kernel import Kernel
+from ..kernel import Kernel, is_kernel
+from .._launch import Routine
 from .base import HOST_MEMORY, CompiledKernel
 
 
@@ -36,7 +37,9 @@ class NullBackend:
         self._address = _core.null_kernel_address()
 
     def schedule(self, plan):
-        return plan.with_kernels([self.schedule_kernel(k) for k in plan.kernels])
+        # library calls stay as they are: the null library routine does nothing
+        return plan.with_kernels([self.schedule_kernel(k) if is_kernel(k) else k
+                                  for k in plan.kernels])
 
     def schedule_kernel(self, kernel: Kernel) -> Kernel:
         """A scheduled copy of one fused kernel (the fused plan is never changed)."""
@@ -63,4 +66,6 @@ class NullBackend:
 
     def link(self, program, kernels, call):
         from ..link import host_executable
-        return host_executable(program, kernels, call)
+        libs = [_core.null_library_address()] * int(Routine.LIB_COUNT) \
+            if program.library_routines() else []
+        return host_executable(program, kernels, call, libs)

@@ -374,3 +374,11 @@ int fl_configure(int nthreads, int64_t pool_limit_bytes) {
 }
 
 int fl_max_threads(void) { return MAX_WORKERS; }
+
+/* The null backend's library routine (LIBCALL): writes nothing, like fl_null_kernel. */
+#include "library.h"
+int fl_library_null(const int64_t *operands, const int64_t *slots) {
+    (void)operands;
+    (void)slots;
+    return 0;
+}

@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .harness import check, check_many, cover, make, param, short
+from .harness import Tol, check, check_many, cover, make, param, param_marks, short
+import fastlaunch as fl
 
 LA = "linear algebra"
 DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int32, np.int64, np.uint8, np.uint64, np.bool_]
@@ -161,3 +162,163 @@ for _n, _notes in [("np.matmul / @", "2-D, vector-matrix, matrix-vector, vector-
                                  "'ij,ij->i' 'bij,bjk->bik' 'ij,kj->ik' 'i,j->ij', implicit "
                                  "output, one-operand transposes and sums")]:
     cover(_n, LA, [short(d) for d in DTYPES], note=_notes, test="test_linalg.py")
+
+
+# ---- small dense linear algebra (np.linalg): LAPACK library calls --------------------------------
+LINALG_DTYPES = [np.float32, np.float64]
+
+
+def _well_conditioned(shape, dtype, layout="C", key=()):
+    """Random matrices with a dominant diagonal (condition numbers near 1), so float32 results
+    agree with NumPy's to a few ulps whatever the pivoting."""
+    a = make(shape, np.float64, special=False, domain=(-1, 1), key=("wc",) + tuple(key))
+    n = shape[-1]
+    a = np.ascontiguousarray(a) + 2 * n * np.eye(n)
+    a = a.astype(dtype)
+    if layout == "T":
+        return np.swapaxes(np.swapaxes(a, -1, -2).copy(), -1, -2)     # column-major matrices
+    if layout == "step":
+        big = np.repeat(a, 2, axis=-1)
+        return big[..., ::2]
+    return a
+
+
+def _spd(shape, dtype, key=()):
+    a = make(shape, np.float64, special=False, domain=(-1, 1), key=("spd",) + tuple(key))
+    return (a @ np.swapaxes(a, -1, -2) + shape[-1] * np.eye(shape[-1])).astype(dtype)
+
+
+def _tol():
+    return Tol(0.0, 2e-5, 1e-12)
+
+
+SQUARE_FNS = {
+    "np.linalg.inv": lambda a: np.linalg.inv(a),
+    "np.linalg.det": lambda a: np.linalg.det(a),
+    "np.linalg.slogdet": lambda a: tuple(np.linalg.slogdet(a)),
+}
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5, 5), (2, 3, 4, 4), (0, 3, 3), (1, 1),
+                                   (10, 2, 2)], ids=str)
+@pytest.mark.parametrize("layout", ["C", "T", "step"])
+@pytest.mark.parametrize("dtype", [param(d, name="np.linalg.inv", dtype=d, id=short(d))
+                                   for d in LINALG_DTYPES])
+def test_linalg_square(dtype, layout, shape):
+    a = _well_conditioned(shape, dtype, layout)
+    for name, f in SQUARE_FNS.items():
+        check(f, a, tol=_tol(), atol=1e-6 if dtype == np.float32 else 1e-13)
+
+
+@pytest.mark.parametrize("shapes", [((4, 4), (4,)), ((4, 4), (4, 3)), ((5, 3, 3), (5, 3, 2)),
+                                    ((5, 3, 3), (3, 2)), ((2, 5, 3, 3), (5, 3, 1)),
+                                    ((0, 2, 2), (0, 2, 1))], ids=str)
+@pytest.mark.parametrize("dtype", [param(d, name="np.linalg.solve", dtype=d, id=short(d))
+                                   for d in LINALG_DTYPES])
+def test_linalg_solve(dtype, shapes):
+    a = _well_conditioned(shapes[0], dtype, "T")
+    b = make(shapes[1], dtype, special=False, domain=(-2, 2), key=("rhs",))
+    check(lambda a, b: np.linalg.solve(a, b), a, b, tol=_tol(),
+          atol=1e-6 if dtype == np.float32 else 1e-13)
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (6, 3, 3), (2, 2, 5, 5), (0, 4, 4)], ids=str)
+@pytest.mark.parametrize("dtype", [param(d, name="np.linalg.cholesky", dtype=d, id=short(d))
+                                   for d in LINALG_DTYPES])
+def test_linalg_cholesky_eigh(dtype, shape):
+    a = _spd(shape, dtype)
+    atol = 1e-5 if dtype == np.float32 else 1e-12
+    check(lambda a: np.linalg.cholesky(a), a, tol=_tol(), atol=atol)
+    check(lambda a: np.linalg.cholesky(a, upper=True), a, tol=_tol(), atol=atol)
+    # eigenvalues match; eigenvectors up to each one's sign (as any two LAPACK builds)
+    w, v = fl.compile(np.linalg.eigh)(a)
+    ew, ev = np.linalg.eigh(a)
+    assert w.dtype == ew.dtype and v.dtype == ev.dtype and w.shape == ew.shape
+    np.testing.assert_allclose(w, ew, rtol=1e-4 if dtype == np.float32 else 1e-10, atol=atol * 10)
+    np.testing.assert_allclose(np.abs(v), np.abs(ev), rtol=1e-3 if dtype == np.float32 else 1e-8,
+                               atol=atol * 100)
+    if a.size:
+        recon = v @ (w[..., :, None] * np.swapaxes(v, -1, -2))
+        np.testing.assert_allclose(recon, a, rtol=1e-4 if dtype == np.float32 else 1e-10,
+                                   atol=atol * 100)
+    wu, _ = fl.compile(lambda a: np.linalg.eigh(a, UPLO="U"))(a)
+    np.testing.assert_allclose(wu, np.linalg.eigh(a, UPLO="U")[0],
+                               rtol=1e-4 if dtype == np.float32 else 1e-10, atol=atol * 10)
+
+
+def test_linalg_integer_inputs_are_float64():
+    a = (np.eye(3, dtype=np.int32) * 2 + 1)
+    check(lambda a: (np.linalg.inv(a), np.linalg.det(a)), a, tol=_tol(), atol=1e-13)
+
+
+def test_linalg_float16_and_shapes_rejected_like_numpy():
+    check(lambda a: np.linalg.inv(a), np.eye(3, dtype=np.float16))
+    check(lambda a: np.linalg.inv(a), np.ones((3, 4)))
+    check(lambda a: np.linalg.det(a), np.ones(3))
+
+
+@pytest.mark.parametrize("backend", ["cpu", "devsim"])
+def test_singular_raises_linalgerror_and_writes_nothing(backend):
+    """A singular matrix raises LinAlgError at replay, as NumPy does; an argument the function
+    updates in place is left as it was (the library call stops the run before any write)."""
+    def f(a, y):
+        y += 1.0
+        return np.linalg.inv(a)
+
+    g = fl.compile(f, backend=backend)
+    good = np.eye(3) * 2
+    y = np.zeros(3)
+    np.testing.assert_array_equal(g(good, y), np.linalg.inv(good))
+    np.testing.assert_array_equal(y, np.ones(3))
+    for singular in (np.ones((3, 3)), np.zeros((3, 3))):
+        with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+            np.linalg.inv(singular)
+        with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+            g(singular, y)
+        np.testing.assert_array_equal(y, np.ones(3))
+    solve = fl.compile(np.linalg.solve, backend=backend)
+    with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        solve(np.stack([np.eye(2), np.zeros((2, 2))]), np.ones((2, 2, 1)))
+    chol = fl.compile(np.linalg.cholesky, backend=backend)
+    with pytest.raises(np.linalg.LinAlgError, match="not positive definite"):
+        chol(-np.eye(3))
+    # det and slogdet of a singular matrix are values, not errors
+    check(lambda a: (np.linalg.det(a), tuple(np.linalg.slogdet(a))), np.ones((2, 3, 3)))
+
+
+def test_linalg_results_are_namedtuples_and_fuse_with_neighbours():
+    a = _spd((3, 4, 4), np.float64)
+    r = fl.compile(np.linalg.slogdet)(a)
+    assert type(r) is type(np.linalg.slogdet(a)) and r.sign.shape == (3,)
+    e = fl.compile(np.linalg.eigh)(a)
+    assert type(e) is type(np.linalg.eigh(a))
+    check(lambda a, b: np.linalg.solve(a * 2.0, b + 1.0).sum(axis=-1) * np.linalg.det(a)[:, None],
+          a, a[:, :, :2].copy(), tol=_tol(), atol=1e-10)
+
+
+for _n, _notes in [
+        ("np.linalg.inv", "computed in float64 and cast, as NumPy; LAPACK gesv against the "
+                          "identity (as NumPy; matrices up to 16x16: an LU written out); "
+                          "batched leading dims; singular matrices raise LinAlgError at replay "
+                          "with nothing written"),
+        ("np.linalg.solve", "b of shape (m,) or (..., m, k), broadcast batches; LAPACK gesv"),
+        ("np.linalg.det", "LAPACK getrf, sign and log-sum as NumPy; singular: 0"),
+        ("np.linalg.slogdet", "SlogdetResult; singular: (0, -inf)"),
+        ("np.linalg.cholesky", "LAPACK potrf (lower; upper=True); not positive definite "
+                               "raises LinAlgError at replay"),
+        ("np.linalg.eigh", "LAPACK syevd; UPLO 'L'/'U'; eigenvectors equal NumPy's up to sign")]:
+    cover(_n, LA, ["f32", "f64"], note=_notes, test="test_linalg.py")
+@param_marks("np.linalg.lstsq")
+def test_linalg_lstsq():
+    a = _well_conditioned((5, 3, 3), np.float64)
+    check(lambda a: np.linalg.lstsq(a[0], a[1])[0], a, tol=_tol(), atol=1e-12)
+
+
+@param_marks("np.linalg.pinv")
+def test_linalg_pinv():
+    check(lambda a: np.linalg.pinv(a), _well_conditioned((3, 3), np.float64), tol=_tol(),
+          atol=1e-12)
+
+
+cover("np.linalg.lstsq", LA, [], test="test_linalg.py::test_linalg_lstsq")
+cover("np.linalg.pinv", LA, [], test="test_linalg.py::test_linalg_pinv")

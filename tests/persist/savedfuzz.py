@@ -71,6 +71,12 @@ def _views(x, y, idx, vals):
     return z, w, np.where(y > 0.5, y, -y)
 
 
+def _linalg(a, b, c):
+    """Library calls: a BLAS gemm on a transposed, strided operand with a fused epilogue, and
+    LAPACK inv / solve / det over a batch."""
+    return a @ b.T + 1.0, np.linalg.inv(c), np.linalg.solve(c, b[:4, :5]), np.linalg.det(c)
+
+
 def _static_dict(d, scale):
     return {"out": d["a"] * scale + d["b"][::-1], "n": d["b"].shape[0]}
 
@@ -102,6 +108,9 @@ def _args(name):
     if name == "views":
         x = rng.random((12, 8))[:, ::2]                     # strided
         return [x, rng.random(40), rng.integers(0, 6, 9), rng.random(9)]
+    if name == "linalg":
+        c = rng.random((3, 4, 4)) + 4 * np.eye(4)
+        return [rng.random((20, 16)), rng.random((24, 32))[:, ::2], c]
     if name == "static":
         return [{"a": rng.random((3, 5)), "b": rng.random((3, 5))[:, ::-1]}, 2.5]
     raise KeyError(name)
@@ -126,6 +135,8 @@ LOOPS = {
     "loopuntil": dict(n=9, until=_until),
     "loopinplace": dict(n=5, collect=False, inplace=True),
     "loopuntil-devsim": dict(n=6, collect=2, until=_until),
+    "linalg": (_linalg, "cpu", ()),
+    "linalg-devsim": (_linalg, "devsim", ()),
 }
 
 

@@ -68,7 +68,8 @@ def schedule_text(plan) -> str:
     lines = []
     for i, k in enumerate(plan.kernels):
         head = k.describe().splitlines()[0]
-        lines.append(f"{i}: {head}  ->  {k.schedule.describe()}")
+        sched = k.schedule.describe() if k.schedule is not None else "-"
+        lines.append(f"{i}: {head}  ->  {sched}")
     return "\n".join(lines) + "\n"
 
 

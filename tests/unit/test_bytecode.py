@@ -434,3 +434,78 @@ def test_hand_loop_rejections():
     pc, _ = find(p, Opcode.SET)
     p.code[pc + 2] = -5
     assert_rejected(p, "value -5 out of range")
+
+
+# ---- library calls (LIBCALL) ---------------------------------------------------------------------
+def _gemm_inv(a, b, c):
+    return a @ b + 1.0, np.linalg.inv(c)
+
+
+@pytest.fixture(scope="module")
+def libcall_program():
+    return fl.compile(_gemm_inv).lower(np.ones((32, 24), np.float32),
+                                       np.ones((24, 40), np.float32)[:, ::1],
+                                       np.ones((3, 4, 4))).program
+
+
+def find_call(p, name):
+    """(pc, operands) of the first LIBCALL of routine `name` (gemm, inv...)."""
+    return next((pc, ops) for pc, op, ops in p.instructions()
+                if op is Opcode.LIBCALL and bc.ROUTINES[ops[0]].name == name)
+
+
+def _set_word(p, pc, index, value):
+    q = clone(p)
+    q.code[pc + 1 + index] = value
+    return q
+
+
+def test_libcall_disassembles_with_routine_and_operands(libcall_program):
+    text = libcall_program.disassemble()
+    assert "LIBCALL gemm_float32 b=(1,1) m=32 n=40 k=24" in text
+    assert "LIBCALL inv_float64 b=(3,1) m=4" in text
+    bc.verify(libcall_program)
+    assert sorted(libcall_program.library_routines()) == [0, 3]
+
+
+def test_libcall_verifier_rejects_what_could_escape(libcall_program):
+    p = libcall_program
+    pc, ops = find_call(p, "gemm")
+    names = bc.OPERANDS[Opcode.LIBCALL]
+    at = {n: i for i, n in enumerate(names)}
+    assert_rejected(_set_word(p, pc, at["m"], ops[at["m"]] + 1), "outside slot")
+    assert_rejected(_set_word(p, pc, at["k"], ops[at["k"]] * 2), "outside slot")
+    # a batch of 2 with a zero batch stride re-reads one matrix: safe, and accepted
+    bc.verify(_set_word(p, pc, at["b1"], 2))
+    assert_rejected(_set_word(_set_word(p, pc, at["b1"], 2), pc, at["z_sb1"], 1), "outside slot")
+    assert_rejected(_set_word(p, pc, at["x_s0"], ops[at["x_s0"]] + 1), "outside slot")
+    assert_rejected(_set_word(p, pc, at["x_off"], -1), "outside slot")
+    assert_rejected(_set_word(p, pc, at["routine"], 1), "is float64, slot")   # dgemm on f32
+    assert_rejected(_set_word(p, pc, at["routine"], 99), "unknown library routine 99")
+    assert_rejected(_set_word(p, pc, at["m"], -1), "out of range")
+    # the product writes its input: arguments are never library outputs
+    assert_rejected(_set_word(p, pc, at["z"], ops[at["x"]]), "writes slot")
+    pc2, ops2 = find_call(p, "inv")
+    assert_rejected(_set_word(p, pc2, at["z"], 5), "unused operand z")
+    assert_rejected(_set_word(p, pc2, at["y"], 10 ** 6), "out of range")
+
+
+def test_libcall_of_a_freed_temporary_is_rejected(libcall_program):
+    p = libcall_program
+    pc, ops = find_call(p, "gemm")
+    temp = ops[bc.OPERANDS[Opcode.LIBCALL].index("z")]
+    assert p.slots[temp].role == "temp"
+    # move the gemm before the ALLOC of its result
+    alloc_pc, _ = next((q, o) for q, op, o in p.instructions()
+                       if op is Opcode.ALLOC and o[0] == temp)
+    w = bc.width(Opcode.LIBCALL)
+    code = list(p.code)
+    call = code[pc:pc + w]
+    del code[pc:pc + w]
+    code[alloc_pc:alloc_pc] = call
+    assert_rejected(clone(p, code=np.array(code, np.int64)), "before it is allocated")
+
+
+def test_null_backend_runs_library_calls_as_no_ops():
+    g = fl.compile(np.linalg.inv, backend="null")
+    assert g(np.ones((3, 3))).shape == (3, 3)     # singular, but the null routine does nothing

@@ -83,7 +83,8 @@ CASES = {
     "column_sum": (colsum, (f32(64, 128),)),
     "gather": (gather, (f32(10), np.array([1, 3, 5], np.int64))),
     "scatter_add": (scatter_add, (f32(10), np.array([1, 3, 3], np.int64), f32(3))),
-    "matmul": (matmul, (f32(8, 16), f32(16, 32))),
+    "matmul": (matmul, (f32(8, 16), f32(16, 32))),                # a BLAS call on the CPU
+    "matmul_int": (matmul, (np.ones((8, 16), np.int32), np.ones((16, 32), np.int32))),  # tiled
     "large_sum": (big_sum, (f32(1 << 16),)),          # split into partial + combine on the CPU
     "optimisation_step": (step, (f32(64), f32(64), f32(64), f32(64), 1e-2)),
     "mlp": (mlp, (f32(4, 8), f32(8, 8), f32(8), f32(8, 8), f32(8), f32(8, 8), f32(8))),
