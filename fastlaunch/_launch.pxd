@@ -17,7 +17,7 @@ cpdef enum Opcode:
     TO_HOST = 0x0704    # TO_HOST dst src nbytes    copy device slot src to host slot dst
     POLL = 0x0801     # POLL                        stop with STATUS_INTERRUPTED if a signal
                       #                             (Ctrl-C) arrived: long programs only
-    LIBCALL = 0x0919  # LIBCALL routine b1 b2 m n k, then 3 arrays x (slot off sb1 sb2 s0 s1):
+    LIBCALL = 0x1019  # LIBCALL routine b1 b2 m n k, then 3 arrays x (slot off sb1 sb2 s0 s1):
                       #   call the executable's library routine (a Routine) over a (b1, b2)
                       #   batch; an unused array has slot -1 and zeros.  A non-zero return
                       #   stops with STATUS_LIBRARY_ERROR (backend_code: the routine's info)

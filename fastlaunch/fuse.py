@@ -374,7 +374,11 @@ class _Fuser:
         """A contraction (the sum of a product of broadcast operands: matmul, einsum) reads
         each operand element many times: an operand that is computed (tanh(x @ W + b), a
         cast) is materialised once, never recomputed inside the reduction loop, and the
-        product reads two buffers through views (which a backend may hand to BLAS)."""
+        product reads two buffers through views (which a backend may hand to BLAS).  Short
+        contractions (under CONTRACTION_MATERIALIZE multiply-adds, where no backend calls a
+        library) are left to the recomputation cost model: a cheap operand stays fused."""
+        if prod.size < CONTRACTION_MATERIALIZE:
+            return
         bases = []
         for operand in prod.inputs:
             n, broadcast = operand, False
@@ -708,6 +712,11 @@ def _reaches(roots, target: Node) -> bool:
 
 def _needs_buffer(node: Node) -> bool:
     return node.op.kind in (Kind.REDUCE, Kind.SCAN, Kind.SCATTER, Kind.UPDATE, Kind.SORT, Kind.LIBRARY)
+
+
+# Multiply-adds from which a contraction's computed operands are materialised (the CPU
+# schedule hands such products to BLAS gemm: backends/cpu_schedule.GEMM_MIN_FLOPS).
+CONTRACTION_MATERIALIZE = 8 * 8 * 8
 
 
 def _merge_batch(batch, strides_list):
