@@ -305,13 +305,14 @@ class _Fuser:
             # an elementwise value or view that must sit in memory (e.g. a computed gather source)
             self.emit_store_groups([(buf, buf.strides, node)])
 
-    def materialize_cone(self, roots, inline=frozenset()):
+    def materialize_cone(self, roots, inline=frozenset(), stop=frozenset()):
         """Materialise, in creation (topological) order, every value below `roots` that a
         kernel reading them must load from memory: reductions, scans, update chains and
         computed gather sources.  Expressions are then built without recursing into other
-        kernels, whatever the depth of the graph."""
+        kernels, whatever the depth of the graph.  `stop`: node indices not to look below
+        (an update chain's own states)."""
         need: dict = {}                  # node index -> (node, is a gather source)
-        seen: set = set()
+        seen: set = set(stop)
         stack = list(roots)
         while stack:
             n = stack.pop()
@@ -482,7 +483,10 @@ class _Fuser:
         # an update may read an earlier state of its own chain (a Jacobi step reads the state
         # it copies): materialise what the updates read first, so that the chain starts from
         # that state's buffer instead of recomputing it
-        self.materialize_cone([x for u in chain for x in u.inputs[1:]])
+        # (a long chain's own earlier states excepted: `x[i] &= f(x[j])` thousands of times
+        # would materialise every state, each by recursing into the chain below it)
+        own = {u.index for u in chain} if len(chain) > MATERIALIZED_CHAIN_STATES else ()
+        self.materialize_cone([x for u in chain for x in u.inputs[1:]], stop=own)
         chain = self._update_chain(top)
         node = chain[0].inputs[0]
         if not _covers(chain, node.shape):
@@ -713,6 +717,11 @@ def _reaches(roots, target: Node) -> bool:
 def _needs_buffer(node: Node) -> bool:
     return node.op.kind in (Kind.REDUCE, Kind.SCAN, Kind.SCATTER, Kind.UPDATE, Kind.SORT, Kind.LIBRARY)
 
+
+# Update chains longer than this read their own earlier states inline (recomputed) rather
+# than materialising each of them (ten stencil steps are materialised; a loop of thousands
+# of element updates reading one another is not: that would be quadratic, and deep).
+MATERIALIZED_CHAIN_STATES = 64
 
 # Multiply-adds from which a contraction's computed operands are materialised (the CPU
 # schedule hands such products to BLAS gemm: backends/cpu_schedule.GEMM_MIN_FLOPS).

@@ -411,3 +411,21 @@ def test_shipped_program_with_a_string_in_its_arguments():
     assert g.stats["traces"] == 0 and g.stats["programs_loaded"] == 1
     np.testing.assert_allclose(g(np.arange(3.0), {"op": "add", "k": 3.0}), np.arange(3.0) + 3)
     assert g.stats["traces"] == 1                        # another string: traced afresh
+
+
+def test_long_chain_of_element_updates_reading_each_other():
+    """Hundreds of `out[i] &= f(out[j])`-style element updates, each reading the state the
+    previous ones left (a local-maxima scan written with Python loops).  Before: fusing the
+    chain materialised every earlier state by recursing into the chain below it, and raised
+    RecursionError once the chain was a few hundred updates long."""
+    def scan(x):
+        out = np.ones(x.shape, bool)
+        n = x.shape[0]
+        for i in range(n):
+            for d in (-1, 1):
+                out[i] &= x[(i + d) % n] <= x[i]
+                out[(i + 1) % n] |= out[i] & (x[i] > 0.9)
+        return out
+
+    x = np.random.default_rng(5).random(160)
+    np.testing.assert_array_equal(fl.compile(scan)(x), scan(x))
