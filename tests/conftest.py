@@ -34,12 +34,12 @@ def pytest_configure(config):
     every = _cuda_ptx_every(config)
     if every:
         import cuda_ptx
-        cuda_ptx.install(every)
+        cuda_ptx.install(every, None if config.getoption("--cuda-ptx") else "tests/conformance/")
 
 
-# In CI (CI=true) on a machine with ptxas and libdevice, a sample of the traced functions is
-# also checked for CUDA without --cuda-ptx: one in CI_CUDA_PTX_EVERY (all of them, in a run of
-# its own, with --cuda-ptx: too slow for every CI run).
+# In CI (CI=true) on a machine with ptxas and libdevice, a sample of the conformance suite's
+# traced functions is also checked for CUDA without --cuda-ptx: one in CI_CUDA_PTX_EVERY (all
+# of them, in a run of its own, with --cuda-ptx: too slow for every CI run).
 CI_CUDA_PTX_EVERY = 40
 
 
