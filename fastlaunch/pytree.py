@@ -138,7 +138,8 @@ def register_method_class(cls: type) -> None:
 
 
 def _has_dict(cls) -> bool:
-    return "__dict__" in dir(cls) or any("__dict__" in vars(c) for c in cls.__mro__)
+    """Whether instances of cls have a __dict__ (O(1): object_parts asks on every call)."""
+    return cls.__dictoffset__ != 0
 
 
 # Array types of fastlaunch's own beyond np.ndarray (trace.py adds its Tracer): attributes
