@@ -6,6 +6,7 @@ recording and verifying a program, and installing it as a cache entry.
 """
 from __future__ import annotations
 
+import collections
 import inspect
 import os
 import pickle
@@ -33,6 +34,7 @@ from .pytree import NestingError, flatten, register_method_class
 from .trace import Attr, SpecializeRequest, trace_function
 
 RETRACE_WARNING_AFTER = 8
+TRACE_HISTORY = 1000        # TraceRecords kept per compiled function (.stats['history'])
 
 
 class StaticArraysWarning(UserWarning):
@@ -144,7 +146,11 @@ class Compiled(_core.Dispatcher):
             raise ValueError(f"seed must be an int in [0, 2**64), got {seed!r}")
         self.seed = seed
         self.pickle_programs = pickle_programs
-        self.traces: list[TraceRecord] = []
+        # the most recent traces, why each happened (bounded: a long-running process that
+        # meets ever new shapes must not grow; the counts cover every trace)
+        self.traces: collections.deque[TraceRecord] = collections.deque(maxlen=TRACE_HISTORY)
+        self.trace_count = 0
+        self.trace_seconds = 0.0
         self.retraces = 0                  # replay=False: calls traced without caching
         self.programs_loaded = 0           # entries installed from shipped program bytes
         self._lock = threading.RLock()
@@ -231,7 +237,7 @@ class Compiled(_core.Dispatcher):
             if entry is None:
                 entry = self._trace(call, enc, bool(kwargs), install=False, aliases=aliases)
                 self._aliased.setdefault(key, []).append((enc[2], enc[3], entry))
-                self.traces.append(TraceRecord(
+                self._record(TraceRecord(
                     "aliased arguments: leaves " + ", ".join(
                         f"{j} = {i}" for j, i in sorted(aliases.items())) + " (one storage)",
                     _signature_text(entry.info.leaves), 0.0, len(entry.info.kernels),
@@ -495,7 +501,7 @@ class Compiled(_core.Dispatcher):
                 reason += (f"; specialised on the value of {values} (the trace uses it as a "
                            f"Python value: {needs.split(' (')[0]})")
             self._install(entry)
-            self.traces.append(TraceRecord(reason, _signature_text(leaves), seconds, len(kernels),
+            self._record(TraceRecord(reason, _signature_text(leaves), seconds, len(kernels),
                                            sum(1 for k in kernels if k.origin == "compiled")))
             self._maybe_warn()
             if env.log_enabled():
@@ -521,8 +527,13 @@ class Compiled(_core.Dispatcher):
             return "new value of a static or value-specialised argument, or a new layout"
         return "new signature: " + "; ".join(best)
 
+    def _record(self, rec: TraceRecord) -> None:
+        self.traces.append(rec)
+        self.trace_count += 1
+        self.trace_seconds += rec.seconds
+
     def _maybe_warn(self):
-        n = len(self.traces)
+        n = self.trace_count
         if n >= RETRACE_WARNING_AFTER and n >= 2 * self._warned_at:
             self._warned_at = n
             warnings.warn(f"{self.__name__} has been traced {n} times (last: "
@@ -532,10 +543,11 @@ class Compiled(_core.Dispatcher):
     # ---- introspection -----------------------------------------------------------------
     @property
     def stats(self) -> dict[str, Any]:
-        """traces: signatures traced and cached (with `history`, why each happened);
+        """traces: signatures traced and cached (with `history`, why each of the last
+        TRACE_HISTORY happened);
         uncached_traces: calls traced in replay=False mode, which keeps no history."""
-        return {"traces": len(self.traces), "entries": len(self._entries_list()),
-                "trace_seconds": sum(t.seconds for t in self.traces),
+        return {"traces": self.trace_count, "entries": len(self._entries_list()),
+                "trace_seconds": self.trace_seconds,
                 "uncached_traces": self.retraces, "programs_loaded": self.programs_loaded,
                 "history": list(self.traces)}
 
@@ -546,6 +558,8 @@ class Compiled(_core.Dispatcher):
             self._forget()
             self._aliased.clear()
             self.traces.clear()
+            self.trace_count = 0
+            self.trace_seconds = 0.0
             self.retraces = 0
             self._warned_at = 0
         release = getattr(self.backend, "release", None)

@@ -43,6 +43,7 @@ from .. import _core, env
 from ..kernel import Kernel
 from . import cpu_schedule, elf
 from .base import HOST_MEMORY, CompiledKernel
+from .llvm_passes import Optimizer
 
 log = logging.getLogger("fastlaunch")
 
@@ -142,6 +143,7 @@ class CPUBackend:
         self.triple = llvm.get_process_triple()
         self._target = llvm.Target.from_triple(self.triple)
         self._tm = self._machine()
+        self._optimizer = Optimizer(self._tm, OPT_LEVEL, vectorize=True)
         # the context of the engines' (empty) modules: engines are disposed of under our
         # lock, never racing another user of llvmlite's global context
         self._context = llvm.create_context()
@@ -291,24 +293,11 @@ class CPUBackend:
         mod.triple = self.triple
         mod.data_layout = str(self._tm.target_data)
         mod.verify()
-        pto = llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
-        pb = llvm.create_pass_builder(self._tm, pto)
-        mpm = pb.getModulePassManager()
-        try:
-            mpm.run(mod, pb)
-        finally:
-            _close_pass_manager(mpm)
+        self._optimizer.default(mod)
         if self.math.inline:
             # the vector variants of vmath's fallbacks are called by the vectorised loops
             # only after O3's inliner has run: inline them now (see CPUEmitter.big_call)
-            post = llvm.create_new_module_pass_manager()
-            try:
-                post.add_always_inliner_pass()
-                post.run(mod, pb)
-            finally:
-                _close_pass_manager(post)
+            self._optimizer.passes(mod, lambda mpm: mpm.add_always_inliner_pass())
         return mod
 
     def _emit(self, source: str, emit):
@@ -361,18 +350,6 @@ class CPUBackend:
             engine.close()
             raise RuntimeError(f"fastlaunch: kernel {name} did not load")
         return KernelCode(engine, key, name, address, source, obj, self._graveyard)
-
-
-def _close_pass_manager(mpm) -> None:
-    """Free a module pass manager.  llvmlite <= 0.50's ModulePassManager never frees its
-    pipeline (~70 KB a kernel): ObjectRef's no-op _dispose comes first in its MRO, ahead of
-    NewPassManager's.  Where that is so, call the right one; a fixed llvmlite closes it."""
-    from llvmlite.binding.newpassmanagers import NewPassManager
-    if type(mpm)._dispose is NewPassManager._dispose:
-        mpm.close()
-    else:
-        NewPassManager._dispose(mpm)
-        mpm.detach()
 
 
 def _trim_heap() -> None:

@@ -47,6 +47,7 @@ from ..errors import BackendUnavailableError
 from ..kernel import Kernel
 from . import cuda_schedule
 from .base import CompiledKernel, MemoryModel
+from .llvm_passes import Optimizer
 
 log = logging.getLogger("fastlaunch")
 
@@ -197,6 +198,7 @@ class CUDABackend:
             f"O{OPT_LEVEL}"])
         self.disk = DiskCache(default_cache_dir() if cache_dir is ... else cache_dir)
         self._lock = threading.RLock()
+        self._optimizer = Optimizer(self._tm, OPT_LEVEL)
         self._compiled: dict = {}
         self.compile_count = 0           # kernels LLVM compiled (not found in a cache)
         self.assemble_count = 0          # PTX assembled by ptxas (not found in a cache)
@@ -309,9 +311,7 @@ class CUDABackend:
             for g in mod.global_variables:
                 if not g.is_declaration:
                     g.linkage = "internal"
-        pto = llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
-        pb = llvm.create_pass_builder(self._tm, pto)
-        pb.getModulePassManager().run(mod, pb)
+        self._optimizer.default(mod)
         check_lowerable([f.name for f in mod.functions if f.is_declaration],
                         self.libdevice_path is not None, linked=True)
         return mod
@@ -353,10 +353,7 @@ class CUDABackend:
             for g in mod.global_variables:
                 if not g.is_declaration:
                     g.linkage = "internal"
-            mpm = llvm.create_new_module_pass_manager()
-            mpm.add_global_dead_code_eliminate_pass()
-            mpm.run(mod, llvm.create_pass_builder(
-                self._tm, llvm.create_pipeline_tuning_options(speed_level=0)))
+            self._optimizer.passes(mod, lambda mpm: mpm.add_global_dead_code_eliminate_pass())
             bitcode = mod.as_bitcode()
             self.disk.put(key, bitcode)
         self._subsets[name] = bitcode
