@@ -758,15 +758,52 @@ def clip(a, a_min=None, a_max=None, out=None, **kwargs):
     return r
 
 
+def _power_of_ten(n: int) -> float:
+    """NumPy's power_of_ten (calculation.c): exact up to 1e22, then repeated products, which
+    can differ from 10.0 ** n in the last bit; np.round uses this one."""
+    if n < 9:
+        return 10.0 ** n
+    ret = 1e9
+    for _ in range(n - 9):
+        ret *= 10.0
+    return ret
+
+
 @implements(np.round, np.around)
 def round_(a, decimals=0, out=None):
-    if decimals != 0:
-        raise TracingError("np.round with decimals != 0 is not supported by fastlaunch")
+    if is_tracer(decimals) or type(decimals) is bool or not isinstance(decimals, (int, np.integer)):
+        raise TracingError(f"np.round: decimals must be a Python int known while tracing, "
+                           f"got {type(decimals).__name__}")
+    decimals = int(decimals)
     n = node_of(a)
+    if decimals != 0:
+        return _round_decimals(a, n, decimals, out)
     if n.dtype.kind in "fb":                  # bool rounds like np.rint: to float16
         return call_ufunc(np.rint, (a,), out=out)
     r = wrap(n, scalar=n.ndim == 0)           # integers are already round
     return _write_out(out, n, "round") if out is not None else r
+
+
+def _round_decimals(a, n: Node, decimals: int, out):
+    """NumPy's algorithm (PyArray_Round): a * 10**d, rint, / 10**d (for d < 0: / then *), in
+    the array's float dtype, or in float64 for integers, cast back; integers with d > 0 are
+    unchanged."""
+    dt = n.dtype
+    if dt.kind == "b":
+        raise TypeError("np.round with decimals != 0 of a bool array: NumPy cannot cast the "
+                        "float64 product back to bool (UFuncTypeError)")
+    if dt.kind in "iu" and decimals > 0:
+        r = wrap(n, scalar=n.ndim == 0)
+        return _write_out(out, n, "round") if out is not None else r
+    work = np.dtype(np.float64) if dt.kind in "iu" else dt
+    f = work.type(_power_of_ten(abs(decimals)))
+    x = astype(a, work) if work != dt else a
+    scale, unscale = (np.multiply, np.true_divide) if decimals > 0 else (np.true_divide, np.multiply)
+    y = call_ufunc(unscale, (call_ufunc(np.rint, (call_ufunc(scale, (x, f)),)), f))
+    if work != dt:
+        y = astype(y, dt)
+    r = wrap(node_of(y), scalar=n.ndim == 0)
+    return _write_out(out, r.node, "round") if out is not None else r
 
 
 @implements(np.nan_to_num)

@@ -18,7 +18,6 @@ the registry in harness.py.
 import pytest
 
 NOT_IMPLEMENTED: dict = {
-    "np.round(decimals!=0)": "np.round(x, decimals) with decimals != 0",
     "np.fft": "np.fft.* return complex arrays, and complex dtypes are not traced (a "
               "TracingError naming the function)",
     "np.linalg.lstsq": "np.linalg.lstsq (a LAPACK gelsd library call, not written yet)",

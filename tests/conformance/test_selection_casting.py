@@ -163,14 +163,29 @@ cover("np.around", "rounding", ALL, test="test_selection_casting.py::test_round"
 
 
 @pytest.mark.parametrize("dtype", [param(d, name="np.round(decimals!=0)", dtype=d, id=short(d))
-                                   for d in FLOATS])
+                                   for d in FLOATS + INTS])
 def test_round_decimals(dtype):
-    """decimals != 0: NumPy multiplies by 10**decimals, rints and divides."""
-    a = make((33,), dtype, domain=(-100, 100))
-    check(lambda a: (np.round(a, 2), np.round(a, -1)), a, tol="arith")
+    """decimals != 0: NumPy multiplies by 10**decimals, rints and divides (divides, rints and
+    multiplies for decimals < 0), in float64 for integers; integers with decimals > 0 are
+    unchanged.  Compared exactly: the same operations in the same order."""
+    lo, hi = (-100, 100) if np.dtype(dtype).kind != "u" else (0, 200)
+    if np.dtype(dtype).itemsize == 1:
+        lo, hi = max(lo, -120), min(hi, 120)
+    a = make((33,), dtype, domain=(lo, hi))
+    check(lambda a: (np.round(a, 2), np.round(a, -1), np.around(a, 1), a.round(3),
+                     np.round(a, 25), np.round(a, -2)), a, signed_zero=True)
+    check(lambda a: np.round(a[3], 1), a)                    # a 0-d value
 
 
-cover("np.round(decimals!=0)", "rounding", FLOATS, test="test_selection_casting.py::test_round_decimals")
+def test_round_decimals_errors():
+    import fastlaunch as fl
+    with pytest.raises(fl.TracingError, match="decimals"):
+        fl.compile(lambda a, d: np.round(a, d))(np.ones(3), np.int64(2))
+    with pytest.raises(TypeError, match="bool"):
+        fl.compile(lambda a: np.round(a, 1))(np.ones(3, bool))
+
+
+cover("np.round(decimals!=0)", "rounding", FLOATS + INTS, test="test_selection_casting.py::test_round_decimals")
 
 
 @pytest.mark.parametrize("dtype", INTS + FLOATS, ids=ids(INTS + FLOATS))
