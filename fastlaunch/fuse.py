@@ -680,11 +680,18 @@ def _size_cuts(graph: Graph) -> set:
     """Nodes where fused expressions are cut to keep kernels under MAX_KERNEL_OPS, and shared
     values too big to recompute per user (RECOMPUTE_OPS).  The size of a node's inlined
     expression is estimated as 1 + the sizes of its operands (a shared operand counts once
-    per use, as it may be indexed differently), restarting at values that live in memory."""
+    per use, as it may be indexed differently), restarting at values that live in memory.
+    Where operands of an elementwise node share operands at the same index (a recurrence
+    such as a Chebyshev series, b0 = x * b1 - b2 + c, reads each term twice), that count
+    grows exponentially while the kernel computes each term once: there the distinct
+    operations are counted instead (_distinct_ops)."""
     users: dict = {}
+    other_users: dict = {}      # users that read a value other than at their own index
     for n in graph.nodes:
         for i in set(n.inputs):
             users[i.index] = users.get(i.index, 0) + 1
+            if n.op.kind is not Kind.ELEMENTWISE or i.shape != n.shape:
+                other_users[i.index] = other_users.get(i.index, 0) + 1
     size: dict = {}
     cuts = set()
     for n in graph.nodes:
@@ -693,11 +700,38 @@ def _size_cuts(graph: Graph) -> set:
             continue
         own = 0 if n.op.kind is Kind.VIEW else 1
         total = own + sum(size[i.index] for i in n.inputs)
-        if total > MAX_KERNEL_OPS or (total > RECOMPUTE_OPS and users.get(n.index, 0) > 1):
+        if (total > RECOMPUTE_OPS and n.op.kind is Kind.ELEMENTWISE
+                and sum(1 for i in n.inputs if size[i.index]) > 1):
+            total = min(total, _distinct_ops(n, size, MAX_KERNEL_OPS + 1))
+        # a value read only by elementwise users at its own index is computed once in the
+        # kernel that fuses them; a reduction, scan or view reading it elsewhere would
+        # recompute it (x = x - x.mean() repeated: quadratic work)
+        shared = users.get(n.index, 0) > 1 and other_users.get(n.index, 0) > 0
+        if total > MAX_KERNEL_OPS or (total > RECOMPUTE_OPS and shared):
             cuts.add(n.index)
             total = 0
         size[n.index] = total
     return cuts
+
+
+def _distinct_ops(node: Node, size: dict, limit: int) -> int:
+    """The operations of `node`'s inlined expression, each elementwise one counted once (they
+    share one index); views and other operations count their whole estimate (they may be
+    read at other indices).  Stops counting past `limit`."""
+    seen, total, stack = set(), 0, [node]
+    while stack:
+        m = stack.pop()
+        if m.index in seen or (m is not node and not size[m.index]):
+            continue
+        seen.add(m.index)
+        if m is node or m.op.kind is Kind.ELEMENTWISE:
+            total += 1
+            stack.extend(m.inputs)
+        else:
+            total += size[m.index]
+        if total > limit:
+            break
+    return total
 
 
 def _reaches(roots, target: Node) -> bool:

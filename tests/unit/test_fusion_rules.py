@@ -318,3 +318,46 @@ def test_cost_model_holds_for_the_cuda_backend():
     for k in low.plan.kernels:
         tanhs = [e for e in walk(k._roots()) if isinstance(e, Compute) and e.op is Op.TANH]
         assert not (tanhs and k.reduction is not None)
+
+
+# ---- shared operands at one index ------------------------------------------------------
+def chebyshev(x, coefs):
+    """Clenshaw's recurrence: every term is read by the next two."""
+    b0, b1, b2 = x * 0.0, x * 0.0, x * 0.0
+    for c in coefs:
+        b2, b1 = b1, b0
+        b0 = x * b1 - b2 + c
+    return 0.5 * (b0 - b2)
+
+
+COEFS = [float(c) for c in np.random.default_rng(3).standard_normal(30)]
+
+
+def test_a_recurrence_reading_each_term_twice_is_one_kernel():
+    """The size estimate counts each term once (the kernel computes it once): before, it
+    counted a term per read, which grows like Fibonacci and cut the series into ~20 kernels
+    (one memory pass and one LLVM compile each; np.i0 took 20 of them)."""
+    x = np.linspace(-1, 1, 257)
+    fn = lambda x: chebyshev(x, COEFS)           # noqa: E731
+    _, _, plan = fused(fn, x)
+    assert len(plan.kernels) == 1
+    check(fn, x, rtol=1e-13)
+    import scipy.special as sp
+    for f in (np.i0, sp.i0e):
+        _, _, plan = fused(lambda x: f(x), x * 9)
+        assert len(plan.kernels) == 1, f
+        check(lambda x: f(x), x * 9, rtol=1e-13)
+
+
+def test_a_term_a_reduction_also_reads_is_still_materialised():
+    """x = x - x.mean() repeated: each step's value is read by the mean (a reduction, in its
+    own kernel) and by the next step: materialised once past RECOMPUTE_OPS, not recomputed
+    inside every later reduction."""
+    def f(x):
+        for _ in range(40):
+            x = np.sin(x) * 1.5 + x - x.mean()
+        return x
+    x = f32(64)
+    _, _, plan = fused(f, x)
+    assert len(plan.kernels) < 100
+    check(f, x, rtol=1e-4)
