@@ -29,21 +29,12 @@ UNARY = {
 BINARY = {"scipy.special.xlogy": sp.xlogy, "scipy.special.xlog1py": sp.xlog1py}
 
 
-# The I0 series compiles into about 20 kernels per input layout (the fuser cuts its
-# recurrence, whose terms are each read twice): a second per case.  Integer and bool inputs
-# all take the float64 path, so CI runs one of them (int32) and the slow suite the rest.
-_SERIES = {"scipy.special.i0", "scipy.special.i0e", "np.i0"}
-
-
 def _params():
     out = []
     for name in list(UNARY) + list(BINARY):
         for dt in ALL:
-            p = param(name, dt, name=name, dtype=dt, id=f"{name.rsplit('.', 1)[1]}-"
-                                                       f"{short(dt)}")
-            if name in _SERIES and np.dtype(dt).kind in "iub" and np.dtype(dt) != np.int32:
-                p = p._replace(marks=tuple(p.marks) + (pytest.mark.slow,))
-            out.append(p)
+            out.append(param(name, dt, name=name, dtype=dt, id=f"{name.rsplit('.', 1)[1]}-"
+                                                               f"{short(dt)}"))
     return out
 
 
