@@ -7,6 +7,8 @@ from numpy import zeros
 
 import fastlaunch as fl
 
+import assert_bodies  # noqa: E402  (tests/jit is on the path: test modules are imported by name)
+
 
 # ---- a library that catches our TracingError and raises its own error ----------------------
 def _checked_covariance(c):
@@ -377,7 +379,8 @@ def test_builtin_max_of_traced_values_suggests_np_maximum():
         np.testing.assert_allclose(fixed(x), normalise(x))
 
 
-def test_assert_on_traced_values_is_explained():
+def test_assert_that_cannot_become_a_check_is_explained():
+    # (this module's asserts are rewritten by pytest: no longer Python's assert statement)
     def checked(x):
         d = np.sqrt((x * x).sum())
         assert d != 0
@@ -429,3 +432,133 @@ def test_long_chain_of_element_updates_reading_each_other():
 
     x = np.random.default_rng(5).random(160)
     np.testing.assert_array_equal(fl.compile(scan)(x), scan(x))
+
+
+# ---- `assert` on traced values: a check made every time the function runs --------------------
+# (the bodies are in assert_bodies.py: pytest rewrites the asserts of test modules)
+def test_assert_on_traced_values_passes_like_numpy():
+    f = fl.compile(assert_bodies.step_with_assert)
+    for dt in (np.float32, np.float64):
+        x = np.linspace(-1, 2, 7).astype(dt)
+        y, y_np = np.zeros(3, dt), np.zeros(3, dt)
+        got = f(x, y)
+        want = assert_bodies.step_with_assert(x, y_np)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(y, y_np)
+        assert got.dtype == want.dtype
+
+
+def test_failed_assert_raises_at_replay_naming_the_line_and_writes_nothing():
+    f = fl.compile(assert_bodies.step_with_assert)
+    y = np.zeros(3)
+    f(np.ones(4), y)                                   # traced with a passing assert
+    with pytest.raises(AssertionError) as info:
+        f(np.zeros(4), y)
+    with pytest.raises(AssertionError):
+        assert_bodies.step_with_assert(np.zeros(4), np.zeros(3))   # NumPy agrees
+    text = str(info.value)
+    assert "assert_bodies.py:9" in text and "step_with_assert" in text
+    assert "assert norm != 0" in text
+    np.testing.assert_array_equal(y, 1.0)              # only the passing call wrote
+    f(np.ones(4), y)
+    np.testing.assert_array_equal(y, 2.0)
+    assert f.stats["traces"] == 1
+
+
+def test_assert_forms():
+    """`assert a and b` checks both; `assert not c` checks c is false; an assert inside a
+    Python loop is one check per iteration, one message for its line."""
+    f = fl.compile(assert_bodies.bounded_total)
+    ok = np.array([1.0, -2.0, 4.5])
+    assert f(ok) == assert_bodies.bounded_total(ok)
+    for bad in ([1.0, 6.0, 0.0], [-7.0, 0.0, 0.0], [np.nan, 0.0, 1.0]):
+        bad = np.array(bad)
+        with pytest.raises(AssertionError):
+            assert_bodies.bounded_total(bad)
+        with pytest.raises(AssertionError) as info:
+            f(bad)
+        assert ("x[i] > -5" in str(info.value)) != ("isnan" in str(info.value))
+    assert f.stats["traces"] == 1
+
+
+def test_assert_whose_outcome_is_not_certain_stays_an_error():
+    """In `assert a or b`, a false `a` does not fail the assert: it cannot be a check."""
+    with pytest.raises(fl.TracingError, match="assert"):
+        fl.compile(assert_bodies.either_positive)(np.ones(2))
+
+
+def test_assert_on_an_array_of_several_elements_is_numpys_error():
+    with pytest.raises(ValueError, match="ambiguous"):
+        assert_bodies.all_positive(np.ones(3))
+    with pytest.raises(ValueError, match="ambiguous"):
+        fl.compile(assert_bodies.all_positive)(np.ones(3))
+    f = fl.compile(assert_bodies.all_positive)          # one element: a check
+    np.testing.assert_array_equal(f(np.ones(1)), np.ones(1))
+    with pytest.raises(AssertionError):
+        f(-np.ones(1))
+
+
+def test_distinct_asserts_raise_their_own_message():
+    f = fl.compile(assert_bodies.two_asserts)
+    f(np.ones(3))
+    with pytest.raises(AssertionError, match=r"x\.min\(\) >= 0"):
+        f(-np.ones(3))
+    with pytest.raises(AssertionError, match=r"x\.sum\(\) < 100"):
+        f(np.full(3, 50.0))
+
+
+def test_assert_check_survives_save_and_load(tmp_path):
+    f = fl.compile(assert_bodies.step_with_assert)
+    path = tmp_path / "step.flp"
+    f.save(path, np.ones(4), np.zeros(3))
+    g = fl.load(path)
+    y = np.zeros(3)
+    np.testing.assert_array_equal(g(np.full(4, 2.0), y), np.full(4, 0.5))
+    with pytest.raises(AssertionError, match="assert norm != 0"):
+        g(np.zeros(4), y)
+    np.testing.assert_array_equal(y, 1.0)
+
+
+# ---- x[i] with an integer i is a view in NumPy: writes through it must reach x ----------------
+def _kick(force, which, amount):
+    out = force.copy()
+    out[which][1] += amount            # NumPy: out[which] is a view of row `which`
+    return out
+
+
+def test_write_through_row_view_at_an_int_argument_index():
+    f = fl.compile(_kick)
+    force = np.arange(12.0).reshape(6, 2)
+    for which in (0, 3, 5, 3):
+        np.testing.assert_array_equal(f(force, which, 2.5), _kick(force, which, 2.5))
+    # the trace needs `which` as a value (a view's position): one trace per position seen
+    assert f.stats["traces"] == 3
+
+
+def test_write_through_row_view_at_a_data_index_is_refused():
+    def body(force, idx):
+        out = force.copy()
+        out[idx[0]][1] = 0.0
+        return out
+
+    with pytest.raises(fl.TracingError, match="view"):
+        fl.compile(body)(np.ones((4, 2)), np.array([2]))
+
+
+def test_reading_a_row_at_a_traced_index_needs_no_trace_per_value():
+    f = fl.compile(lambda x, i: x[i] * 2)
+    x = np.arange(12.0).reshape(4, 3)
+    for i in range(4):
+        np.testing.assert_array_equal(f(x, i), x[i] * 2)
+    assert f.stats["traces"] == 1
+
+
+def test_fl_iterate_refuses_a_step_with_runtime_checks():
+    step = fl.compile(assert_bodies.halve)
+    with pytest.raises(TypeError, match="runtime checks"):
+        fl.iterate(step, 3, np.ones(4), carry=("x",))
+    # the step itself runs, in a Python loop
+    x = np.ones(4)
+    for _ in range(3):
+        x = step(x)
+    np.testing.assert_array_equal(x, np.full(4, 0.125))
