@@ -428,7 +428,7 @@ class Compiled(_core.Dispatcher):
             try:
                 namespace = getattr(self.__wrapped__, "__globals__", None)
                 with creation.intercepting(namespace), rng.intercepting(), \
-                        numpy_funcs.intercepting(), scipy_funcs.intercepting(namespace):
+                        numpy_funcs.intercepting(namespace), scipy_funcs.intercepting(namespace):
                     traced, result = trace_function(self.__wrapped__, build_args, leaves)
                 break
             except SpecializeRequest as req:

@@ -16,8 +16,8 @@ import numpy as np
 from . import naming, ops
 from .errors import TracingError
 from .ir import Node, Op, check_shape
-from .trace import (Storage, Tracer, Unreturnable, ViewMap, _scalar_argument_positions,
-                    current_graph, frame, new_tracer, tracing, view_of)
+from .trace import (Storage, Tracer, Unreturnable, ViewMap, current_graph, frame, new_tracer,
+                    tracing, view_of)
 
 FUNCTIONS: dict = {}
 
@@ -1147,18 +1147,11 @@ def getitem(t: Tracer, key):
     idx = [node_of(i) for i in indices]
     n = ops.gather(g, view.node, idx, axis)
     if n.ndim and all(isinstance(i, int) or is_tracer(i) and i.ndim == 0 for i in indices):
-        # NumPy's x[i] for an integer i is a view: writes through it reach x.  Ours is a
-        # gather (i is known only when the function runs), so it refuses writes, or, for i
-        # computed from Python int arguments, has the trace use their values
-        positions = [_scalar_argument_positions(i.node) for i in indices if is_tracer(i)]
-        return Tracer(Storage(n, frozen_reason=_DYNAMIC_VIEW, specialize=frozenset().union(
-            *positions) if all(positions) else None))
+        # NumPy's x[i] for an integer i is a view: writes into it reach x (`x[i][j] += v`,
+        # `row = x[i]; row *= 2`).  Ours is a gather (i is known only when the function
+        # runs): each write into it is written back into x[key] (a scatter)
+        return Tracer(Storage(n, through=lambda value: setitem(t, key, value)))
     return wrap(n, scalar=n.ndim == 0 and all(i.ndim == 0 for i in idx))
-
-
-_DYNAMIC_VIEW = ("x[i] with a traced integer i is a view of x in NumPy, but a copy here (the "
-                 "position is known only when the function runs), so a write through it would "
-                 "not reach x; write into x itself: x[i, j] = v, x[i] = row")
 
 
 def setitem(t: Tracer, key, value):

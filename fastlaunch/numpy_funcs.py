@@ -21,7 +21,7 @@ import numpy as np
 from . import ops, special
 from .errors import TracingError
 from .ir import Node, Op
-from .creation import _any_traced
+from .creation import NamespacePatches, _any_traced
 from .numpy_api import (FUNCTIONS, _as_tracer, all_, any_, array, call_ufunc, concatenate,
                         copy, getitem, implements, is_tracer, node_of, operand, ravel, reshape,
                         setitem, sum_, transpose, where, wrap)
@@ -740,11 +740,16 @@ def _as_strided_entry(x, shape=None, strides=None, subok=False, writeable=True):
     return _original_as_strided(x, shape, strides, subok, writeable)
 
 
+_as_strided_entry.__wrapped__ = np.lib.stride_tricks.as_strided
+_namespaces = NamespacePatches()
+
+
 @contextlib.contextmanager
-def intercepting():
+def intercepting(namespace=None):
     """np.lib.stride_tricks.as_strided takes traced arrays while this block runs (it is no
     NumPy-dispatched function: it reads the array's memory interface).  As for the creation
-    functions, only calls through the module attribute are intercepted."""
+    functions: calls through the module attribute, and the name imported into the traced
+    function's module (`from numpy.lib.stride_tricks import as_strided`)."""
     global _users, _original_as_strided
     module = np.lib.stride_tricks
     with _lock:
@@ -752,10 +757,13 @@ def intercepting():
             _original_as_strided = module.as_strided
             module.as_strided = _as_strided_entry
         _users += 1
+        _namespaces.patch(namespace, {id(_original_as_strided):
+                                      (_original_as_strided, _as_strided_entry)})
     try:
         yield
     finally:
         with _lock:
+            _namespaces.unpatch(namespace)
             _users -= 1
             if _users == 0:
                 module.as_strided = _original_as_strided

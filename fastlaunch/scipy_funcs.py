@@ -30,7 +30,7 @@ import threading
 import numpy as np
 
 from . import numpy_api, numpy_funcs
-from .creation import _any_traced
+from .creation import NamespacePatches, _any_traced
 from .errors import TracingError
 from .trace import tracing
 
@@ -62,7 +62,7 @@ def linalg_inv(a, overwrite_a=False, check_finite=True):
 def linalg_det(a, overwrite_a=False, check_finite=True):
     t = _matrix(a, "det")
     _finite(t, check_finite)
-    return np.linalg.det(t)
+    return np.linalg.det(t.astype(np.float64))     # SciPy's det is float64 for float32 too
 
 
 def linalg_cholesky(a, lower=False, overwrite_a=False, check_finite=True):
@@ -318,34 +318,17 @@ def _uninstall():
     _patched.clear()
 
 
-_NAMESPACES: dict = {}
+_namespaces = NamespacePatches()
 
 
 def _patch_namespace(ns):
     """`from scipy.linalg import inv` in the traced function's module: that name too."""
-    if ns is None or not _patched:
-        return
-    held = _NAMESPACES.get(id(ns))
-    if held is None:
-        by_id = {id(orig): getattr(target, attr) for target, attr, orig in _patched
-                 if isinstance(target, type(sys))}
-        found = {k: v for k, v in list(ns.items()) if id(v) in by_id}
-        for k, v in found.items():
-            ns[k] = by_id[id(v)]
-        held = _NAMESPACES[id(ns)] = [ns, 0, found]
-    held[1] += 1
+    _namespaces.patch(ns, {id(orig): (orig, getattr(target, attr))
+                           for target, attr, orig in _patched if isinstance(target, type(sys))})
 
 
 def _unpatch_namespace(ns):
-    held = _NAMESPACES.get(id(ns)) if ns is not None else None
-    if held is None:
-        return
-    held[1] -= 1
-    if held[1] == 0:
-        del _NAMESPACES[id(ns)]
-        for key, original in held[2].items():
-            if getattr(ns.get(key), "__wrapped__", None) is original:
-                ns[key] = original
+    _namespaces.unpatch(ns)
 
 
 @contextlib.contextmanager

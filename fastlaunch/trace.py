@@ -122,17 +122,17 @@ class ViewMap:
 
 class Storage:
     """The current value of one array that views may write into."""
-    __slots__ = ("node", "version", "position", "frozen_reason", "specialize")
+    __slots__ = ("node", "version", "position", "frozen_reason", "through")
 
     def __init__(self, node: Node, position: int | None = None, frozen_reason: str | None = None,
-                 specialize: frozenset | None = None):
+                 through=None):
         self.node = node
         self.version = 0
         self.position = position          # flattened argument position, for inputs
         self.frozen_reason = frozen_reason
-        # a read-only copy that NumPy would have made a view (x[i], i a scalar argument):
-        # a write through it asks to trace again with those arguments' values
-        self.specialize = specialize
+        # a copy that NumPy would have made a view (x[i] with a traced int i): through(value)
+        # writes its new contents back where it came from after every write into it
+        self.through = through
 
 
 _JUMP_IF = {"POP_JUMP_IF_TRUE": True, "POP_JUMP_FORWARD_IF_TRUE": True,
@@ -293,7 +293,9 @@ class Tracer:
             f"not known while tracing. Express data-dependent choices with np.where(cond, a, b), "
             f"or make the deciding argument static with static_argnames=/static_argnums=. "
             f"(Storing a traced value into a NumPy array, out[i] = x, does this too: create "
-            f"`out` from a traced value instead, e.g. np.zeros_like(x).)")
+            f"`out` from a traced value instead, e.g. np.zeros_like(x), or with np.zeros/"
+            f"np.empty inside fn; np.ndarray(shape) is NumPy's own class, which fastlaunch "
+            f"cannot intercept: use np.empty(shape).)")
 
     def __bool__(self):
         frame = sys._getframe(1)
@@ -371,9 +373,6 @@ class Tracer:
         if self.scalar or self.weak is not None:
             raise TracingError(f"{operation}: a scalar cannot be written in place")
         if st.frozen_reason:
-            if st.specialize:
-                raise SpecializeRequest(st.specialize, f"{operation} through x[i] (a view in "
-                                                       f"NumPy) with a Python int argument i")
             raise TracingError(f"{operation}: {st.frozen_reason}")
         g = current_graph()
         view = self._view or ViewMap.identity(st.node.shape)
@@ -386,6 +385,8 @@ class Tracer:
             value_node = ops.reshape(g, value_node, viewed.shape)
         st.node = view.write(g, st.node, value_node)
         st.version += 1
+        if st.through is not None:
+            st.through(Tracer(st))
 
 
 def new_tracer(node: Node, weak: type | None = None, scalar: bool | None = None) -> Tracer:
