@@ -225,6 +225,9 @@ class Program:
     consts: list = field(default_factory=list)        # (slot, ndarray)
     outputs: list = field(default_factory=list)       # (slot, dtype str, shape)
     mutated_leaves: list = field(default_factory=list)
+    # runtime checks (ir.Op.CHECK): (status bit, exception name, message), the exception a
+    # call raises when a kernel set that bit (names from CHECK_EXCEPTIONS)
+    checks: list = field(default_factory=list)
 
     # ---- derived facts ---------------------------------------------------------------------
     def instructions(self):
@@ -379,6 +382,8 @@ class Program:
             "outputs": [[slot, dt, list(shape)] for slot, dt, shape in self.outputs],
             "mutated_leaves": list(self.mutated_leaves),
         }
+        if self.checks:
+            meta["checks"] = [[bit, name, message] for bit, name, message in self.checks]
         out = io.BytesIO()
         _write_blob(out, json.dumps(meta, sort_keys=True).encode())
         _write_blob(out, np.ascontiguousarray(self.code, np.int64).tobytes())
@@ -464,7 +469,9 @@ def _from_bytes(data: bytes) -> Program:
         nargwords=_int(meta["nargwords"]), nleaves=_int(meta["nleaves"]), consts=consts,
         outputs=[(_int(s), _plain_dtype(dt), tuple(_int(x) for x in shape))
                  for s, dt, shape in meta["outputs"]],
-        mutated_leaves=[_int(x) for x in meta["mutated_leaves"]])
+        mutated_leaves=[_int(x) for x in meta["mutated_leaves"]],
+        checks=[(_int(bit), str(name), str(message))
+                for bit, name, message in meta.get("checks", [])])
 
 
 def _int(x) -> int:
@@ -583,6 +590,39 @@ _ROLES = {r.value for r in SlotRole}
 _KINDS = {k.value for k in ArgKind}
 
 
+# The exceptions a runtime check may raise (Program.checks names them; a loaded program can
+# name nothing else).
+CHECK_EXCEPTIONS = {"AssertionError": AssertionError, "ValueError": ValueError,
+                    "ZeroDivisionError": ZeroDivisionError, "RuntimeError": RuntimeError,
+                    "TypeError": TypeError,
+                    "LinAlgError": np.linalg.LinAlgError}
+FIRST_CHECK_BIT, LAST_CHECK_BIT = 8, 1 << 62     # ir.FIRST_CHECK_BIT, ir.LAST_CHECK_BIT
+
+
+def check_exception(name: str) -> type:
+    return CHECK_EXCEPTIONS[name]
+
+
+def _verify_checks(p: Program, errors) -> None:
+    seen = set()
+    for entry in p.checks:
+        if not (isinstance(entry, tuple) and len(entry) == 3):
+            errors.append(f"malformed check entry {entry!r}")
+            continue
+        bit, name, message = entry
+        if type(bit) is not int or not FIRST_CHECK_BIT <= bit <= LAST_CHECK_BIT or \
+                bit & (bit - 1) or bit in seen:
+            errors.append(f"check bit {bit!r} is not a distinct single bit in "
+                          f"[{FIRST_CHECK_BIT:#x}, {LAST_CHECK_BIT:#x}]")
+        seen.add(bit)
+        if name not in CHECK_EXCEPTIONS:
+            errors.append(f"check exception {name!r} is not one of {sorted(CHECK_EXCEPTIONS)}")
+        if not isinstance(message, str) or len(message) > 10000:
+            errors.append("check message is not a string of at most 10000 characters")
+    if p.checks and p.status_slot < 0:
+        errors.append("runtime checks but no status slot")
+
+
 def verify(p: Program, kernel_space: int = int(Space.SPACE_HOST), leaves=None,
            strict: bool = False) -> None:
     """Raise VerifyError unless the program is well formed and memory-safe:
@@ -616,6 +656,7 @@ def verify(p: Program, kernel_space: int = int(Space.SPACE_HOST), leaves=None,
     try:
         if _verify_tables(p, kernel_space, leaves, strict, errors):
             _verify_code(p, kernel_space, strict, errors)
+        _verify_checks(p, errors)
     except (TypeError, ValueError, OverflowError, IndexError) as err:
         errors.append(f"malformed tables: {type(err).__name__}: {err}")
     if errors:

@@ -270,6 +270,40 @@ def _unpatch_namespace(ns) -> None:
                 ns[key] = original
 
 
+class NamespacePatches:
+    """Names a traced function's module imported by name (`from scipy.linalg import inv`)
+    replaced by their interceptors while traces that use the module run (reference counted
+    per module; a name the module rebinds meanwhile is left alone).  Callers hold their own
+    lock around patch and unpatch."""
+
+    def __init__(self):
+        self._held: dict = {}       # id(namespace) -> [namespace, users, {name: original}]
+
+    def patch(self, ns, replacements: dict) -> None:
+        """replacements: id(original) -> (original, interceptor)."""
+        if ns is None or str(ns.get("__name__", "")).split(".")[0] in ("numpy", "fastlaunch"):
+            return
+        held = self._held.get(id(ns))
+        if held is None:
+            found = {key: value for key, value in list(ns.items())
+                     if id(value) in replacements and replacements[id(value)][0] is value}
+            for key, value in found.items():
+                ns[key] = replacements[id(value)][1]
+            held = self._held[id(ns)] = [ns, 0, found]
+        held[1] += 1
+
+    def unpatch(self, ns) -> None:
+        held = self._held.get(id(ns)) if ns is not None else None
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1] == 0:
+            del self._held[id(ns)]
+            for key, original in held[2].items():
+                if getattr(ns.get(key), "__wrapped__", None) is original:   # not rebound since
+                    ns[key] = original
+
+
 @contextlib.contextmanager
 def intercepting(namespace=None):
     """numpy's creation functions make TraceBuffers in tracing threads while in this block;

@@ -56,6 +56,7 @@ class Plan:
     buffers: list = field(default_factory=list)
     kernels: list = field(default_factory=list)
     outputs: list = field(default_factory=list)    # buffer id per graph output
+    checks: list = field(default_factory=list)     # Graph.check_errors: (bit, exception, message)
 
     def describe(self) -> str:
         return "\n\n".join(f"# kernel {i}\n{k.describe()}" for i, k in enumerate(self.kernels))
@@ -75,7 +76,7 @@ class Plan:
     def with_kernels(self, kernels) -> "Plan":
         """A copy with other kernels (and its own list of the same buffers, to which a
         schedule may add temporaries without changing this plan)."""
-        return Plan(list(self.buffers), list(kernels), list(self.outputs))
+        return Plan(list(self.buffers), list(kernels), list(self.outputs), list(self.checks))
 
 
 def plan(graph: Graph, arg_layouts: dict) -> Plan:
@@ -163,6 +164,10 @@ class _Fuser:
         self._pending = {}
         self.emit_store_groups([(self._out_bufs[i], self._out_bufs[i].strides, g.outputs[i])
                                 for i in sorted(pending) if g.outputs[i].size], rows=True)
+        if g.check is not None:
+            # the runtime checks, before the in-place writes (record.py puts a CHECK between)
+            self.materialize(g.check)
+            self.plan.checks = list(g.check_errors)
         self.emit_writebacks()
         self.plan.kernels = [k for k in self.plan.kernels if not is_kernel(k) or k.size > 0]
         return self.plan
@@ -943,7 +948,7 @@ class _KernelBuilder:
         if op.kind is Kind.ELEMENTWISE:
             operands = tuple(memo[(o.index, () if o.ndim == 0 else imap)] for o in node.inputs)
             checked = bool(node.attrs.get("checked"))
-            self.checked |= checked
+            self.checked |= checked or op is Op.CHECK
             return self._intern(Compute(op, node.dtype, operands, checked))
         if op.kind is Kind.VIEW:
             return memo[(node.inputs[0].index, _view_input_map(node, imap))]

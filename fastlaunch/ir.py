@@ -12,7 +12,13 @@ import math
 import numpy as np
 
 __all__ = ["Kind", "Op", "Node", "Graph", "SUPPORTED_DTYPES", "dtype_short", "check_shape",
-           "MAX_INTP"]
+           "MAX_INTP", "FIRST_CHECK_BIT", "LAST_CHECK_BIT"]
+
+# The status-word bits of runtime checks (Op.CHECK): below FIRST_CHECK_BIT the KernelError
+# bits every program shares (kernel.py); from it up, one bit per distinct check of a program
+# (its exception and message in Graph.check_errors, then Program.checks)
+FIRST_CHECK_BIT = 8
+LAST_CHECK_BIT = 1 << 62
 
 # NumPy's limit on dimensions, sizes and byte counts (npy_intp); every node's shape keeps its
 # byte count within it, so the int64 shape and size arithmetic downstream cannot overflow
@@ -155,6 +161,11 @@ class Op(enum.Enum):
     # recomputes it gets the same value.  `dist`: "u64" (raw bits), "uniform" (float in
     # [0, 1)), "normal" (standard normal, Box-Muller).  The key changes on every call.
     RANDOM = ("random", Kind.ELEMENTWISE, 1)
+    # check(word): a runtime check (an `assert` on traced values, a function's argument test
+    # that NumPy makes on the data): ORs the int64 `word` into the call's status word, and is
+    # `word`.  Each set bit names one of Graph.check_errors; a non-zero word stops the call
+    # before any argument is written (record.py's CHECK)
+    CHECK = ("check", Kind.ELEMENTWISE, 1)
     # views
     BROADCAST = ("broadcast", Kind.VIEW, 1)
     TRANSPOSE = ("transpose", Kind.VIEW, 1)
@@ -255,6 +266,12 @@ class Graph:
         self.writebacks: list[tuple[int, Node]] = []
         self._interned: dict = {}
         self.random_streams = 0     # draws of random numbers so far (each its own stream)
+        # runtime checks recorded while tracing: (bool node, exception class, message); the
+        # condition must hold for every element.  ops.seal_checks turns them into `check`,
+        # one CHECK node, and `check_errors`, (status bit, exception class, message) per bit
+        self.checks: list = []
+        self.check: Node | None = None
+        self.check_errors: list = []
 
     def add(self, op: Op, dtype, shape, inputs=(), **attrs) -> Node:
         """Make a node, or return the structurally equal node that already exists."""
@@ -282,6 +299,8 @@ class Graph:
         """Nodes reachable from the results and writebacks, in creation (topological) order."""
         seen = set()
         stack = list(self.outputs) + [n for _, n in self.writebacks]
+        if self.check is not None:
+            stack.append(self.check)
         while stack:
             n = stack.pop()
             if n.index in seen:
@@ -301,6 +320,9 @@ class Graph:
             lines.append("return " + ", ".join(names[n.index] for n in self.outputs))
         for pos, n in self.writebacks:
             lines.append(f"writeback arg{pos} = {names[n.index]}")
+        if self.check is not None:
+            lines.append(f"check {names[self.check.index]}: " + "; ".join(
+                f"{bit:#x} {exc.__name__}" for bit, exc, _ in self.check_errors))
         return "\n".join(lines)
 
     __str__ = format

@@ -322,6 +322,11 @@ class Iterated:
         if entry.post is not None:
             raise TypeError(f"fl.iterate: {name} changes argument containers "
                             f"({entry.post.describe()}); return the new values instead")
+        if program.checks:
+            raise TypeError(f"fl.iterate: {name} has runtime checks (an `assert` on traced "
+                            f"values, or a function that tests its arguments' values), which "
+                            f"a loop program does not run yet; call the compiled step in a "
+                            f"Python loop instead")
         if program.rng_slot >= 0:
             raise NotImplementedError(
                 f"fl.iterate: {name} draws random numbers; a loop would draw the same ones in "
@@ -536,10 +541,11 @@ class Iterated:
         pred = Compiled(until_, static_argnums=statics, backend=self.step.backend.name)
         pentry = pred._entry_for(tuple(examples), {})
         pinfo = pentry.info
-        if pentry.post is not None or pentry.specialized or pinfo.lowered.program.rng_slot >= 0:
+        if pentry.post is not None or pentry.specialized or pinfo.lowered.program.rng_slot >= 0 \
+                or pinfo.lowered.program.checks:
             raise TypeError("fl.iterate: until must compute its answer from the results with "
                             "NumPy operations (no random numbers, no Python control flow on "
-                            "their values)")
+                            "their values, no runtime checks)")
         if len(pinfo.results) != 1 or pinfo.out_tree.kind != "leaf":
             raise TypeError("fl.iterate: until must return one boolean")
         kind, index, _ = pinfo.results[0]

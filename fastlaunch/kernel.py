@@ -28,6 +28,8 @@ class KernelError(enum.IntFlag):
     OVERFLOW = 2       # Python-int arithmetic that left the 64-bit range
     RANGE = 4          # a value outside [0, size) where a function takes no negatives
                        # (np.bincount with a static minlength, np.choose(mode="raise"))
+    # from ir.FIRST_CHECK_BIT up: a program's own runtime checks (ir.Op.CHECK), one bit per
+    # check, their exceptions and messages in Program.checks
 
 
 def accumulator_dtype(op: Op, dtype: np.dtype) -> np.dtype:

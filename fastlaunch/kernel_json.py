@@ -265,6 +265,9 @@ class _Reader:
             if len(operands) != op.arity:
                 _fail(f"node {i}: {op.value} takes {op.arity} operands")
             ops = tuple(self.nodes[_int(o, f"node {i} operand", 0, i - 1)] for o in operands)
+            if op is Op.CHECK and not (_dtype(x[2], f"node {i}") == np.int64 and
+                                       ops[0].dtype == np.int64):
+                _fail(f"node {i}: a check takes and gives int64")
             return Compute(op, _dtype(x[2], f"node {i}"), ops, _bool(x[4], f"node {i} checked"))
         _fail(f"node {i}: unknown kind {str(kind)[:20]!r}")
 
@@ -296,6 +299,8 @@ class _Reader:
         if status is not None and self.args[status].dtype != np.int64:
             _fail("the status argument must be int64")
         k.status = status
+        if status is None and any(isinstance(x, Compute) and x.op is Op.CHECK for x in self.nodes):
+            _fail("a runtime check needs the status argument")
         written = set()
         for s in _list(j["stores"], "stores", MAX_NODES):
             if type(s) is not list or len(s) != 4 or s[3] not in STORE_MODES:

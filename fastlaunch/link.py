@@ -15,7 +15,7 @@ import numpy as np
 from . import _core
 from ._launch import Opcode, ResultKind, ResultStructure
 from .backends.base import CallLayout
-from .bytecode import Program, SlotRole
+from .bytecode import Program, SlotRole, check_exception
 from .kernel import KernelError
 
 # What each KernelError bit raises, lowest bit first (the first set bit wins).
@@ -119,7 +119,9 @@ def executable_layout(program: Program, call: CallLayout, keepalive=None,
         const_slots=[slot for slot, _ in program.consts], const_ptrs=list(const_ptrs),
         temp_slots=[i for i, s in enumerate(program.slots) if s.role == SlotRole.TEMP],
         int_checks=int_checks, leaf_bytes=leaf_bytes, results=results,
-        structure=int(structure), unflatten=unflatten, kernel_errors=KERNEL_ERRORS,
+        structure=int(structure), unflatten=unflatten,
+        kernel_errors=KERNEL_ERRORS + [(bit, check_exception(name), message)
+                                       for bit, name, message in program.checks],
         polls=any(op is Opcode.POLL for _, op, _ in program.instructions()),
         keepalive=(program.consts, keepalive),
         rng_seed=call.rng_seed if call.rng_seed is not None else

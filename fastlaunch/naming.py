@@ -116,7 +116,7 @@ def converting_function(frame) -> tuple[str, str]:
     library function, i.e. the one the user's code called, and where it was called:
     ('scipy.linalg.inv', 'file:line'), or ('', '') when the conversion happened in the
     user's own code."""
-    entry = None
+    entry = inner = None
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         top = module.split(".")[0]
@@ -125,12 +125,18 @@ def converting_function(frame) -> tuple[str, str]:
             continue
         if top not in _CONVERTING:
             break
-        entry = frame
+        entry, inner = frame, entry
         frame = frame.f_back
     if entry is None:
         return "", ""
     code = entry.f_code
     qual = getattr(code, "co_qualname", code.co_name)
+    if "<locals>" in qual and inner is not None:
+        # a decorator's wrapper (SciPy's batching of scipy.linalg.lstsq, ...): name the
+        # function it wraps, the library frame it called
+        entry = inner
+        code = entry.f_code
+        qual = getattr(code, "co_qualname", code.co_name)
     public = f"{_public_module(entry.f_globals.get('__name__', ''))}.{qual}"
     where = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
     return public, where

@@ -1183,6 +1183,11 @@ def getitem(t: Tracer, key):
     g = current_graph()
     idx = [node_of(i) for i in indices]
     n = ops.gather(g, view.node, idx, axis)
+    if n.ndim and all(isinstance(i, int) or is_tracer(i) and i.ndim == 0 for i in indices):
+        # NumPy's x[i] for an integer i is a view: writes into it reach x (`x[i][j] += v`,
+        # `row = x[i]; row *= 2`).  Ours is a gather (i is known only when the function
+        # runs): each write into it is written back into x[key] (a scatter)
+        return Tracer(Storage(n, through=lambda value: setitem(t, key, value)))
     return wrap(n, scalar=n.ndim == 0 and all(i.ndim == 0 for i in idx))
 
 

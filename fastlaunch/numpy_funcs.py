@@ -21,10 +21,10 @@ import numpy as np
 from . import ops, special
 from .errors import TracingError
 from .ir import Node, Op
-from .creation import _any_traced
-from .numpy_api import (FUNCTIONS, _as_tracer, any_, array, call_ufunc, concatenate, copy,
-                        getitem, implements, is_tracer, node_of, operand, ravel, reshape, setitem,
-                        sum_, transpose, where, wrap)
+from .creation import NamespacePatches, _any_traced
+from .numpy_api import (FUNCTIONS, _as_tracer, all_, any_, array, call_ufunc, concatenate,
+                        copy, getitem, implements, is_tracer, node_of, operand, ravel, reshape,
+                        setitem, sum_, transpose, where, wrap)
 from .trace import Storage, Tracer, current_graph, tracing
 
 _INTP = np.dtype(np.intp)
@@ -740,11 +740,16 @@ def _as_strided_entry(x, shape=None, strides=None, subok=False, writeable=True):
     return _original_as_strided(x, shape, strides, subok, writeable)
 
 
+_as_strided_entry.__wrapped__ = np.lib.stride_tricks.as_strided
+_namespaces = NamespacePatches()
+
+
 @contextlib.contextmanager
-def intercepting():
+def intercepting(namespace=None):
     """np.lib.stride_tricks.as_strided takes traced arrays while this block runs (it is no
     NumPy-dispatched function: it reads the array's memory interface).  As for the creation
-    functions, only calls through the module attribute are intercepted."""
+    functions: calls through the module attribute, and the name imported into the traced
+    function's module (`from numpy.lib.stride_tricks import as_strided`)."""
     global _users, _original_as_strided
     module = np.lib.stride_tricks
     with _lock:
@@ -752,10 +757,13 @@ def intercepting():
             _original_as_strided = module.as_strided
             module.as_strided = _as_strided_entry
         _users += 1
+        _namespaces.patch(namespace, {id(_original_as_strided):
+                                      (_original_as_strided, _as_strided_entry)})
     try:
         yield
     finally:
         with _lock:
+            _namespaces.unpatch(namespace)
             _users -= 1
             if _users == 0:
                 module.as_strided = _original_as_strided
@@ -819,7 +827,8 @@ def _histogram_indices(a: Node, edges: np.ndarray, uniform) -> tuple[Node, Node]
         idx = _ew(Op.WHERE, _INTP, keep, ops.cast(g, f, _INTP, wraps=True), _lit(0, _INTP))
         idx = _ew(Op.SUB, _INTP, idx, ops.cast(g, _ew(Op.EQ, np.bool_, idx, _lit(n, _INTP)),
                                                 _INTP))
-        table = g.add_const(edges)
+        # the edges: a constant, or traced (edges from the data's range)
+        table = g.add_const(edges) if isinstance(edges, np.ndarray) else node_of(edges)
         lower = ops.gather(g, table, [idx], 0)
         idx = _ew(Op.SUB, _INTP, idx, ops.cast(g, _ew(Op.LT, np.bool_, x, lower), _INTP))
         upper = ops.gather(g, table, [_ew(Op.ADD, _INTP, idx, _lit(1, _INTP))], 0)
@@ -883,9 +892,7 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
         elif an.size == 0:
             first_edge, last_edge = 0, 1
         else:
-            raise TracingError("np.histogram(a, bins=n) without range= takes its edges from "
-                               "a.min() and a.max(), which are not known while tracing; pass "
-                               "range=(lo, hi)")
+            return _histogram_autorange(an, wn, n, density)
         if first_edge == last_edge:
             first_edge, last_edge = first_edge - 0.5, last_edge + 0.5
         bin_type = np.result_type(first_edge, last_edge, np.empty(0, an.dtype))
@@ -919,6 +926,38 @@ def histogram(a, bins=10, range=None, density=None, weights=None):
     hist = wrap(hist, scalar=False)
     if density:
         db = np.array(np.diff(edges), float)
+        hist = hist / db / sum_(hist)
+    return hist, edges
+
+
+def _histogram_autorange(an: Node, wn, n: int, density):
+    """np.histogram(a, bins=n) without range=: n equal bins from a.min() to a.max(), traced
+    (NumPy's rules: a range of one value widened by 0.5 each way, a range that is not finite
+    or too narrow for n distinct edges a ValueError, now checked when the function runs)."""
+    g = current_graph()
+    lo = wrap(ops.reduce(g, Op.MIN, an, None, False), scalar=True)
+    hi = wrap(ops.reduce(g, Op.MAX, an, None, False), scalar=True)
+    require(call_ufunc(np.logical_and, (call_ufunc(np.isfinite, (lo,)),
+                                        call_ufunc(np.isfinite, (hi,)))), ValueError,
+            "np.histogram: autodetected range of [a.min(), a.max()] is not finite")
+    bin_type = an.dtype if an.dtype.kind == "f" else np.dtype(np.float64)
+    lo, hi = lo.astype(bin_type), hi.astype(bin_type)
+    same = call_ufunc(np.equal, (lo, hi))
+    first = where(same, lo - 0.5, lo).astype(bin_type)
+    last = where(same, hi + 0.5, hi).astype(bin_type)
+    edges = linspace(first, last, n + 1, endpoint=True, dtype=bin_type)
+    require(_none(call_ufunc(np.greater_equal, (edges[:-1], edges[1:]))), ValueError,
+            f"Too many bins for data range. Cannot create {n} finite-sized bins.")
+    idx, keep = _histogram_indices(an, edges, (first, last, n))
+    idx = _ew(Op.WHERE, _INTP, keep, idx, _lit(n, _INTP))
+    acc = np.dtype(np.intp) if wn is None else np.dtype(np.float64)
+    vals = ops.literal(g, 1, acc) if wn is None else ops.cast(g, wn, acc)
+    counts = ops.scatter(g, ops.broadcast_to(g, ops.literal(g, 0, acc), (n + 1,)), vals,
+                         [idx], 0, "add")
+    ntype = np.dtype(np.intp) if wn is None else wn.dtype
+    hist = wrap(ops.cast(g, ops.slice_view(g, counts, (0,), (1,), (n,)), ntype), scalar=False)
+    if density:
+        db = (edges[1:] - edges[:-1]).astype(float)
         hist = hist / db / sum_(hist)
     return hist, edges
 
@@ -1415,6 +1454,263 @@ def broadcast_arrays(*args, subok=False):
         else:
             out.append(np.broadcast_to(np.asarray(a), shape))
     return tuple(out)
+
+
+# ==== runtime checks ===================================================================================
+def require(cond, exc: type, what: str) -> None:
+    """NumPy's `if not cond: raise exc(what)` on values: now for a constant condition, when
+    the function runs for a traced one (ops.add_check: the call raises, nothing written)."""
+    if is_tracer(cond):
+        ops.add_check(current_graph(), cond.node, exc,
+                      f"{what} (fastlaunch: checked when the compiled function ran; no argument "
+                      f"was modified)")
+    elif not np.all(cond):
+        raise exc(what)
+
+
+# ==== evenly spaced numbers ==========================================================================
+@implements(np.linspace)
+def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0, *,
+             device=None):
+    """NumPy's linspace with start/stop traced (num is static: it is the result's size)."""
+    if device not in (None, "cpu"):
+        raise ValueError(f"Device not understood. Only \"cpu\" is allowed, but received: "
+                         f"{device}")
+    num = _static_int(num, "np.linspace's num")
+    if num < 0:
+        raise ValueError(f"Number of samples, {num}, must be non-negative.")
+    div = (num - 1) if endpoint else num
+    g = current_graph()
+    sn, en = node_of(start), node_of(stop)
+    dt = np.result_type(_dtype_of(start), _dtype_of(stop), 0.0)   # inexact, as NumPy's
+    ops.check_dtype(dt, "np.linspace")
+    if dtype is None:
+        dtype, integer = dt, False
+    else:
+        dtype = ops.check_dtype(dtype, "np.linspace(dtype=...)")
+        integer = np.issubdtype(dtype, np.integer)
+    delta = _ew(Op.SUB, dt, ops.cast(g, en, dt), ops.cast(g, sn, dt))
+    y = ops.iota(g, (num,) + (1,) * delta.ndim, 0, dt)
+    if div > 0:
+        step = _ew(Op.DIV, dt, delta, _lit(div, dt))
+        # NumPy divides first where a step underflows to zero (denormal ranges): if any does
+        zero = ops.reduce(g, Op.ANY, _ew(Op.EQ, np.bool_, step, _lit(0, dt)), None, False)
+        y = _ew(Op.WHERE, dt, zero, _ew(Op.MUL, dt, _ew(Op.DIV, dt, y, _lit(div, dt)), delta),
+                _ew(Op.MUL, dt, y, step))
+    else:
+        step = None
+        y = _ew(Op.MUL, dt, y, delta)
+    y = _ew(Op.ADD, dt, y, ops.cast(g, sn, dt))
+    if endpoint and num > 1:
+        last = ops.broadcast_to(g, ops.cast(g, en, dt), y.shape[1:])
+        y = ops.set_region(g, y, (num - 1,) + (0,) * (y.ndim - 1), (1,) * y.ndim,
+                           (1,) + y.shape[1:], ops.reshape(g, last, (1,) + y.shape[1:]))
+    out = wrap(y, scalar=False)
+    if axis != 0:
+        out = _moveaxis(out, 0, axis)
+    if integer:
+        out = call_ufunc(np.floor, (out,))
+    out = out.astype(dtype) if out.dtype != dtype else out
+    if retstep:
+        return out, (wrap(step, scalar=step.ndim == 0) if step is not None else math.nan)
+    return out
+
+
+def _moveaxis(t, source, destination):
+    from .numpy_api import moveaxis
+    return moveaxis(t, source, destination)
+
+
+@implements(np.logspace)
+def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, axis=0):
+    if not isinstance(base, (float, int)) and np.ndim(base):
+        # an array base broadcasts with start and stop, which may move the axis
+        ndmax = len(np.broadcast_shapes(*(np.shape(x) if not is_tracer(x) else x.shape
+                                          for x in (start, stop, base))))
+        start, stop, base = (array(x, ndmin=ndmax) for x in (start, stop, base))
+        from .numpy_api import expand_dims
+        base = expand_dims(base, axis)
+    y = linspace(start, stop, num=num, endpoint=endpoint, axis=axis)
+    out = call_ufunc(np.power, (base, y))
+    return out if dtype is None else out.astype(dtype)
+
+
+@implements(np.geomspace)
+def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
+    start, stop = _as_tracer(start), _as_tracer(stop)
+    for end in (start, stop):
+        require(_none(call_ufunc(np.equal, (end, 0))), ValueError,
+                "Geometric sequence cannot include zero")
+    num = _static_int(num, "np.geomspace's num")
+    dt = np.result_type(start.dtype, stop.dtype, float(num),
+                        np.zeros((), dtype if dtype is not None else np.float64))
+    ops.check_dtype(dt, "np.geomspace")
+    dtype = dt if dtype is None else np.dtype(dtype)
+    start, stop = start.astype(dt), stop.astype(dt)
+    # negative ranges: computed on positive values, the sign put back at the end
+    sign = call_ufunc(np.sign, (start,))
+    start = start / sign
+    stop = stop / sign
+    result = logspace(call_ufunc(np.log10, (start,)), call_ufunc(np.log10, (stop,)), num=num,
+                      endpoint=endpoint, base=10.0, dtype=dt)
+    # the ends exactly, as NumPy (10 ** log10(x) need not be x)
+    if num > 0:
+        result[0] = start
+        if num > 1 and endpoint:
+            result[-1] = stop
+    result = result * sign
+    if axis != 0:
+        result = _moveaxis(result, 0, axis)
+    return result.astype(dtype) if result.dtype != dtype else result
+
+
+# ==== averages and covariances =======================================================================
+@implements(np.average)
+def average(a, axis=None, weights=None, returned=False, *, keepdims=np._NoValue):
+    from .numpy_api import mean
+    t = _as_tracer(a)
+    if axis is not None:
+        axis = _axes(axis, t.ndim)
+    keep = False if keepdims is np._NoValue else keepdims
+    if weights is None:
+        avg = mean(t, axis, keepdims=keep)
+        scl = np.dtype(avg.dtype).type(t.size / max(math.prod(avg.shape), 1)) \
+            if math.prod(avg.shape) else np.dtype(avg.dtype).type(np.nan)
+    else:
+        w = _as_tracer(weights)
+        if t.shape != w.shape:
+            if axis is None:
+                raise TypeError("Axis must be specified when shapes of a and weights differ.")
+            if w.shape != tuple(t.shape[ax] for ax in axis):
+                raise ValueError("Shape of weights must be consistent with shape of a along "
+                                 "specified axis.")
+            w = transpose(w, tuple(int(i) for i in np.argsort(axis)))
+            w = reshape(w, tuple(s if ax in axis else 1 for ax, s in enumerate(t.shape)))
+        if t.dtype.kind in "biu":
+            rt = np.result_type(t.dtype, w.dtype, "f8")
+        else:
+            rt = np.result_type(t.dtype, w.dtype)
+        scl = sum_(w, axis=axis, dtype=rt, keepdims=keep)
+        if _any_traced(weights):
+            nonzero = _none(call_ufunc(np.equal, (scl, 0.0)))
+        else:      # constant weights: NumPy's test now
+            same = t.shape == np.shape(weights)
+            nonzero = not np.any(np.sum(np.asarray(weights), axis=axis if same else None,
+                                        dtype=rt) == 0.0)
+        require(nonzero, ZeroDivisionError, "Weights sum to zero, can't be normalized")
+        avg = sum_(call_ufunc(np.multiply, (t, w), dtype=rt), axis=axis, keepdims=keep) / scl
+    if returned:
+        shape = avg.shape
+        if np.shape(scl) != shape:
+            scl = broadcast_to_copy(scl, shape)
+        return avg, scl
+    return avg
+
+
+def _none(cond) -> Tracer:
+    """not any(cond), traced."""
+    return call_ufunc(np.logical_not, (any_(cond),))
+
+
+def broadcast_to_copy(x, shape):
+    if is_tracer(x):
+        return wrap(ops.broadcast_to(current_graph(), x.node, shape), scalar=False).copy()
+    return np.broadcast_to(x, shape).copy()
+
+
+@implements(np.cov)
+def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None, *,
+        dtype=None):
+    from .numpy_api import dot
+    if ddof is not None and ddof != int(ddof):
+        raise ValueError("ddof must be integer")
+    mt = _as_tracer(m)
+    if mt.ndim > 2:
+        raise ValueError("m has more than 2 dimensions")
+    yt = None
+    if y is not None:
+        yt = _as_tracer(y)
+        if yt.ndim > 2:
+            raise ValueError("y has more than 2 dimensions")
+    if dtype is None:
+        dtype = np.result_type(mt.dtype, np.float64) if yt is None else \
+            np.result_type(mt.dtype, yt.dtype, np.float64)
+    X = array(mt, ndmin=2, dtype=dtype)
+    if not rowvar and mt.ndim != 1:
+        X = transpose(X)
+    if X.shape[0] == 0:
+        return np.array([]).reshape(0, 0)
+    if yt is not None:
+        Y = array(yt, ndmin=2, dtype=dtype)
+        if not rowvar and Y.shape[0] != 1:
+            Y = transpose(Y)
+        X = concatenate((X, Y), axis=0)
+    if ddof is None:
+        ddof = 1 if bias == 0 else 0
+    w = None
+    aw = None
+    if fweights is not None:
+        fw = _float_weights(fweights)
+        require(all_(call_ufunc(np.equal, (fw, np.round(fw)))) if is_tracer(fw) else
+                np.all(fw == np.around(fw)), TypeError, "fweights must be integer")
+        if fw.ndim > 1:
+            raise RuntimeError("cannot handle multidimensional fweights")
+        if fw.shape[0] != X.shape[1]:
+            raise RuntimeError("incompatible numbers of samples and fweights")
+        require(_none(call_ufunc(np.less, (fw, 0))) if is_tracer(fw) else not np.any(fw < 0),
+                ValueError, "fweights cannot be negative")
+        w = fw
+    if aweights is not None:
+        aw = _float_weights(aweights)
+        if aw.ndim > 1:
+            raise RuntimeError("cannot handle multidimensional aweights")
+        if aw.shape[0] != X.shape[1]:
+            raise RuntimeError("incompatible numbers of samples and aweights")
+        require(_none(call_ufunc(np.less, (aw, 0))) if is_tracer(aw) else not np.any(aw < 0),
+                ValueError, "aweights cannot be negative")
+        w = aw if w is None else w * aw
+    avg, w_sum = average(X, axis=1, weights=w, returned=True)
+    w_sum = w_sum[0]
+    if w is None:
+        fact = X.shape[1] - ddof
+        if fact <= 0:
+            warnings.warn("Degrees of freedom <= 0 for slice", RuntimeWarning, stacklevel=3)
+            fact = 0.0
+    else:
+        if ddof == 0:
+            fact = w_sum
+        elif aw is None:
+            fact = w_sum - ddof
+        else:
+            fact = w_sum - ddof * sum_(w * aw) / w_sum
+        # NumPy warns and divides by zero when the degrees of freedom are not positive
+        fact = where(call_ufunc(np.less_equal, (fact, 0)), 0.0, fact)
+    X = X - getitem(avg, (slice(None), None))
+    X_T = transpose(X) if w is None else transpose(X * w)
+    c = dot(X, X_T)
+    c = (c * call_ufunc(np.true_divide, (1, fact))).astype(c.dtype)   # c *= 1 / fact
+    from .numpy_api import squeeze
+    return squeeze(c)
+
+
+def _float_weights(w):
+    """Weights as float64: traced, or a constant checked with NumPy now."""
+    if _any_traced(w):
+        return array(w, dtype=float)
+    return np.asarray(w, dtype=float)
+
+
+@implements(np.corrcoef)
+def corrcoef(x, y=None, rowvar=True, *, dtype=None):
+    from .numpy_api import clip, diag
+    c = cov(x, y, rowvar, dtype=dtype)
+    if c.ndim == 0:
+        return c / c        # nan for a zero, nan or inf variance, else 1 (NumPy's rule)
+    d = diag(c)
+    stddev = call_ufunc(np.sqrt, (d,))
+    c = c / getitem(stddev, (slice(None), None))
+    c = c / getitem(stddev, (None, slice(None)))
+    return clip(c, -1, 1)
 
 
 # ---- methods ---------------------------------------------------------------------------------

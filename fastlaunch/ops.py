@@ -14,7 +14,7 @@ import numpy as np
 
 from . import naming
 from .errors import TracingError
-from .ir import MAX_INTP, SUPPORTED_DTYPES, Graph, Node, Op
+from .ir import FIRST_CHECK_BIT, LAST_CHECK_BIT, MAX_INTP, SUPPORTED_DTYPES, Graph, Node, Op
 
 # The NumPy ufunc each elementwise op means.  Ops absent here are built from these.
 UFUNC_OF_OP = {
@@ -331,6 +331,65 @@ def where(g: Graph, cond: tuple, a: tuple, b: tuple) -> Node:
     c = cast(g, cond[0], np.bool_)
     an, bn = cast(g, a[0], dt, wraps=True), cast(g, b[0], dt, wraps=True)   # unsafe, as NumPy
     return elementwise(g, Op.WHERE, dt, [c, an, bn])
+
+
+# ---- runtime checks ----------------------------------------------------------------------------
+def add_check(g: Graph, cond: Node, exc: type, message: str) -> None:
+    """Record that every element of `cond` must be true when the function runs; if one is
+    not, the call raises exc(message) and writes no argument.  A condition already known true
+    costs nothing; one known false raises now, as NumPy would."""
+    c = cast(g, cond, np.bool_)
+    if c.size == 0:
+        return
+    value = literal_value(c) if c.ndim == 0 else None
+    if c.ndim and c.op is Op.BROADCAST:
+        value = literal_value(c.inputs[0]) if c.inputs[0].ndim == 0 else None
+    if value is not None:
+        if not bool(value):
+            raise exc(message)
+        return
+    g.checks.append((c, exc, message))
+
+
+def seal_checks(g: Graph) -> None:
+    """The graph's checks as one CHECK node (Graph.check): per distinct (exception, message),
+    one status bit, set when any of its conditions fails.  Checks beyond the bits available
+    share the last one, with a message naming all of them."""
+    if not g.checks or g.check is not None:
+        return
+    groups: dict = {}
+    for c, exc, message in g.checks:
+        groups.setdefault((exc, message), []).append(c)
+    nbits = LAST_CHECK_BIT.bit_length() - FIRST_CHECK_BIT.bit_length() + 1
+    keys = list(groups)
+    if len(keys) > nbits:
+        rest = keys[nbits - 1:]
+        shared = (rest[0][0] if len({k[0] for k in rest}) == 1 else RuntimeError,
+                  "one of these checks failed: " + "; ".join(m for _, m in rest))
+        merged = [c for k in rest for c in groups.pop(k)]
+        keys = keys[:nbits - 1] + [shared]
+        groups[shared] = merged
+    i64 = np.dtype(np.int64)
+    terms = []
+    errors = []
+    for i, key in enumerate(keys):
+        bit = FIRST_CHECK_BIT << i
+        oks = [reduce(g, Op.ALL, c, None, False) if c.ndim else c for c in groups[key]]
+        ok = _balanced(g, Op.LOGICAL_AND, np.dtype(np.bool_), oks)
+        terms.append(g.add(Op.WHERE, i64, (), [ok, literal(g, 0, i64), literal(g, bit, i64)]))
+        errors.append((bit, key[0], key[1]))
+    word = _balanced(g, Op.BITWISE_OR, i64, terms)
+    g.check = g.add(Op.CHECK, i64, (), [word])
+    g.check_errors = errors
+
+
+def _balanced(g: Graph, op: Op, dtype, nodes: list) -> Node:
+    """op over nodes as a balanced tree: thousands of checks (an assert in a long Python
+    loop) stay a shallow expression."""
+    while len(nodes) > 1:
+        nodes = [g.add(op, dtype, (), [nodes[i], nodes[i + 1]]) if i + 1 < len(nodes)
+                 else nodes[i] for i in range(0, len(nodes), 2)]
+    return nodes[0]
 
 
 RANDOM_DISTS = {"u64": np.uint64, "uniform": None, "normal": None}

@@ -180,7 +180,8 @@ def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: 
     return Program(code=code, arg_lists=arg_lists, slots=slots, kernels=infos,
                    nargwords=asm.nargwords, nleaves=len(leaves), consts=const_slots,
                    outputs=[(slot, dt, tuple(shape)) for _, slot, dt, shape in outputs],
-                   mutated_leaves=sorted(mutated_leaves))
+                   mutated_leaves=sorted(mutated_leaves),
+                   checks=[(bit, exc.__name__, message) for bit, exc, message in plan.checks])
 
 
 # ---- loops (fl.iterate) ------------------------------------------------------------------------

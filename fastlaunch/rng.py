@@ -15,6 +15,8 @@ every call, as in NumPy, so it is left to NumPy (a constant).
 from __future__ import annotations
 
 import contextlib
+import math
+import operator
 import threading
 
 import numpy as np
@@ -33,6 +35,11 @@ def _shape(size) -> tuple | None:
         raise TracingError("a random draw's size must be a Python int or tuple, not a traced "
                            "value")
     return (int(size),) if np.ndim(size) == 0 else tuple(int(s) for s in size)
+
+
+def _traced(x) -> bool:
+    from .creation import _any_traced
+    return _any_traced(x)
 
 
 def _result_shape(size, *params) -> tuple:
@@ -99,11 +106,76 @@ class TracedGenerator:
             span, Tracer) else span.astype(np.uint64))
         return (np.add(offset.astype(np.int64), low, dtype=np.int64)).astype(dt)
 
+    def choice(self, a, size=None, replace=True, p=None, axis=0, shuffle=True, *,
+               _legacy=False):
+        """Draws from a population: an int n (arange(n)) or the entries of an array along
+        `axis`, with replacement, uniformly (integers below) or with probabilities p (the
+        inverse of their cumulative sum at a uniform number, as NumPy's legacy choice)."""
+        from . import numpy_funcs
+        if not replace:
+            raise TracingError("choice(..., replace=False) inside a traced function is not "
+                               "supported by fastlaunch (a permutation); draw with "
+                               "replacement, or pass the choice in as an argument")
+        if np.ndim(a) == 0 and not isinstance(a, Tracer):
+            pop = None
+            n = operator.index(a)
+            if n <= 0 and _shape(size) != (0,) * len(_shape(size) or (1,)):
+                raise ValueError("a must be a positive integer unless no samples are taken")
+        else:
+            pop = numpy_api._as_tracer(a) if (isinstance(a, Tracer) or _traced(a)) \
+                else np.array(a)
+            if pop.ndim == 0:
+                raise ValueError("a must be a sequence or an integer, not a 0-d array")
+            if _legacy and pop.ndim != 1:
+                raise ValueError("a must be 1-dimensional")
+            axis = numpy_funcs._axis(axis, pop.ndim)
+            n = pop.shape[axis]
+            if n == 0 and math.prod(_shape(size) or ()) != 0:
+                raise ValueError("a cannot be empty unless no samples are taken")
+        shape = _shape(size) or ()
+        if p is None:
+            idx = self.integers(0, max(n, 1), size=shape)
+        else:
+            idx = self._inverse_cdf(p, n, shape)
+        if pop is None:
+            return idx
+        if isinstance(pop, np.ndarray):
+            pop = numpy_api._as_tracer(pop)
+        out = numpy_api.take(pop, idx, axis=axis)
+        return out
+
+    def _inverse_cdf(self, p, n, shape):
+        from . import numpy_funcs
+        traced = isinstance(p, Tracer) or _traced(p)
+        pt = numpy_api._as_tracer(p).astype(np.float64) if traced else \
+            np.asarray(p, dtype=np.float64)
+        if pt.ndim != 1:
+            raise ValueError("'p' must be 1-dimensional")
+        if pt.shape[0] != n:
+            raise ValueError("'a' and 'p' must have same size")
+        pdt = p.dtype if traced else np.asarray(p).dtype
+        atol = np.sqrt(np.finfo(np.float64).eps)     # NumPy's tolerance for the sum
+        if pdt.kind == "f":
+            atol = max(atol, np.sqrt(np.finfo(pdt).eps))
+        total = np.sum(pt)
+        numpy_funcs.require(np.logical_not(np.isnan(total)), ValueError,
+                            "probabilities contain NaN")
+        numpy_funcs.require(np.logical_not(np.any(pt < 0)), ValueError,
+                            "probabilities are not non-negative")
+        numpy_funcs.require(np.abs(total - 1.0) <= atol, ValueError,
+                            "probabilities do not sum to 1")
+        cdf = np.cumsum(numpy_api._as_tracer(pt))
+        cdf = cdf / cdf[-1]
+        u = self.random(shape)
+        idx = numpy_api.searchsorted(cdf, u, side="right")
+        # u < 1 and cdf[-1] == 1 keep idx below n; a NaN p (refused above) could not
+        return np.minimum(idx, n - 1)
+
     def _unsupported(self, name):
         def method(*args, **kwargs):
             raise TracingError(f"Generator.{name} inside a traced function is not supported by "
                                f"fastlaunch; random, uniform, standard_normal, normal, "
-                               f"exponential and integers are")
+                               f"exponential, integers and choice are")
         return method
 
     def __getattr__(self, name):
@@ -141,10 +213,12 @@ def _legacy():
         "exponential": lambda scale=1.0, size=None: gen().exponential(scale, size),
         "randint": lambda low, high=None, size=None, dtype=int:
             gen().integers(low, high, size, dtype=np.dtype(dtype)),
+        "choice": lambda a, size=None, replace=True, p=None:
+            gen().choice(a, size, replace, p, _legacy=True),
     }
 
 
-_REFUSED = ("shuffle", "permutation", "choice", "seed", "set_state", "get_state", "binomial",
+_REFUSED = ("shuffle", "permutation", "seed", "set_state", "get_state", "binomial",
             "poisson", "gamma", "beta")
 _lock = threading.Lock()
 _users = 0
@@ -176,8 +250,8 @@ def _refused(name, original):
             return original(*args, **kwargs)
         raise TracingError(f"np.random.{name} inside a traced function is not supported by "
                            f"fastlaunch (its value would be frozen at trace time); draw with "
-                           f"np.random.random/uniform/normal/standard_normal/randint, or a "
-                           f"Generator's random/uniform/normal/standard_normal/integers")
+                           f"np.random.random/uniform/normal/standard_normal/randint/choice, or "
+                           f"a Generator's random/uniform/normal/standard_normal/integers/choice")
     refuse.__wrapped__ = original
     return refuse
 

@@ -8,10 +8,12 @@ as in NumPy.  Nothing here knows about kernels or backends.
 """
 from __future__ import annotations
 
+import dis
 import linecache
 import re
 import sys
 import threading
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,13 +122,65 @@ class ViewMap:
 
 class Storage:
     """The current value of one array that views may write into."""
-    __slots__ = ("node", "version", "position", "frozen_reason")
+    __slots__ = ("node", "version", "position", "frozen_reason", "through")
 
-    def __init__(self, node: Node, position: int | None = None, frozen_reason: str | None = None):
+    def __init__(self, node: Node, position: int | None = None, frozen_reason: str | None = None,
+                 through=None):
         self.node = node
         self.version = 0
         self.position = position          # flattened argument position, for inputs
         self.frozen_reason = frozen_reason
+        # a copy that NumPy would have made a view (x[i] with a traced int i): through(value)
+        # writes its new contents back where it came from after every write into it
+        self.through = through
+
+
+_JUMP_IF = {"POP_JUMP_IF_TRUE": True, "POP_JUMP_FORWARD_IF_TRUE": True,
+            "POP_JUMP_BACKWARD_IF_TRUE": True, "POP_JUMP_IF_FALSE": False,
+            "POP_JUMP_FORWARD_IF_FALSE": False, "POP_JUMP_BACKWARD_IF_FALSE": False}
+_SKIP = ("TO_BOOL", "NOT_TAKEN", "EXTENDED_ARG", "CACHE", "NOP")
+_code_instructions = weakref.WeakKeyDictionary()   # code -> (instructions, offset -> k)
+
+
+def _assert_passing_value(frame):
+    """Whether bool(x) is asked by an `assert` statement's own test, read from the caller's
+    bytecode: the truth value that lets the assert go on, when the other one certainly raises
+    (the jump's fall-through or its target is the assert's LOAD_ASSERTION_ERROR), else None.
+    `assert a and b` checks a and b; in `assert a or b` only b's outcome is certain."""
+    code = frame.f_code
+    found = _code_instructions.get(code)
+    if found is None:
+        try:
+            instrs = list(dis.get_instructions(code))
+        except Exception:    # noqa: BLE001  (no readable bytecode: not an assert we know)
+            return None
+        if not any(i.opname == "LOAD_ASSERTION_ERROR" for i in instrs):
+            instrs = []
+        found = _code_instructions[code] = (instrs, {i.offset: k for k, i in enumerate(instrs)})
+    instrs, at = found
+    k = at.get(frame.f_lasti)
+    if k is None:
+        return None
+    while k < len(instrs) and instrs[k].opname in _SKIP:
+        k += 1
+    if k >= len(instrs) or instrs[k].opname not in _JUMP_IF:
+        return None
+    jump = instrs[k]
+    jumps_on = _JUMP_IF[jump.opname]
+    fall = k + 1
+    while fall < len(instrs) and instrs[fall].opname in _SKIP:
+        fall += 1
+    target = at.get(jump.argval)
+    while target is not None and target < len(instrs) and instrs[target].opname in _SKIP:
+        target += 1
+
+    def raises(j):
+        return j is not None and j < len(instrs) and instrs[j].opname == "LOAD_ASSERTION_ERROR"
+    if raises(fall) and not raises(target):
+        return jumps_on
+    if raises(target) and not raises(fall):
+        return not jumps_on
+    return None
 
 
 _BUILTIN_MINMAX = re.compile(r"(?<![\w.])(max|min)\(")
@@ -139,8 +193,10 @@ def _bool_hint(frame) -> str:
     except Exception:   # noqa: BLE001  (no source: no hint)
         return ""
     if line.startswith("assert "):
-        return (" in an `assert`: a check of traced values cannot run while tracing; check "
-                "the inputs before the call (or run Python with -O, which drops asserts)")
+        return (" in an `assert` whose failure fastlaunch cannot tell from one of its parts "
+                "(`assert a or b`, or an assert rewritten by a tool such as pytest): `assert "
+                "cond` and `assert a and b` on traced values become checks made every time the "
+                "function runs; or check the inputs before the call")
     if _BUILTIN_MINMAX.search(line):
         return (" in Python's max()/min(), which compare values one by one: use "
                 "np.maximum(a, b) / np.minimum(a, b), or x.max() / x.min()")
@@ -237,11 +293,38 @@ class Tracer:
             f"not known while tracing. Express data-dependent choices with np.where(cond, a, b), "
             f"or make the deciding argument static with static_argnames=/static_argnums=. "
             f"(Storing a traced value into a NumPy array, out[i] = x, does this too: create "
-            f"`out` from a traced value instead, e.g. np.zeros_like(x).)")
+            f"`out` from a traced value instead, e.g. np.zeros_like(x), or with np.zeros/"
+            f"np.empty inside fn; np.ndarray(shape) is NumPy's own class, which fastlaunch "
+            f"cannot intercept: use np.empty(shape).)")
 
     def __bool__(self):
+        frame = sys._getframe(1)
+        passing = _assert_passing_value(frame)
+        if passing is not None:
+            return self._assert(passing, frame)
         self._concrete("bool(x) (an `if`, `while`, `and`/`or` or `not` on an array)"
-                       + _bool_hint(sys._getframe(1)))
+                       + _bool_hint(frame))
+
+    def _assert(self, passing: bool, frame) -> bool:
+        """bool(x) as the test of an `assert`: a runtime check.  The trace goes on as if the
+        assert passed; every call checks it and raises AssertionError, with nothing written,
+        when it does not."""
+        if self.size != 1:
+            raise ValueError("The truth value of an empty array is ambiguous. Use `array.size > "
+                             "0` to check that an array is not empty." if self.size == 0 else
+                             "The truth value of an array with more than one element is "
+                             "ambiguous. Use a.any() or a.all()")
+        g = current_graph()
+        cond = ops.cast(g, ops.reshape(g, self.node, ()), np.bool_)
+        if not passing:
+            cond = ops.elementwise(g, Op.LOGICAL_NOT, np.bool_, [cond])
+        code = frame.f_code
+        line = linecache.getline(code.co_filename, frame.f_lineno).strip()
+        message = (f"fastlaunch: assertion failed at {code.co_filename}:{frame.f_lineno} "
+                   f"(in {code.co_name}){': ' + line if line else ''}; checked when the "
+                   f"compiled function ran, no argument was modified")
+        ops.add_check(g, cond, AssertionError, message)
+        return passing
 
     def __float__(self):
         self._concrete("float(x)")
@@ -302,6 +385,8 @@ class Tracer:
             value_node = ops.reshape(g, value_node, viewed.shape)
         st.node = view.write(g, st.node, value_node)
         st.version += 1
+        if st.through is not None:
+            st.through(Tracer(st))
 
 
 def new_tracer(node: Node, weak: type | None = None, scalar: bool | None = None) -> Tracer:
@@ -411,6 +496,7 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
             result_and_effects = (result, [final for _, final in effects])
         else:
             result_and_effects = result
+        ops.seal_checks(g)
         traced = _finish(g, result_and_effects, tracers, storages)
         traced.effects = [path for path, _ in effects]
         return traced, result_and_effects

@@ -777,9 +777,23 @@ class LLVMEmitter:
         if e.op is Op.WHERE:
             ty = llvm_type(e.dtype)
             return fw.op(f"select i1 {args[0]}, {ty} {args[1]}, {ty} {args[2]}")
+        if e.op is Op.CHECK:
+            return self.check_word(args[0])
         if e.checked:
             return _checked_int_op(self, e.op, e.dtype, args)
         return self.emit_op(e.op, e.dtype, args, dts)
+
+    def check_word(self, word: str) -> str:
+        """A runtime check's failure bits (ir.Op.CHECK): reported straight into the status
+        word when non-zero (a branch: a check is one point, never a vector loop)."""
+        fw = self.fw
+        failed, done = fw.label("check_failed"), fw.label("check_done")
+        fw.cond_br(fw.op(f"icmp ne i64 {word}, 0"), failed, done)
+        fw.start(failed)
+        self.report_error(word)
+        fw.br(done)
+        fw.start(done)
+        return word
 
     # ---- random numbers ----------------------------------------------------------------
     def random(self, e: Random, loops, memo) -> str:

@@ -137,3 +137,78 @@ def test_saved_program_draws_fresh_numbers(tmp_path, machine_code):
     a, b = g(x), g(x)
     assert not np.array_equal(a, b)
     assert abs(a.mean()) < 0.2 and abs(a.std() - 1) < 0.2
+
+
+# ---- choice: a population drawn from, uniformly or with probabilities ---------------------------
+def choices(x, p):
+    g = np.random.default_rng()
+    return (np.random.choice([-1, 1], x.shape[0]),            # a list population
+            np.random.choice(5, size=x.shape),                   # an int: arange(5)
+            g.choice(x[:4], x.shape[0]),                         # a traced population
+            g.choice(4, x.shape[0], p=p),                        # traced probabilities
+            np.random.choice([10, 20, 30], x.shape[0], p=[0.5, 0.3, 0.2]),  # constant ones
+            g.choice(np.arange(12.0).reshape(3, 4), 5, axis=1),  # columns of a matrix
+            np.random.choice(x[:4]))                             # one draw: a scalar
+
+
+@pytest.fixture(scope="module")
+def choice_calls():
+    f = fl.compile(choices)
+    x = np.arange(N, dtype=np.float64) % 7 + 1
+    p = np.array([0.1, 0.2, 0.3, 0.4])
+    return f(x, p), f(x, p), f, x, p
+
+
+def test_choice_matches_numpy_types_and_shapes(choice_calls):
+    a, b, f, x, p = choice_calls
+    want = choices(x[:10], p)
+    for got, w in zip(a, want):
+        assert type(got) is type(w) or (isinstance(got, np.ndarray) and isinstance(w, np.ndarray))
+        assert np.asarray(got).dtype == np.asarray(w).dtype
+    assert [np.shape(g) for g in a[1:2]] == [x.shape]
+    assert a[5].shape == (3, 5) and np.isscalar(a[6])
+    for p1, p2 in zip(a[:6], b[:6]):
+        assert not np.array_equal(p1, p2)                 # fresh draws on every call
+    assert f.stats["traces"] == 1
+
+
+def test_choice_distributions(choice_calls):
+    a, _, _, x, p = choice_calls
+    signs, fives, pop, weighted, consts, cols, _ = a
+    assert set(np.unique(signs)) == {-1, 1}
+    assert stats.chisquare(np.bincount(signs + 1)[[0, 2]]).pvalue > 1e-4
+    assert stats.chisquare(np.bincount(fives, minlength=5)).pvalue > 1e-4
+    assert set(np.unique(pop)) == set(x[:4])
+    assert stats.chisquare(np.unique(pop, return_counts=True)[1]).pvalue > 1e-4
+    counts = np.bincount(weighted, minlength=4)
+    assert stats.chisquare(counts, p * N).pvalue > 1e-4
+    vals, counts = np.unique(consts, return_counts=True)
+    assert list(vals) == [10, 20, 30]
+    assert stats.chisquare(counts, np.array([0.5, 0.3, 0.2]) * N).pvalue > 1e-4
+    m = np.arange(12.0).reshape(3, 4)
+    assert all(any(np.array_equal(c, m[:, j]) for j in range(4)) for c in cols.T)
+
+
+def test_choice_probabilities_are_checked_when_the_function_runs():
+    f = fl.compile(lambda p: np.random.choice(3, 5, p=p))
+    assert f(np.array([0.2, 0.3, 0.5])).shape == (5,)
+    for bad, text in (([0.5, 0.6, -0.1], "non-negative"), ([0.2, 0.2, 0.2], "sum to 1"),
+                      ([np.nan, 0.5, 0.5], "NaN")):
+        bad = np.array(bad)
+        with pytest.raises(ValueError, match=text):
+            np.random.choice(3, 5, p=bad)
+        with pytest.raises(ValueError, match=text):
+            f(bad)
+
+
+def test_choice_refusals_and_numpys_errors():
+    with pytest.raises(fl.TracingError, match="replace=False"):
+        fl.compile(lambda x: np.random.choice(x, 2, replace=False))(np.arange(5.0))
+    for body in (lambda x: np.random.choice(x.reshape(2, 2), 3),       # legacy: 1-D only
+                 lambda x: np.random.choice(x, 3, p=[0.5, 0.5]),       # p of another size
+                 lambda x: np.random.choice(0, 3),
+                 lambda x: np.random.choice(x[:0], 3)):
+        with pytest.raises(ValueError):
+            body(np.arange(4.0))
+        with pytest.raises(ValueError):
+            fl.compile(body)(np.arange(4.0))

@@ -509,3 +509,36 @@ def test_libcall_of_a_freed_temporary_is_rejected(libcall_program):
 def test_null_backend_runs_library_calls_as_no_ops():
     g = fl.compile(np.linalg.inv, backend="null")
     assert g(np.ones((3, 3))).shape == (3, 3)     # singular, but the null routine does nothing
+
+
+def _checked_program():
+    # a runtime check, as an `assert` on traced values or np.average's weights test make one
+    from fastlaunch import numpy_funcs
+
+    def traced(x):
+        numpy_funcs.require(x.sum() > 0, AssertionError, "x.sum() > 0 failed")
+        return x * 2
+    return fl.compile(traced).lower(np.ones(4)).program
+
+
+def test_runtime_checks_round_trip_and_verify():
+    p = _checked_program()
+    assert p.checks == [(8, "AssertionError", "x.sum() > 0 failed (fastlaunch: checked when the "
+                         "compiled function ran; no argument was modified)")]
+    q = bc.Program.from_bytes(p.to_bytes())
+    assert q.checks == p.checks
+    bc.verify(q)
+
+
+@pytest.mark.parametrize("bad", [[(4, "AssertionError", "m")],           # a KernelError bit
+                                 [(24, "AssertionError", "m")],          # two bits
+                                 [(8, "SystemExit", "m")],               # not a check exception
+                                 [(8, "ValueError", "m"), (8, "ValueError", "n")]])  # twice
+def test_rejects_bad_runtime_check_tables(bad):
+    p = dataclasses.replace(_checked_program(), checks=bad)
+    with pytest.raises(bc.VerifyError, match="check"):
+        bc.verify(p)
+    with pytest.raises(bc.VerifyError, match="check"):
+        bc.verify(bc.Program.from_bytes(p.to_bytes()))
+    with pytest.raises(bc.VerifyError, match="check message"):
+        bc.verify(dataclasses.replace(p, checks=[(8, "ValueError", 5)]))

@@ -1,0 +1,350 @@
+"""Traced equivalents of a few well-known SciPy functions that convert their arguments.
+
+SciPy's linear algebra and distributions call np.asarray on what they are given, so a traced
+array cannot reach them through NumPy's dispatch (__array_function__): they would fail on the
+conversion.  For a small, explicit list of them, the traced function gets our composition
+instead, built from the traced NumPy surface (np.linalg, scipy.special.ndtr, reductions), with
+SciPy's semantics: its defaults (scipy.linalg.cholesky is upper triangular), its value checks
+(check_finite, a covariance that is not positive semidefinite) as runtime checks, its results'
+dtypes and shapes.
+
+How the calls are intercepted: while some thread traces, the listed attributes are replaced
+(reference counted, like the creation functions in creation.py): the module attributes
+scipy.linalg.inv/solve/cholesky/det, and the methods pdf/cdf/logpdf of scipy.stats.norm's
+class and pdf/logpdf of scipy.stats.multivariate_normal's class (set on the class itself, so
+frozen distributions, which call them, are covered too; deleting them afterwards restores the
+inherited methods).  A replacement calls SciPy's own function unless the calling thread is
+tracing and an argument is traced: other threads, and calls on plain arrays, get SciPy's
+results.  Only modules the program has already imported are touched (fastlaunch never imports
+SciPy for this).  Names imported into the traced function's own module (`from scipy.linalg
+import inv`) are replaced there too, as creation.py does for NumPy's.  Nothing of this runs
+when a compiled function replays: the compositions are ordinary graph nodes.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import threading
+
+import numpy as np
+
+from . import numpy_api, numpy_funcs
+from .creation import NamespacePatches, _any_traced
+from .errors import TracingError
+from .trace import tracing
+
+_LOG_2PI = math.log(2 * math.pi)
+_NOT_FINITE = "array must not contain infs or NaNs"
+
+
+def _finite(a, check_finite):
+    if check_finite:
+        numpy_funcs.require(np.all(np.isfinite(a)), ValueError, _NOT_FINITE)
+
+
+def _matrix(a, name):
+    t = numpy_api._as_tracer(a)
+    if t.ndim != 2 or t.shape[0] != t.shape[1]:
+        raise ValueError(f"expected square matrix" if t.ndim == 2 else
+                         f"scipy.linalg.{name} of a {t.ndim}-d array is not traced by "
+                         f"fastlaunch (a square matrix is)")
+    return t if t.dtype.kind == "f" else t.astype(np.float64)
+
+
+# ---- scipy.linalg --------------------------------------------------------------------------------
+def linalg_inv(a, overwrite_a=False, check_finite=True):
+    t = _matrix(a, "inv")
+    _finite(t, check_finite)
+    return np.linalg.inv(t)
+
+
+def linalg_det(a, overwrite_a=False, check_finite=True):
+    t = _matrix(a, "det")
+    _finite(t, check_finite)
+    return np.linalg.det(t.astype(np.float64))     # SciPy's det is float64 for float32 too
+
+
+def linalg_cholesky(a, lower=False, overwrite_a=False, check_finite=True):
+    t = _matrix(a, "cholesky")
+    _finite(t, check_finite)
+    c = np.linalg.cholesky(t)
+    return c if lower else c.T
+
+
+def linalg_solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_finite=True,
+                 assume_a=None, transposed=False):
+    if assume_a not in (None, "gen", "general", "sym", "symmetric", "her", "hermitian", "pos",
+                        "positive definite"):
+        raise TracingError(f"scipy.linalg.solve(assume_a={assume_a!r}) is not traced by "
+                           f"fastlaunch; a general, symmetric or positive definite matrix is")
+    t = _matrix(a, "solve")
+    bt = numpy_api._as_tracer(b)
+    if bt.ndim not in (1, 2):
+        raise TracingError("scipy.linalg.solve with a right-hand side of more than 2 "
+                           "dimensions is not traced by fastlaunch")
+    if bt.shape[0] != t.shape[0]:
+        raise ValueError(f"Input b has to have same number of rows as input a")
+    _finite(t, check_finite)
+    _finite(bt, check_finite)
+    if transposed:
+        t = t.T
+    # a symmetric matrix is given by one triangle (the lower one with lower=True)
+    if assume_a not in (None, "gen", "general"):
+        tri = np.tril(t) if lower else np.triu(t)
+        t = tri + tri.T - np.diag(np.diagonal(t))
+    return np.linalg.solve(t, bt.astype(np.result_type(bt.dtype, np.float32)))
+
+
+# ---- scipy.stats.norm --------------------------------------------------------------------------
+def _standardised(x, loc, scale):
+    x = numpy_api._as_tracer(x).astype(np.float64) if _any_traced(x) else \
+        np.asarray(x, np.float64)
+    z = (x - loc) / scale
+    return x, z, np.greater(scale, 0)
+
+
+def _norm_result(out):
+    return out[()] if out.ndim == 0 else out
+
+
+def norm_cdf(self, x, *args, **kwds):
+    loc, scale = _loc_scale(args, kwds)
+    x, z, ok = _standardised(x, loc, scale)
+    import scipy.special
+    return _norm_result(np.where(ok, scipy.special.ndtr(z), np.nan))
+
+
+def norm_pdf(self, x, *args, **kwds):
+    loc, scale = _loc_scale(args, kwds)
+    x, z, ok = _standardised(x, loc, scale)
+    density = np.exp(-z * z / 2.0) / math.sqrt(2 * math.pi)
+    return _norm_result(np.where(ok, density / scale, np.nan))
+
+
+def norm_logpdf(self, x, *args, **kwds):
+    loc, scale = _loc_scale(args, kwds)
+    x, z, ok = _standardised(x, loc, scale)
+    logp = -z * z / 2.0 - 0.5 * _LOG_2PI - np.log(scale)
+    return _norm_result(np.where(ok, logp, np.nan))
+
+
+def _loc_scale(args, kwds):
+    """norm's (loc, scale): positional or keywords, defaults 0 and 1 (norm has no shapes)."""
+    kwds = dict(kwds)
+    names = ["loc", "scale"]
+    if len(args) > 2:
+        raise TypeError("norm takes loc and scale only")
+    values = dict(zip(names, args))
+    for k in list(kwds):
+        if k not in names or k in values:
+            raise TypeError(f"norm got an unexpected or repeated argument {k!r}")
+        values[k] = kwds.pop(k)
+    loc, scale = values.get("loc", 0.0), values.get("scale", 1.0)
+    cast = (lambda v: numpy_api._as_tracer(v).astype(np.float64) if _any_traced(v)
+            else np.asarray(v, np.float64))
+    return cast(loc), cast(scale)
+
+
+# ---- scipy.stats.multivariate_normal -------------------------------------------------------------
+def _as_float(v):
+    return numpy_api._as_tracer(v).astype(np.float64) if _any_traced(v) else \
+        np.asarray(v, dtype=float)
+
+
+def _mvn_parameters(mean, cov):
+    """SciPy's shapes: dim from mean (or cov), mean a vector, cov a (dim, dim) matrix."""
+    if mean is None:
+        if cov is None:
+            dim = 1
+        else:
+            c = _as_float(cov)
+            dim = 1 if c.ndim < 2 else c.shape[0]
+    else:
+        mean = _as_float(mean)
+        dim = math.prod(mean.shape)
+    mean = np.zeros(dim) if mean is None else mean
+    cov = _as_float(1.0 if cov is None else cov)
+    if dim == 1:
+        mean = mean.reshape(1)
+        cov = cov.reshape(1, 1)
+    if mean.ndim != 1 or mean.shape[0] != dim:
+        raise ValueError(f"Array 'mean' must be a vector of length {dim}.")
+    if cov.ndim == 0:
+        cov = cov * np.eye(dim)
+    elif cov.ndim == 1:
+        cov = np.diag(cov)
+    elif cov.ndim == 2 and cov.shape != (dim, dim):
+        rows, cols = cov.shape
+        if rows != cols:
+            raise ValueError(f"Array 'cov' must be square if it is two dimensional, but "
+                             f"cov.shape = {cov.shape!s}.")
+        raise ValueError(f"Dimension mismatch: array 'cov' is of shape {cov.shape}, but "
+                         f"'mean' is a vector of length {len(mean)}.")
+    elif cov.ndim > 2:
+        raise ValueError(f"Array 'cov' must be at most two-dimensional, but cov.ndim = "
+                         f"{cov.ndim}")
+    return dim, mean, cov
+
+
+def _mvn_quantiles(x, dim):
+    x = _as_float(x)
+    if x.ndim == 0:
+        x = x[np.newaxis]
+    elif x.ndim == 1:
+        x = x[:, np.newaxis] if dim == 1 else x[np.newaxis, :]
+    return x
+
+
+def _mvn_logpdf(x, mean, cov, allow_singular):
+    """SciPy's _PSD: the covariance's eigendecomposition, eigenvalues at most eps (relative
+    to the largest) taken as zero: pseudo-inverse, pseudo-determinant, rank; points off the
+    support of a singular covariance have density zero."""
+    dim, mean, cov = _mvn_parameters(mean, cov)
+    x = _mvn_quantiles(x, dim)
+    numpy_funcs.require(np.all(np.isfinite(cov)), ValueError, _NOT_FINITE)
+    cov = numpy_api._as_tracer(cov)
+    s, u = np.linalg.eigh(cov)
+    eps = 1e6 * np.finfo(np.float64).eps * np.max(np.abs(s))
+    numpy_funcs.require(np.min(s) >= -eps, ValueError,
+                        "The input matrix must be symmetric positive semidefinite.")
+    big = s > eps
+    if not allow_singular:
+        numpy_funcs.require(np.all(big), np.linalg.LinAlgError,
+                            "When `allow_singular is False`, the input matrix must be "
+                            "symmetric positive definite.")
+    rank = np.sum(big)
+    s_pinv = np.where(np.abs(s) <= eps, 0.0, 1.0 / np.where(s == 0, 1.0, s))
+    U = u * np.sqrt(s_pinv)
+    log_pdet = np.sum(np.where(big, np.log(np.where(big, s, 1.0)), 0.0))
+    dev = x - mean
+    maha = np.sum(np.square(dev @ U), axis=-1)
+    out = -0.5 * (rank * _LOG_2PI + log_pdet + maha)
+    # off the support (the null space of a singular covariance): -inf; with full rank the
+    # residual is an empty sum, 0, always inside
+    residual = np.sqrt(np.sum(np.where(s <= eps, np.square(dev @ u), 0.0), axis=-1))
+    return np.where(residual < 1e3 * eps, out, -np.inf)
+
+
+def _squeeze(out):
+    out = out.squeeze()
+    return out[()] if out.ndim == 0 else out
+
+
+def mvn_logpdf(self, x, mean=None, cov=1, allow_singular=False):
+    return _squeeze(_mvn_logpdf(x, mean, cov, allow_singular))
+
+
+def mvn_pdf(self, x, mean=None, cov=1, allow_singular=False):
+    return _squeeze(np.exp(_mvn_logpdf(x, mean, cov, allow_singular)))
+
+
+# ---- interception while tracing ------------------------------------------------------------------
+# (module, owner: None for the module itself or a function of the module giving the class,
+#  attribute, our equivalent, whether it is a method)
+_REGISTRY = [
+    ("scipy.linalg", None, "inv", linalg_inv),
+    ("scipy.linalg", None, "solve", linalg_solve),
+    ("scipy.linalg", None, "cholesky", linalg_cholesky),
+    ("scipy.linalg", None, "det", linalg_det),
+    ("scipy.stats", "norm", "cdf", norm_cdf),
+    ("scipy.stats", "norm", "pdf", norm_pdf),
+    ("scipy.stats", "norm", "logpdf", norm_logpdf),
+    ("scipy.stats", "multivariate_normal", "logpdf", mvn_logpdf),
+    ("scipy.stats", "multivariate_normal", "pdf", mvn_pdf),
+]
+TRACED_NAMES = [f"{m}.{o + '.' if o else ''}{a}" for m, o, a, _ in _REGISTRY]
+
+_lock = threading.Lock()
+_users = 0
+_patched: list = []           # (target, attribute, original value or _ABSENT)
+_ABSENT = object()
+
+
+def _function_entry(original, impl):
+    def entry(*args, **kwargs):
+        if tracing() and (_any_traced(args) or _any_traced(kwargs)):
+            return impl(*args, **kwargs)
+        return original(*args, **kwargs)
+    entry.__name__ = getattr(original, "__name__", impl.__name__)
+    entry.__qualname__ = getattr(original, "__qualname__", entry.__name__)
+    entry.__doc__ = getattr(original, "__doc__", None)
+    entry.__module__ = getattr(original, "__module__", None)
+    entry.__wrapped__ = original
+    return entry
+
+
+def _method_entry(cls, name, impl):
+    original = getattr(cls, name)          # the inherited function (unbound)
+
+    def entry(self, *args, **kwargs):
+        if tracing() and (_any_traced(args) or _any_traced(kwargs)):
+            return impl(self, *args, **kwargs)
+        return original(self, *args, **kwargs)
+    entry.__name__ = name
+    entry.__qualname__ = getattr(original, "__qualname__", name)
+    entry.__doc__ = getattr(original, "__doc__", None)
+    entry.__wrapped__ = original
+    return entry
+
+
+def _install():
+    for modname, owner, attr, impl in _REGISTRY:
+        module = sys.modules.get(modname)
+        if module is None:
+            continue
+        if owner is None:
+            original = getattr(module, attr, None)
+            if original is None:
+                continue
+            _patched.append((module, attr, original))
+            setattr(module, attr, _function_entry(original, impl))
+        else:
+            instance = getattr(module, owner, None)
+            if instance is None:
+                continue
+            cls = type(instance)
+            own = cls.__dict__.get(attr, _ABSENT)
+            _patched.append((cls, attr, own))
+            setattr(cls, attr, _method_entry(cls, attr, impl))
+
+
+def _uninstall():
+    for target, attr, original in reversed(_patched):
+        if original is _ABSENT:
+            delattr(target, attr)
+        else:
+            setattr(target, attr, original)
+    _patched.clear()
+
+
+_namespaces = NamespacePatches()
+
+
+def _patch_namespace(ns):
+    """`from scipy.linalg import inv` in the traced function's module: that name too."""
+    _namespaces.patch(ns, {id(orig): (orig, getattr(target, attr))
+                           for target, attr, orig in _patched if isinstance(target, type(sys))})
+
+
+def _unpatch_namespace(ns):
+    _namespaces.unpatch(ns)
+
+
+@contextlib.contextmanager
+def intercepting(namespace=None):
+    """The listed SciPy functions take traced arrays in tracing threads while in this block."""
+    global _users
+    with _lock:
+        if _users == 0:
+            _install()
+        _users += 1
+        _patch_namespace(namespace)
+    try:
+        yield
+    finally:
+        with _lock:
+            _unpatch_namespace(namespace)
+            _users -= 1
+            if _users == 0:
+                _uninstall()
