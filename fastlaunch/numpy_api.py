@@ -144,6 +144,40 @@ def array_ufunc(ufunc, method, inputs, kwargs):
                        f"yet")
 
 
+_PY_COMPARE = {np.less: operator.lt, np.less_equal: operator.le, np.greater: operator.gt,
+               np.greater_equal: operator.ge, np.equal: operator.eq, np.not_equal: operator.ne}
+
+
+def _beyond_64_bits(x) -> bool:
+    return type(x) is int and not -2**63 <= x < 2**64
+
+
+def _compare_beyond_64_bits(ufunc, inputs):
+    """NumPy 2 compares an integer array with any Python int exactly: one beyond 64 bits lies
+    above or below every element, so the answer is the same for all of them (a wrapped Tracer
+    of it).  With a float array the int converts to a float (OverflowError past float64's
+    range, as in NumPy); with bool arrays NumPy raises OverflowError, and so does operand()."""
+    (side,) = [i for i, x in enumerate(inputs) if _beyond_64_bits(x)] or [None]
+    if side is None:                          # two such ints: operand() raises, as NumPy
+        return inputs
+    other = inputs[1 - side]
+    if not is_tracer(other) and not isinstance(other, (np.ndarray, np.generic)):
+        return inputs
+    n = node_of(other)
+    if n.dtype.kind in "iu":
+        pair = [0, 0]                         # any 64-bit integer stands for every element
+        pair[side] = inputs[side]
+        g = current_graph()
+        value = _PY_COMPARE[ufunc](*pair)
+        node = ops.broadcast_to(g, ops.literal(g, value, np.bool_), n.shape)
+        return wrap(node, scalar=not is_tracer(other) or other.scalar)
+    if n.dtype.kind == "f":
+        inputs = list(inputs)
+        inputs[side] = float(inputs[side])    # OverflowError past float64, as NumPy
+        return tuple(inputs)
+    return inputs
+
+
 def call_ufunc(ufunc, inputs, out=None, dtype=None, casting="same_kind", _operator=False,
                **kwargs):
     for k, v in kwargs.items():
@@ -155,6 +189,11 @@ def call_ufunc(ufunc, inputs, out=None, dtype=None, casting="same_kind", _operat
     if len(inputs) != ufunc.nin:
         raise TypeError(f"{ufunc.__name__}() takes {ufunc.nin} positional arguments, "
                         f"got {len(inputs)}")
+    if ufunc in _PY_COMPARE and dtype is None and any(_beyond_64_bits(x) for x in inputs):
+        inputs = _compare_beyond_64_bits(ufunc, inputs)
+        if is_tracer(inputs):                 # decided for every element
+            return _write_out(out[0] if isinstance(out, tuple) else out, inputs.node,
+                              ufunc.__name__, casting) if out is not None else inputs
     operands = [operand(x) for x in inputs]
     g = current_graph()
     if dtype is not None:

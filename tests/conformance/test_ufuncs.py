@@ -289,16 +289,34 @@ cover(PYSCALAR, A, [short(d) for d in ALL], test="test_ufuncs.py::test_python_sc
            "maximum minimum comparisons arctan2 & | ^")
 
 
-@pytest.mark.parametrize("dtype", [param(d, name=PYSCALAR, dtype=f"{short(d)} vs out-of-range int",
-                                         id=short(d)) for d in INTS])
+@pytest.mark.parametrize("dtype", INTS, ids=ids(INTS))
 def test_python_int_out_of_range_in_comparison(dtype):
     """NumPy 2 compares integer arrays with any Python int exactly (int8_array < 300 is all
-    True); arithmetic with an out-of-range Python int raises OverflowError."""
+    True, and so is int64_array < 2**70); arithmetic with an out-of-range Python int raises
+    OverflowError."""
     ii = np.iinfo(dtype)
     a = make((6,), dtype)
-    big, small = int(ii.max) + 1, int(ii.min) - 1
-    check(lambda a: (a < big, a >= small, a == big, a != small, np.greater(a, big)), a)
-    check(lambda a, s: (a < s, s > a, np.equal(a, s)), a, big)         # passed as an argument
+    for big, small in ((int(ii.max) + 1, int(ii.min) - 1), (2**70, -2**70), (2**64, -2**63 - 1)):
+        check(lambda a: (a < big, a >= small, a == big, a != small, np.greater(a, big),
+                         big > a, np.less_equal(small, a), a[0] < big), a)
+
+
+def test_python_int_beyond_64_bits_with_floats_and_bools():
+    """A float array compares with the int converted to a float (OverflowError past float64's
+    range); NumPy raises OverflowError for a bool array."""
+    x = make((6,), np.float32)
+    check(lambda x: (x < 2**70, x == 2**64, np.greater(x, -2**80)), x)
+    check(lambda x: x < 10**400, x)
+    check(lambda b: b < 2**70, make((6,), np.bool_))
+
+
+@pytest.mark.parametrize("dtype", [param(d, name=PYSCALAR, dtype=f"{short(d)} vs out-of-range int",
+                                         id=short(d)) for d in INTS])
+def test_python_int_out_of_range_argument_in_comparison(dtype):
+    """The same comparisons with the Python int passed as an argument."""
+    ii = np.iinfo(dtype)
+    a = make((6,), dtype)
+    check(lambda a, s: (a < s, s > a, np.equal(a, s)), a, int(ii.max) + 1)
 
 
 @pytest.mark.parametrize("fname", [
