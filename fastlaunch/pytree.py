@@ -126,6 +126,7 @@ def register_class(cls: type, flatten=None, unflatten=None) -> type:
                         f"give flatten and unflatten functions")
     with _REGISTRY_LOCK:
         _REGISTRY[cls] = None if flatten is None else (flatten, unflatten)
+        _HOW.clear()
     return cls
 
 
@@ -135,6 +136,7 @@ def register_method_class(cls: type) -> None:
     if cls not in _REGISTRY and _has_dict(cls):
         with _REGISTRY_LOCK:
             _REGISTRY.setdefault(cls, None)
+            _HOW.clear()
 
 
 def _has_dict(cls) -> bool:
@@ -207,10 +209,12 @@ class ObjectKey:
                 self.names != other.names or self.custom is not other.custom or \
                 len(self.statics) != len(other.statics):
             return False
+        # asked on every call with an object argument: the attribute's value is most often
+        # the very object it was (a flag, a cached float), which decides without a call
         for (k1, v1), (k2, v2) in zip(self.statics, other.statics):
-            if k1 != k2 or not _same_static(v1, v2):
+            if k1 is not k2 and k1 != k2 or v1 is not v2 and not _same_static(v1, v2):
                 return False
-        return _same_static(self.aux, other.aux)
+        return self.aux is other.aux or _same_static(self.aux, other.aux)
 
     def __hash__(self):
         if self._hash is None:
@@ -235,20 +239,36 @@ class ObjectKey:
         return f"ObjectKey({self.cls.__qualname__}, children={self.names})"
 
 
+# class -> how object_parts takes its instances apart: a registered (flatten, unflatten)
+# pair, None (by attributes), or False (not at all).  Asked on every call with an object
+# argument, so cached per class; register_class clears it.
+_HOW: dict = {}
+_UNKNOWN = object()
+
+
+def _how(cls):
+    how = _REGISTRY.get(cls, False)
+    if how is False and dataclasses.is_dataclass(cls) and _has_dict(cls):
+        how = None
+    _HOW[cls] = how
+    return how
+
+
 def object_parts(obj):
     """(ObjectKey, children) for an object taken apart here, else None."""
     cls = type(obj)
-    how = _REGISTRY.get(cls, False)
+    how = _HOW.get(cls, _UNKNOWN)
+    if how is _UNKNOWN:
+        how = _how(cls)
     if how is False:
-        if not (dataclasses.is_dataclass(obj) and not isinstance(obj, type) and _has_dict(cls)):
-            return None
-        how = None
+        return None
     if how is not None:
         children, aux = how[0](obj)
         return ObjectKey(cls, (), (), aux, how), list(children)
     names, children, statics = [], [], []
-    for k, v in vars(obj).items():
-        if _is_child(v):
+    for k, v in obj.__dict__.items():
+        t = type(v)
+        if t is np.ndarray or (t not in _STATIC_TYPES and _is_child(v)):
             names.append(k)
             children.append(v)
         else:
