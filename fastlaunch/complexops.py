@@ -153,7 +153,10 @@ def _exp(r: _R, ar, ai):
     re, im = r.where(real_arg, e, re), r.where(real_arg, ai, im)
     # exp(-inf + i*y) is 0 for any y (inf, NaN too)
     gone = r.eq(ar, -np.inf)
-    return r.where(gone, 0.0, re), r.where(gone, r.copysign(0.0, im), im)
+    re, im = r.where(gone, 0.0, re), r.where(gone, r.copysign(0.0, im), im)
+    # exp(+inf + i*y) for an infinite or NaN y is (inf, NaN) (C99: cos(y) is NaN)
+    blown = r.logical_and(r.eq(ar, np.inf), r.logical_not(r.isfinite(ai)))
+    return r.where(blown, np.inf, re), im
 
 
 def _log(r: _R, ar, ai):
@@ -259,6 +262,11 @@ _UNARY_PARTS = {Op.SIN, Op.COS, Op.SINH, Op.COSH, Op.EXP, Op.LOG, Op.SQRT, Op.LO
 def elementwise(g: Graph, op: Op, out: np.dtype, operands: list) -> Node:
     """`op` on operands of which at least one is complex (already cast to NumPy's loop dtypes
     and broadcast together), composed of real ops."""
+    shape = ops.broadcast_shapes(*(o.shape for o in operands))
+    return ops.broadcast_to(g, _elementwise(g, op, out, operands), shape)
+
+
+def _elementwise(g: Graph, op: Op, out: np.dtype, operands: list) -> Node:
     cdt = next(o.dtype for o in operands if o.dtype.kind == "c") \
         if any(o.dtype.kind == "c" for o in operands) else out
     p = part_dtype(cdt)
