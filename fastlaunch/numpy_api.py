@@ -2071,7 +2071,7 @@ _method("__getitem__", getitem)
 
 def _weak_unary(ufunc, t):
     r = call_ufunc(ufunc, (t,), _operator=True)
-    r.weak = t.weak
+    r.weak = float if t.weak is complex and ufunc is np.absolute else t.weak
     return r
 
 
@@ -2158,10 +2158,13 @@ def _real(self):
 def _part(self, node, name):
     # A copy of the part, refusing writes: writing into it would not reach x (in NumPy it
     # is a view of x's memory), so that is an error rather than a silently lost write
-    return Tracer(Storage(node, frozen_reason=f"x.{name} of a complex array is read by "
-                          f"fastlaunch, not written through: assign the whole part "
-                          f"(x.{name} = v) or write x[...] = ... instead"),
-                  scalar=self.scalar)
+    t = Tracer(Storage(node, frozen_reason=f"x.{name} of a complex array is read by "
+                       f"fastlaunch, not written through: assign the whole part "
+                       f"(x.{name} = v) or write x[...] = ... instead"),
+               scalar=self.scalar)
+    if self.weak is complex:          # a Python complex's parts are Python floats
+        t.weak = float
+    return t
 
 
 def _set_part(self, value, name):

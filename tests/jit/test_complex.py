@@ -236,3 +236,14 @@ def test_refusals_name_the_function():
                      (lambda x: np.maximum.at(x, [0], 1j), "scatter with mode")):
         with pytest.raises(fl.TracingError, match=name.replace(".", r"\.")):
             fl.compile(fn)(z.copy())
+
+
+def test_parts_and_magnitude_of_a_python_complex_are_weak_floats():
+    """abs(s), s.real, s.imag of a Python complex argument are Python floats (NEP 50 weak):
+    a float32 array stays float32."""
+    f = fl.compile(lambda x, s: (x * abs(s), x * s.real, x - s.imag))
+    x = np.arange(4, dtype=np.float32)
+    s = 3 - 4j
+    for got, want in zip(f(x, s), (x * abs(s), x * s.real, x - s.imag)):
+        assert got.dtype == want.dtype == np.float32
+        np.testing.assert_allclose(got, want)
