@@ -644,7 +644,7 @@ cdef class DeviceArray:
                  bint writeable=True):
         cdef Py_ssize_t d, nd
         dt = np.dtype(dtype)
-        if dt.kind not in "biufc" or not dt.isnative:
+        if dt.kind not in "biufc" or not dt.isnative or (dt.kind == "c" and dt.itemsize > 16):
             raise TypeError(f"DeviceArray: dtype {dt} is not a native number type")
         if device not in DEVICE_KINDS:
             raise ValueError(f"DeviceArray: unknown device {device!r}")
