@@ -67,6 +67,8 @@ cdef enum:
     TAG_DEVARRAY = 13       # a DeviceArray: as TAG_ARRAY, plus its backend's kind << 44
     TAG_OBJECT = 14         # a registered object, dataclass or method's self (pytree.py)
     TAG_CONST = 15          # a str in the argument tree: compared with the keys, by value
+    TAG_COMPLEX = 16        # a complex scalar: two leaves (real, imaginary part), its NumPy
+                            # type number << 8 (0: a Python complex, weak)
 
 # encode() results
 cdef enum:
@@ -186,6 +188,17 @@ cdef int encode_value(object obj, Words *sig, Words *vals, list leaves, list key
         for item in obj:
             if encode_value(item, sig, vals, leaves, keys, depth + 1) != ENCODED:
                 return NOT_ENCODABLE
+    elif t is complex or t is np.complex128 or t is np.complex64:
+        # two leaves, the parts (pytree.py splits it the same way)
+        words_push(sig, TAG_COMPLEX | (<int64_t>(0 if t is complex else np.dtype(t).num) << 8))
+        part = float if t is complex else (np.float64 if t is np.complex128 else np.float32)
+        re, im = part(obj.real), part(obj.imag)
+        bits.f = float(re)
+        words_push(vals, bits.i)
+        bits.f = float(im)
+        words_push(vals, bits.i)
+        leaves.append(re)
+        leaves.append(im)
     elif isinstance(obj, np.generic) and not isinstance(obj, (np.complexfloating, np.void,
                                                                np.flexible, np.object_)):
         words_push(sig, TAG_NPSCALAR | (<int64_t>np.dtype(type(obj)).num << 8))
@@ -270,7 +283,7 @@ cdef object _typenum_dtype(int num):
         dt = cnp.PyArray_DescrFromType(num)
     except Exception:
         raise ValueError(f"signature: type number {num}") from None
-    if dt.kind not in "biuf":
+    if dt.kind not in "biufc":
         raise ValueError(f"signature: {dt} is not a number type")
     return dt
 
@@ -322,6 +335,14 @@ def signature_leaves(bytes sig):
             out.append(("scalar", np.dtype(np.bool_), bool))
         elif tag == TAG_NPSCALAR:
             out.append(("scalar", _typenum_dtype((word >> 8) & 0xFFFF), None))
+        elif tag == TAG_COMPLEX:
+            if (word >> 8) == 0:
+                out += [("scalar", np.dtype(np.float64), float)] * 2
+            else:
+                dtype = _typenum_dtype((word >> 8) & 0xFFFF)
+                if dtype.kind != "c" or word >> 24:
+                    raise ValueError("signature: malformed complex word")
+                out += [("scalar", np.dtype(dtype.char.lower()), None)] * 2
         elif tag in (TAG_TUPLE, TAG_LIST, TAG_DICT, TAG_NAMEDTUPLE, TAG_NONE, TAG_STATIC,
                      TAG_OBJECT, TAG_CONST):
             pass
@@ -623,7 +644,7 @@ cdef class DeviceArray:
                  bint writeable=True):
         cdef Py_ssize_t d, nd
         dt = np.dtype(dtype)
-        if dt.kind not in "biuf" or not dt.isnative:
+        if dt.kind not in "biufc" or not dt.isnative or (dt.kind == "c" and dt.itemsize > 16):
             raise TypeError(f"DeviceArray: dtype {dt} is not a native number type")
         if device not in DEVICE_KINDS:
             raise ValueError(f"DeviceArray: unknown device {device!r}")

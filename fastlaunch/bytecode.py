@@ -489,7 +489,7 @@ def _plain_dtype(dt) -> str:
         d = np.dtype(dt)
     except TypeError:
         raise ValueError(f"malformed program data: dtype {dt!r}") from None
-    if d.kind not in "biuf" or d.fields is not None or d.subdtype is not None:
+    if d.kind not in "biufc" or d.fields is not None or d.subdtype is not None:
         raise ValueError(f"malformed program data: dtype {dt!r} is not a number type")
     return d.str
 
@@ -689,7 +689,7 @@ def _verify_tables(p: Program, kernel_space, leaves, strict, errors) -> bool:
         except TypeError:
             errors.append(f"{where}: bad dtype {s.dtype!r}")
             continue
-        if dt.kind not in "biuf":
+        if dt.kind not in "biufc":
             errors.append(f"{where}: dtype {dt} is not a number type")
         if s.space not in SPACE_NAMES:
             errors.append(f"{where}: unknown memory space {s.space}")

@@ -219,7 +219,7 @@ def _intercepted(name, original):
             # made from traced values: NumPy dispatches to the tracer
             return original(*args, **kwargs)
         result = original(*args, **kwargs)
-        if type(result) is np.ndarray and result.dtype.kind in "biuf":
+        if type(result) is np.ndarray and result.dtype.kind in "biufc":
             return result.view(TraceBuffer)
         return result
     creation.__name__ = original.__name__

@@ -25,6 +25,6 @@ def to_device(arr, backend: str | None = None) -> DeviceArray:
         raise ValueError(f"backend {name!r} has no device memory (device arrays need 'cuda', "
                          f"or 'devsim' in tests)")
     a = np.asarray(arr)
-    if a.dtype.kind not in "biuf":
+    if a.dtype.kind not in "biufc":
         raise TypeError(f"to_device: dtype {a.dtype} is not supported")
     return b.to_device(a)

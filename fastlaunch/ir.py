@@ -118,6 +118,11 @@ class Op(enum.Enum):
     SIGNBIT = ("signbit", Kind.ELEMENTWISE, 1)
     LOGICAL_NOT = ("logical_not", Kind.ELEMENTWISE, 1)
     INVERT = ("invert", Kind.ELEMENTWISE, 1)
+    # complex numbers: the real and imaginary parts of a complex value (its part dtype);
+    # complex(re, im) builds one.  Every other op on complex values is composed of these
+    # and real ops while tracing (complexops.py): kernels only load, store and take apart.
+    REAL = ("real", Kind.ELEMENTWISE, 1)
+    IMAG = ("imag", Kind.ELEMENTWISE, 1)
     # elementwise, binary
     ADD = ("add", Kind.ELEMENTWISE, 2)
     SUB = ("sub", Kind.ELEMENTWISE, 2)
@@ -152,6 +157,7 @@ class Op(enum.Enum):
     BITWISE_XOR = ("bitwise_xor", Kind.ELEMENTWISE, 2)
     LEFT_SHIFT = ("left_shift", Kind.ELEMENTWISE, 2)
     RIGHT_SHIFT = ("right_shift", Kind.ELEMENTWISE, 2)
+    COMPLEX = ("complex", Kind.ELEMENTWISE, 2)
     # elementwise, ternary
     WHERE = ("where", Kind.ELEMENTWISE, 3)
     # index values of the node's own shape along `axis` (arange, eye and friends)
@@ -205,9 +211,10 @@ class Op(enum.Enum):
 
 
 # float16 is storage only: LLVM promotes each operation to float and rounds back, as NumPy's loops do.
-SUPPORTED_DTYPES = tuple(dict.fromkeys(np.dtype(c) for c in "?bhilqBHILQefd"))
+# complex64/complex128 are pairs of float32/float64 (complexops.py).
+SUPPORTED_DTYPES = tuple(dict.fromkeys(np.dtype(c) for c in "?bhilqBHILQefdFD"))
 
-_SHORT = {"b": "bool", "i": "i", "u": "u", "f": "f"}
+_SHORT = {"b": "bool", "i": "i", "u": "u", "f": "f", "c": "c"}
 
 
 def dtype_short(dt: np.dtype) -> str:

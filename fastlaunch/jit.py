@@ -985,7 +985,7 @@ def _normalize_leaf(name: str, leaf):
                 f"np.asarray(x) if plain array semantics are what you want")
         leaf = leaf.view(np.ndarray)          # same memory: in-place updates reach the caller
     if isinstance(leaf, np.ndarray):
-        if leaf.dtype.kind in "OSUVMmc":
+        if leaf.dtype.kind in "OSUVMm":
             ops.check_dtype(leaf.dtype, name)
         if not leaf.dtype.isnative or not leaf.flags.aligned or any(
                 s % leaf.dtype.itemsize for s in leaf.strides):

@@ -146,8 +146,8 @@ def _dtype(x, what: str) -> np.dtype:
         dt = np.dtype(x)
     except TypeError:
         _fail(f"{what}: bad dtype {x!r}")
-    if dt.kind not in "biuf" or dt.fields is not None or dt.subdtype is not None or \
-            not dt.isnative or dt.itemsize not in (1, 2, 4, 8):
+    if dt.kind not in "biufc" or dt.fields is not None or dt.subdtype is not None or \
+            not dt.isnative or dt.itemsize not in (1, 2, 4, 8, 16):
         _fail(f"{what}: {x!r} is not a number dtype")
     return dt
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import naming, ops
+from . import complexops, naming, ops, pytree
 from .errors import TracingError
 from .ir import Node, Op, check_shape
 from .trace import (Storage, Tracer, Unreturnable, ViewMap, current_graph, frame, new_tracer,
@@ -46,7 +46,7 @@ def operand(x) -> tuple[Node, type | None]:
         if t is not None:
             return t.node, t.weak
         x = x.view(np.ndarray)
-    if type(x) in (bool, int, float):
+    if type(x) in (bool, int, float, complex):
         return ops.weak_literal(g, x)
     if isinstance(x, np.generic):
         ops.check_dtype(x.dtype, "a NumPy scalar in the traced function")
@@ -57,8 +57,6 @@ def operand(x) -> tuple[Node, type | None]:
         arr = np.asarray(x)
         ops.check_dtype(arr.dtype, "an array captured by the traced function")
         return capture(arr), None
-    if isinstance(x, complex):
-        raise TypeError("complex numbers are not supported by fastlaunch")
     raise TypeError(f"cannot use a {type(x).__name__} as an array in a traced function")
 
 
@@ -78,6 +76,9 @@ def capture(arr: np.ndarray) -> Node:
         uniform = bool(np.all(flat == first))   # NaN never compares equal: stays a constant
         if uniform and arr.dtype.kind == "f":
             uniform = bool(np.all(np.signbit(flat) == np.signbit(first)))
+        if uniform and arr.dtype.kind == "c":
+            uniform = bool(np.all(np.signbit(flat.real) == np.signbit(first.real))
+                           and np.all(np.signbit(flat.imag) == np.signbit(first.imag)))
         if uniform:
             return ops.broadcast_to(g, ops.literal(g, first, arr.dtype), arr.shape)
     return g.add_const(arr)
@@ -99,6 +100,8 @@ def _python_result_type(ufunc, weak_types) -> type | None:
     """Python's own result type when every operand is a weak Python scalar (e.g. lr * 2)."""
     if ufunc in (np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal):
         return bool
+    if complex in weak_types:
+        return complex
     if ufunc is np.true_divide:
         return float
     if float in weak_types:
@@ -113,8 +116,7 @@ def array_function(func, args, kwargs):
     if impl is None:
         if (getattr(func, "__module__", None) or "").startswith("numpy.fft"):
             raise TracingError(f"np.fft.{getattr(func, '__name__', func)} is not supported by "
-                               f"fastlaunch: its results are complex, and fastlaunch traces real "
-                               f"and bool dtypes only")
+                               f"fastlaunch (complex arithmetic is, but no FFT)")
         raise TracingError(naming.unsupported(func))
     return impl(*args, **kwargs)
 
@@ -411,7 +413,15 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None, 
     mu = ops.elementwise(g, Op.DIV, acc, [ops.reduce(g, Op.SUM, x, axes, True, acc),
                                           ops.literal(g, count, acc)])
     d = ops.elementwise(g, Op.SUB, acc, [x, mu])
-    ss = ops.reduce(g, Op.SUM, ops.elementwise(g, Op.MUL, acc, [d, d]), axes, bool(keepdims), acc)
+    if acc.kind == "c":
+        # NumPy: |d|^2 as re^2 + im^2, in the parts' dtype; the variance is real
+        acc, res = complexops.part_dtype(acc), complexops.part_dtype(res)
+        dr, di = complexops.real(g, d), complexops.imag(g, d)
+        sq = ops.elementwise(g, Op.ADD, acc, [ops.elementwise(g, Op.MUL, acc, [dr, dr]),
+                                              ops.elementwise(g, Op.MUL, acc, [di, di])])
+    else:
+        sq = ops.elementwise(g, Op.MUL, acc, [d, d])
+    ss = ops.reduce(g, Op.SUM, sq, axes, bool(keepdims), acc)
     r = ops.elementwise(g, Op.DIV, acc, [ss, ops.literal(g, max(count - ddof, 0), acc)])
     return wrap(ops.cast(g, r, res), scalar=r.ndim == 0)
 
@@ -439,7 +449,7 @@ def cumprod(a, axis=None, dtype=None, out=None):
 def nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
     _no_extra("nansum", out=out, initial=initial, where=where)
     n = node_of(a)
-    if n.dtype.kind == "f":
+    if n.dtype.kind in "fc":
         a = np.where(_isnan_t(a), n.dtype.type(0), a)
     return sum_(a, axis, dtype, None, keepdims)
 
@@ -477,7 +487,7 @@ def nanmin(a, axis=None, out=None, keepdims=False, initial=None, where=None):
 def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
     _no_extra("nanmean", out=out, where=where)
     n = node_of(a)
-    if n.dtype.kind != "f":
+    if n.dtype.kind not in "fc":
         return mean(a, axis, dtype, None, keepdims)
     nan = _isnan_t(a)
     total = nansum(a, axis, dtype, None, keepdims)
@@ -490,34 +500,46 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
 def norm(x, ord=None, axis=None, keepdims=False):
     """np.linalg.norm for vectors (any ord) and the Frobenius/1/inf norms of matrices."""
     t = _as_tracer(x)
-    if t.dtype.kind != "f":
+    if t.dtype.kind not in "fc":
         t = astype(t, np.float64)
     nd = t.ndim
+    if t.dtype.kind == "c":
+        # NumPy: the 2-norm of complex values from re^2 + im^2, the others from |x|
+        a = np.abs(t)
+        re, im = _real(t), _imag(t)
+
+        def sq(axes_, keep):
+            return sum_(re * re + im * im, axes_, None, None, keep)
+    else:
+        a = None
+
+        def sq(axes_, keep):
+            return sum_(t * t, axes_, None, None, keep)
     axes = ops.normalize_axes(axis, nd) if axis is not None else None
     if axes is None and ord is None:
-        r = np.sqrt(sum_(t * t, None, None, None, keepdims))
+        r = np.sqrt(sq(None, keepdims))
         r.scalar = not keepdims
         return r
     if axes is None:
         axes = tuple(range(nd))
     if len(axes) == 1:
-        a = np.abs(t)
+        a = np.abs(t) if a is None else a
         if ord is None or ord == 2:
-            return np.sqrt(sum_(t * t, axes, None, None, keepdims))
+            return np.sqrt(sq(axes, keepdims))
         if ord == np.inf:
             return max_(a, axes, None, keepdims)
         if ord == -np.inf:
             return min_(a, axes, None, keepdims)
         if ord == 0:
-            return sum_(astype(t != 0, t.dtype), axes, None, None, keepdims)
+            return sum_(astype(t != 0, a.dtype), axes, None, None, keepdims)
         if ord == 1:
             return sum_(a, axes, None, None, keepdims)
         return sum_(a ** ord, axes, None, None, keepdims) ** (1.0 / ord)
     if len(axes) == 2:
         r0, r1 = axes
-        a = np.abs(t)
+        a = np.abs(t) if a is None else a
         if ord in (None, "fro"):
-            return np.sqrt(sum_(t * t, axes, None, None, keepdims))
+            return np.sqrt(sq(axes, keepdims))
         if ord in (1, -1):
             col = sum_(a, r0, None, None, True)
             red = max_ if ord == 1 else min_
@@ -729,7 +751,11 @@ def outer(a, b, out=None):
 
 @implements(np.vdot)
 def vdot(a, b):
-    return dot(ravel(_as_tracer(a)), ravel(_as_tracer(b)))
+    """conj(a) . b over the flattened arrays (NumPy conjugates the first operand)."""
+    a = ravel(_as_tracer(a))
+    if a.dtype.kind == "c":
+        a = call_ufunc(np.conjugate, (a,))
+    return dot(a, ravel(_as_tracer(b)))
 
 
 @implements(np.einsum)
@@ -819,6 +845,11 @@ def round_(a, decimals=0, out=None):
         return _round_decimals(a, n, decimals, out)
     if n.dtype.kind in "fb":                  # bool rounds like np.rint: to float16
         return call_ufunc(np.rint, (a,), out=out)
+    if n.dtype.kind == "c":                   # each part, as NumPy
+        g = current_graph()
+        p = complexops.part_dtype(n.dtype)
+        n = complexops.make(g, ops.elementwise(g, Op.RINT, p, [complexops.real(g, n)]),
+                            ops.elementwise(g, Op.RINT, p, [complexops.imag(g, n)]), n.dtype)
     r = wrap(n, scalar=n.ndim == 0)           # integers are already round
     return _write_out(out, n, "round") if out is not None else r
 
@@ -848,6 +879,11 @@ def _round_decimals(a, n: Node, decimals: int, out):
 @implements(np.nan_to_num)
 def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     n = node_of(x)
+    if n.dtype.kind == "c":                   # each part, as NumPy
+        t = _as_tracer(x)
+        g = current_graph()
+        parts = [nan_to_num(p, copy, nan, posinf, neginf).node for p in (_real(t), _imag(t))]
+        return wrap(complexops.make(g, parts[0], parts[1], n.dtype), scalar=n.ndim == 0)
     if n.dtype.kind != "f":
         return wrap(n)
     info = np.finfo(n.dtype)
@@ -863,6 +899,11 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
 # ---- dtype and copies --------------------------------------------------------------------
 def astype(a, dtype, order="K", casting="unsafe", subok=True, copy=True):
     dt = ops.check_dtype(dtype, "astype")
+    if node_of(a).dtype.kind == "c" and dt.kind != "c":
+        # NumPy warns on every such cast; the program casts on every call, this warns once
+        import warnings
+        warnings.warn("Casting complex values to real discards the imaginary part",
+                      np.exceptions.ComplexWarning, stacklevel=3)
     return wrap(ops.cast(current_graph(), node_of(a), dt), scalar=is_tracer(a) and a.scalar)
 
 
@@ -2111,7 +2152,7 @@ _method("__getitem__", getitem)
 
 def _weak_unary(ufunc, t):
     r = call_ufunc(ufunc, (t,), _operator=True)
-    r.weak = t.weak
+    r.weak = float if t.weak is complex and ufunc is np.absolute else t.weak
     return r
 
 
@@ -2165,19 +2206,119 @@ class FlatIter:
 
 
 def _imag(self):
-    """The imaginary part of a real array: zeros, read-only (as NumPy's)."""
+    """The imaginary part: of a real array, zeros, read-only (as NumPy's); of a complex one,
+    its values (NumPy's writeable view is read here; `x.imag = v` assigns)."""
     g = current_graph()
     n = node_of(self)
+    if n.dtype.kind == "c":
+        return _part(self, complexops.imag(g, n), "imag")
     return Tracer(Storage(ops.broadcast_to(g, ops.literal(g, 0, n.dtype), n.shape),
                           frozen_reason="x.imag of a real array is read-only"),
                   scalar=self.scalar)
 
 
+def _build_complex(cls, re, im) -> Tracer:
+    """A complex scalar argument from the tracers of its two parts (pytree.py): weak for a
+    Python complex (NEP 50), complex64/complex128 for NumPy's scalars."""
+    g = current_graph()
+    dt = np.dtype(np.complex64 if cls is np.complex64 else np.complex128)
+    return wrap(complexops.make(g, node_of(re), node_of(im), dt),
+                weak=complex if cls is complex else None, scalar=True)
+
+
+pytree.COMPLEX_BUILDERS.append(_build_complex)
+
+
+def _real(self):
+    n = node_of(self)
+    if n.dtype.kind == "c":
+        return _part(self, complexops.real(current_graph(), n), "real")
+    return self
+
+
+def _part(self, node, name):
+    # A copy of the part, refusing writes: writing into it would not reach x (in NumPy it
+    # is a view of x's memory), so that is an error rather than a silently lost write
+    t = Tracer(Storage(node, frozen_reason=f"x.{name} of a complex array is read by "
+                       f"fastlaunch, not written through: assign the whole part "
+                       f"(x.{name} = v) or write x[...] = ... instead"),
+               scalar=self.scalar)
+    if self.weak is complex:          # a Python complex's parts are Python floats
+        t.weak = float
+    return t
+
+
+def _set_part(self, value, name):
+    g = current_graph()
+    n = node_of(self)
+    if n.dtype.kind != "c":
+        if name == "imag":
+            raise TypeError("array does not have imaginary part to set")
+        setitem(self, Ellipsis, value)
+        return
+    v = ops.broadcast_to(g, ops.cast(g, node_of(value), complexops.part_dtype(n.dtype)), n.shape)
+    re, im = (v, complexops.imag(g, n)) if name == "real" else (complexops.real(g, n), v)
+    setitem(self, Ellipsis, wrap(complexops.make(g, re, im, n.dtype)))
+
+
+@implements(np.real)
+def real_(val):
+    return _real(_as_tracer(val))
+
+
+@implements(np.imag)
+def imag_(val):
+    return _imag(_as_tracer(val))
+
+
+@implements(np.angle)
+def angle(z, deg=False):
+    """np.angle: arctan2(imag, real) (of a real array: arctan2(0, x)), in degrees with deg."""
+    t = _as_tracer(z)
+    if t.dtype.kind == "c":
+        a = np.arctan2(_imag(t), _real(t))
+    else:
+        a = np.arctan2(0, t)
+    if deg:
+        a = a * (180 / np.pi)
+    a.scalar = a.ndim == 0 and t.scalar
+    return a
+
+
+@implements(np.iscomplexobj)
+def iscomplexobj(x):
+    return _as_tracer(x).dtype.kind == "c"
+
+
+@implements(np.isrealobj)
+def isrealobj(x):
+    return _as_tracer(x).dtype.kind != "c"
+
+
+@implements(np.iscomplex)
+def iscomplex(x):
+    t = _as_tracer(x)
+    if t.dtype.kind != "c":
+        return wrap(ops.broadcast_to(current_graph(), ops.literal(current_graph(), False, np.bool_),
+                                     t.shape), scalar=t.scalar)
+    return _imag(t) != 0
+
+
+@implements(np.isreal)
+def isreal(x):
+    t = _as_tracer(x)
+    if t.dtype.kind != "c":
+        return wrap(ops.broadcast_to(current_graph(), ops.literal(current_graph(), True, np.bool_),
+                                     t.shape), scalar=t.scalar)
+    return _imag(t) == 0
+
+
 Tracer.flat = property(lambda self: FlatIter(self))
-Tracer.imag = property(_imag)
+Tracer.imag = property(_imag, lambda self, v: _set_part(self, v, "imag"))
 _method("view", view)
-_method("conj", lambda self: self)
-_method("conjugate", lambda self: self)
+_method("conj", lambda self: call_ufunc(np.conjugate, (self,)) if self.dtype.kind == "c" else self)
+_method("conjugate", lambda self: call_ufunc(np.conjugate, (self,)) if self.dtype.kind == "c"
+        else self)
 
 
 def _tracer_getattr(self, name):
@@ -2206,7 +2347,7 @@ _method("swapaxes", swapaxes)
 _method("squeeze", squeeze)
 Tracer.T = property(lambda self: transpose(self))
 Tracer.mT = property(lambda self: swapaxes(self, -1, -2))
-Tracer.real = property(lambda self: self)
+Tracer.real = property(_real, lambda self, v: _set_part(self, v, "real"))
 for _name, _impl in [("sum", sum_), ("prod", prod_), ("max", max_), ("min", min_), ("any", any_),
                      ("all", all_), ("argmax", argmax), ("argmin", argmin), ("mean", mean),
                      ("var", var), ("std", std), ("clip", clip)]:

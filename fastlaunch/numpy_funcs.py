@@ -269,7 +269,7 @@ def gradient(f, *varargs, axis=None, edge_order=1):
     if edge_order > 2:
         raise ValueError("'edge_order' greater than 2 not supported")
     otype = f.dtype
-    if otype.kind not in "f":
+    if otype.kind not in "fc":
         if otype.kind in "iu":
             f = wrap(ops.cast(current_graph(), f.node, np.float64), scalar=False)
         otype = np.dtype(np.float64)

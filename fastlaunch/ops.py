@@ -40,7 +40,13 @@ UFUNC_OF_OP = {
 }
 OP_OF_UFUNC = {u: op for op, u in UFUNC_OF_OP.items()}
 
-_WEAK_TYPES = (bool, int, float)
+_WEAK_TYPES = (bool, int, float, complex)
+
+# Complex values are pairs of real ones: complexops.py (imported with the traced NumPy
+# surface) registers here how casts, elementwise ops, reductions, scans, contractions and
+# scatters of complex dtypes are composed of real ops.  Keys: "cast", "elementwise",
+# "reduce", "scan", "contract", "scatter".
+COMPLEX: dict = {}
 
 
 def check_dtype(dtype, what: str) -> np.dtype:
@@ -72,7 +78,7 @@ def weak_literal(g: Graph, value) -> tuple[Node, type]:
         raise TypeError(f"unsupported Python scalar {value!r} of type {type(value).__name__}")
     if kind is bool:
         return literal(g, value, np.bool_), None
-    dtype = {bool: np.bool_, int: np.int64, float: np.float64}[kind]
+    dtype = {bool: np.bool_, int: np.int64, float: np.float64, complex: np.complex128}[kind]
     if kind is int and not (-2**63 <= value < 2**64):
         raise OverflowError(f"Python integer {value} out of bounds for int64 and uint64")
     if kind is int and value >= 2**63:
@@ -98,6 +104,8 @@ def cast(g: Graph, n: Node, dtype, weak: type | None = None, wraps: bool = False
     dt = np.dtype(dtype)
     if n.dtype == dt:
         return n
+    if "c" in (dt.kind, n.dtype.kind):
+        return COMPLEX["cast"](g, n, dt)
     if weak is int and n.op is Op.PARAM and n.dtype == np.uint64 and dt.kind in "iu" \
             and not wraps:
         # a Python int argument of at least 2**63 meets a narrower integer array
@@ -176,6 +184,8 @@ def elementwise(g: Graph, op: Op, loop_out, operands: list[Node], checked: bool 
             if not -2**63 <= exact < 2**63:
                 raise OverflowError(f"Python integer {exact} does not fit in 64 bits")
         return broadcast_to(g, literal(g, _fold_elementwise(op, values, loop_out), loop_out), shape)
+    if np.dtype(loop_out).kind == "c" or any(o.dtype.kind == "c" for o in operands):
+        return COMPLEX["elementwise"](g, op, np.dtype(loop_out), operands)
     if checked and op in CHECKABLE:
         return g.add(op, loop_out, shape, operands, checked=True)
     return g.add(op, loop_out, shape, operands)
@@ -225,7 +235,7 @@ def _scaled(factor):
 _UFUNC_AS = {
     np.square: lambda g, dt, x: elementwise(g, Op.MUL, dt, [x, x]),
     np.positive: lambda g, dt, x: x,
-    np.conjugate: lambda g, dt, x: x,
+    np.conjugate: lambda g, dt, x: COMPLEX["conj"](g, x) if dt.kind == "c" else x,
     np.fabs: lambda g, dt, x: elementwise(g, Op.ABS, dt, [x]),
     np.float_power: lambda g, dt, x, y: elementwise(g, Op.POW, dt, [x, y]),
     np.deg2rad: _scaled(np.pi / 180.0),
@@ -546,7 +556,9 @@ def reduce(g: Graph, op: Op, n: Node, axis=None, keepdims=False, dtype=None) -> 
         n = reshape(g, transpose(g, n, [i for i in range(n.ndim) if i not in axes] + list(axes)),
                     kept + (-1,))
         axes = (n.ndim - 1,)
-    if not axes and op not in (Op.ARGMAX, Op.ARGMIN):
+    if n.dtype.kind == "c" and op not in (Op.ANY, Op.ALL):
+        out = COMPLEX["reduce"](g, op, n, axes, out_dtype)
+    elif not axes and op not in (Op.ARGMAX, Op.ARGMIN):
         out = cast(g, n, out_dtype)
     else:
         out = g.add(op, out_dtype, kept, (n,), axes=axes)
@@ -574,6 +586,8 @@ def scan(g: Graph, op: Op, n: Node, axis, dtype=None) -> Node:
     n = cast(g, n, dt)
     if n.size == 0:
         return n
+    if dt.kind == "c":
+        return COMPLEX["scan"](g, op, n, ax)
     return g.add(op, dt, n.shape, (n,), axis=ax)
 
 
@@ -629,6 +643,8 @@ def scatter(g: Graph, base: Node, values: Node, indices: list, axis: int, mode: 
     values = broadcast_to(g, cast(g, values, base.dtype), region)
     if any(s == 0 for s in region):
         return base
+    if base.dtype.kind == "c" and mode != "set":
+        return COMPLEX["scatter"](g, base, values, nodes, axis, mode, strict)
     if strict:
         return g.add(Op.SCATTER, base.dtype, base.shape, (base, values, *nodes), axis=axis,
                      mode=mode, strict=True)
@@ -656,6 +672,8 @@ def contract(g: Graph, a: Node, a_labels: str, b: Node, b_labels: str, out_label
     order = list(out_labels) + summed
     full = tuple(sizes[lab] for lab in order)
     dt = check_dtype(dtype, "matrix product")
+    if dt.kind == "c":
+        return COMPLEX["contract"](g, a, a_labels, b, b_labels, out_labels, dt)
 
     def spread(n, labels):
         n = cast(g, n, dt)
@@ -696,6 +714,10 @@ def sort(g: Graph, n: Node, axis, positions: bool = False) -> Node:
     if n.ndim == 0:
         raise np.exceptions.AxisError(int(axis), 0)
     ax = normalize_axes(int(axis), n.ndim)[0]
+    if n.dtype.kind == "c":
+        raise TracingError(f"np.{'argsort' if positions else 'sort'} of {n.dtype} values is "
+                           f"not supported by fastlaunch (NumPy orders complex numbers "
+                           f"lexicographically; sort np.real/np.imag parts instead)")
     if positions:
         if n.shape[ax] <= 1 or n.size == 0:
             return broadcast_to(g, literal(g, 0, np.intp), n.shape)

@@ -18,7 +18,7 @@ class TreeDef:
     __slots__ = ("kind", "children", "meta")
 
     def __init__(self, kind: str, children=(), meta=None):
-        # leaf | none | const | tuple | list | dict | namedtuple | object
+        # leaf | none | const | tuple | list | dict | namedtuple | object | complex
         self.kind = kind
         self.children = tuple(children)
         self.meta = meta            # dict keys, the namedtuple class, an ObjectKey, a const's str
@@ -42,6 +42,8 @@ class TreeDef:
         if self.kind == "const":
             return self.meta
         items = [c._build(it) for c in self.children]
+        if self.kind == "complex":
+            return build_complex(self.meta, items[0], items[1])
         if self.kind == "tuple":
             return tuple(items)
         if self.kind == "list":
@@ -63,6 +65,8 @@ class TreeDef:
             out["keys"] = list(self.meta)
         if self.kind == "const":
             out["value"] = self.meta
+        if self.kind == "complex":
+            out["type"] = self.meta.__name__
         if self.children:
             out["children"] = [c.to_json() for c in self.children]
         return out
@@ -71,6 +75,10 @@ class TreeDef:
     def from_json(data) -> "TreeDef":
         children = [TreeDef.from_json(c) for c in data.get("children", ())]
         meta = tuple(data["keys"]) if data["kind"] == "dict" else None
+        if data["kind"] == "complex":
+            meta = _COMPLEX_TYPES.get(data.get("type"))
+            if meta is None or len(children) != 2 or any(c.kind != "leaf" for c in children):
+                raise TypeError("a complex tree node holds two leaves and a complex type")
         if data["kind"] == "const":
             if type(data.get("value")) is not str:
                 raise TypeError("a const tree node holds a str")
@@ -91,6 +99,8 @@ class TreeDef:
             return "None"
         if self.kind == "const":
             return repr(self.meta)
+        if self.kind == "complex":
+            return f"{self.meta.__name__}(*, *)"
         inner = ", ".join(map(repr, self.children))
         if self.kind == "dict":
             inner = ", ".join(f"{k!r}: {c!r}" for k, c in zip(self.meta, self.children))
@@ -98,6 +108,26 @@ class TreeDef:
         if self.kind == "object":
             return f"{self.meta.cls.__name__}({inner})"
         return f"({inner})" if self.kind != "list" else f"[{inner}]"
+
+
+# ---- complex scalars --------------------------------------------------------------------
+# A complex scalar argument is a node of two leaves, its real and imaginary parts (Python
+# floats, or NumPy float32/float64 scalars): every leaf stays one 8-byte slot word.
+_COMPLEX_TYPES = {"complex": complex, "complex64": np.complex64, "complex128": np.complex128}
+_PART_TYPE = {complex: float, np.complex64: np.float32, np.complex128: np.float64}
+# While tracing, the parts are tracers: trace.py's hook builds the complex tracer from them
+COMPLEX_BUILDERS: list = []
+
+
+def build_complex(cls, re, im):
+    if COMPLEX_BUILDERS and not (type(re) in (float, np.float32, np.float64)
+                                 and type(im) in (float, np.float32, np.float64)):
+        return COMPLEX_BUILDERS[0](cls, re, im)
+    if cls is complex:
+        return complex(float(re), float(im))
+    out = np.zeros(1, cls)
+    out.view(_PART_TYPE[cls])[:] = (re, im)
+    return out[0]
 
 
 # ---- objects ----------------------------------------------------------------------------
@@ -321,5 +351,9 @@ def _flatten(x, leaves, depth) -> TreeDef:
         return TreeDef("const", meta=x)
     if isinstance(x, tuple) and hasattr(t, "_fields"):
         return TreeDef("namedtuple", [_flatten(c, leaves, depth) for c in x], t)
+    if t in _PART_TYPE:
+        part = _PART_TYPE[t]
+        leaves += [part(x.real), part(x.imag)]
+        return TreeDef("complex", [TreeDef("leaf"), TreeDef("leaf")], t)
     leaves.append(x)
     return TreeDef("leaf")

@@ -68,7 +68,15 @@ def llvm_type(dt: np.dtype) -> str:
         return "i1"
     if dt.kind in "iu":
         return f"i{dt.itemsize * 8}"
+    if dt.kind == "c":       # a pair of floats; only loaded, stored and taken apart (REAL/IMAG)
+        part = llvm_type(part_dtype(dt))
+        return f"{{ {part}, {part} }}"
     return {2: "half", 4: "float", 8: "double"}[dt.itemsize]
+
+
+def part_dtype(dt: np.dtype) -> np.dtype:
+    """The float dtype of a complex dtype's real and imaginary parts."""
+    return np.dtype(np.float32 if np.dtype(dt).itemsize == 8 else np.float64)
 
 
 def memory_type(dt: np.dtype) -> str:
@@ -81,6 +89,10 @@ def const_text(value, dt: np.dtype) -> str:
         return "true" if bool(value) else "false"
     if dt.kind in "iu":
         return str(int(np.array(value, dt).astype(np.int64 if dt.kind == "i" else np.uint64)))
+    if dt.kind == "c":
+        v, part = np.array(value, dt)[()], part_dtype(dt)
+        ty = llvm_type(part)
+        return f"{{ {ty} {const_text(v.real, part)}, {ty} {const_text(v.imag, part)} }}"
     if dt.itemsize == 2:
         return "0xH%04X" % np.array(value, np.float16).view(np.uint16)
     # LLVM writes float and double constants as the hex bits of the (exact) double value
@@ -650,9 +662,35 @@ class LLVMEmitter:
         """Store value (of dtype vdt) converted to the argument's dtype dt."""
         value = self.convert(value, vdt, dt)
         ptr = self.address(arg, index, dt)
+        if dt.kind == "c":
+            self.store_complex(ptr, value, dt)
+            return
         if dt.kind == "b":
             value = self.fw.op(f"zext i1 {value} to i8")
         self.fw.emit(f"store {memory_type(dt)} {value}, ptr {ptr}, align {dt.itemsize}")
+
+    # A complex value is a { T, T } SSA value, but memory is reached one part at a time: two
+    # scalar loads or stores at stride 2, which the vectoriser treats as interleaved accesses
+    # (InstCombine folds the insertvalue/extractvalue pairs away).
+    def load_complex(self, ptr: str, dt: np.dtype) -> str:
+        fw, part = self.fw, part_dtype(dt)
+        ty, al = llvm_type(part), part.itemsize
+        re = fw.op(f"load {ty}, ptr {ptr}, align {al}")
+        im = fw.op(f"load {ty}, ptr {fw.op(f'getelementptr inbounds {ty}, ptr {ptr}, i64 1')}, align {al}")
+        return self.make_complex(re, im, dt)
+
+    def make_complex(self, re: str, im: str, dt: np.dtype) -> str:
+        fw, cty, ty = self.fw, llvm_type(dt), llvm_type(part_dtype(dt))
+        v = fw.op(f"insertvalue {cty} poison, {ty} {re}, 0")
+        return fw.op(f"insertvalue {cty} {v}, {ty} {im}, 1")
+
+    def store_complex(self, ptr: str, value: str, dt: np.dtype):
+        fw, part = self.fw, part_dtype(dt)
+        ty, al = llvm_type(part), part.itemsize
+        re = fw.op(f"extractvalue {llvm_type(dt)} {value}, 0")
+        im = fw.op(f"extractvalue {llvm_type(dt)} {value}, 1")
+        fw.emit(f"store {ty} {re}, ptr {ptr}, align {al}")
+        fw.emit(f"store {ty} {im}, ptr {fw.op(f'getelementptr inbounds {ty}, ptr {ptr}, i64 1')}, align {al}")
 
     def store(self, s, loops, memo, value: str):
         """A kernel Store: plain, or combining with the old element (scatter modes); a store
@@ -670,6 +708,8 @@ class LLVMEmitter:
             fw.cond_br(any_bad, done, write)
             fw.start(write)
         if s.mode != "set":
+            if dt.kind == "c":      # complexops splits scatter-adds of complex into parts
+                raise NotImplementedError(f"scatter mode {s.mode} on {dt}")
             ptr = self.address(s.arg, index, dt)
             old = fw.op(f"load {memory_type(dt)}, ptr {ptr}, align {dt.itemsize}")
             if dt.kind == "b":
@@ -759,6 +799,8 @@ class LLVMEmitter:
             return self.scalars[e.arg]
         if isinstance(e, Load):
             ptr = self.address(e.arg, self.index(e.index, loops, memo), e.dtype)
+            if e.dtype.kind == "c":
+                return self.load_complex(ptr, e.dtype)
             v = fw.op(f"load {memory_type(e.dtype)}, ptr {ptr}, align {e.dtype.itemsize}")
             return fw.op(f"icmp ne i8 {v}, 0") if e.dtype.kind == "b" else v
         if isinstance(e, IndexValue):
@@ -772,6 +814,10 @@ class LLVMEmitter:
         dts = [o.dtype for o in e.operands]
         if e.op is Op.CAST:
             return self.convert(args[0], dts[0], e.dtype)
+        if e.op in (Op.REAL, Op.IMAG):
+            return fw.op(f"extractvalue {llvm_type(dts[0])} {args[0]}, {int(e.op is Op.IMAG)}")
+        if e.op is Op.COMPLEX:
+            return self.make_complex(args[0], args[1], e.dtype)
         if e.op is Op.BITCAST:
             return fw.op(f"bitcast {llvm_type(dts[0])} {args[0]} to {llvm_type(e.dtype)}")
         if e.op is Op.WHERE:
@@ -864,6 +910,8 @@ class LLVMEmitter:
         src, dst = np.dtype(src), np.dtype(dst)
         if src == dst:
             return v
+        if "c" in (src.kind, dst.kind):     # complexops casts through the parts
+            raise NotImplementedError(f"conversion {src} -> {dst}")
         fw = self.fw
         st, dt_ = llvm_type(src), llvm_type(dst)
         if dst.kind == "b":

@@ -32,8 +32,9 @@ suite (`tests/conformance/`); do not edit by hand.  Run the suite with
 Every function below is compiled with `fastlaunch.compile` and compared with plain NumPy on
 the same inputs (`tests/conformance/harness.py`):
 
-* **inputs**: random values across float16, float32, float64, int8/16/32/64, uint8/16/32/64
-  and bool (the dtypes NumPy accepts for the function; where NumPy rejects a dtype, the
+* **inputs**: random values across float16, float32, float64, int8/16/32/64, uint8/16/32/64,
+  bool, and complex64/complex128 (`test_complex.py`: the functions listed with c64/c128; their
+  results are compared part by part) (the dtypes NumPy accepts for the function; where NumPy rejects a dtype, the
   compiled function must raise the same exception class), shapes 0-d, (0,), (3, 0), (1,), odd
   sizes (7, 33, 257, 1000), 2-D and 3-D, broadcasting pairs ((5,1) with (1,7), (7,) with
   (5,7)), NumPy scalars (runtime parameters) and Python scalars (NEP 50 weak operands), and

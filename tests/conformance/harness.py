@@ -44,6 +44,9 @@ UINTS = [np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64)]
 INTS = SINTS + UINTS
 BOOL = [np.dtype(np.bool_)]
 ALL = FLOATS + INTS + BOOL
+# complex dtypes: driven by test_complex.py (not part of ALL: the functions of the other files
+# that NumPy accepts complex values for are listed there)
+COMPLEX = [np.dtype(np.complex64), np.dtype(np.complex128)]
 # a smaller spread used where the full matrix would only repeat the same code path
 SOME = [np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8, np.int64, np.uint8,
                                np.uint64, np.bool_)]
@@ -169,6 +172,12 @@ def assert_same(expected, got, *, tol="exact", signed_zero=False, path="result",
     sel = np.ones(e.shape, bool) if mask is None else np.broadcast_to(np.asarray(mask, bool), e.shape)
     if e.dtype.kind in "biu":
         bad = (e != g) & sel
+    elif e.dtype.kind == "c":     # each part as a float of the part dtype
+        part = np.dtype(e.dtype.char.lower())
+        bad = (_float_mismatch(e.real.astype(part), g.real.astype(part), tolerance(tol),
+                               signed_zero, atol)
+               | _float_mismatch(e.imag.astype(part), g.imag.astype(part), tolerance(tol),
+                                 signed_zero, atol)) & sel
     else:
         bad = _float_mismatch(e, g, tolerance(tol), signed_zero, atol) & sel
     if bad.any():
@@ -349,6 +358,15 @@ def specials(dt) -> np.ndarray:
             return np.array(float_specials(dt), dtype=dt)
     if dt.kind == "b":
         return np.array([False, True])
+    if dt.kind == "c":           # special parts paired with ordinary and special parts
+        part = specials(dt.char.lower())
+        other = np.array([0.0, -0.0, 1.0, -2.5, np.inf, np.nan], dt.char.lower())
+        out = np.zeros(2 * len(part) * len(other), dt)
+        out.real[: len(part) * len(other)] = np.repeat(part, len(other))
+        out.imag[: len(part) * len(other)] = np.tile(other, len(part))
+        out.imag[len(part) * len(other):] = np.repeat(part, len(other))
+        out.real[len(part) * len(other):] = np.tile(other, len(part))
+        return out
     return np.array(int_specials(dt), dtype=dt)
 
 
@@ -358,6 +376,16 @@ def random_values(dt, n, rng, domain=None, special=True) -> np.ndarray:
     dt = np.dtype(dt)
     if dt.kind == "b":
         return rng.random(n) < 0.5
+    if dt.kind == "c":
+        part = np.dtype(dt.char.lower())
+        v = np.zeros(n, dt)
+        v.real = random_values(part, n, rng, domain, special=False)
+        v.imag = random_values(part, n, rng, domain, special=False)
+        if special and n:
+            sp = specials(dt)
+            k = min(len(sp), max(1, n // 4))
+            v[rng.choice(n, size=k, replace=False)] = rng.choice(sp, size=k, replace=False)
+        return v
     if dt.kind == "f":
         if domain is None:
             v = rng.standard_normal(n) * np.exp(rng.uniform(-3, 3, n))

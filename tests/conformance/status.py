@@ -18,8 +18,8 @@ the registry in harness.py.
 import pytest
 
 NOT_IMPLEMENTED: dict = {
-    "np.fft": "np.fft.* return complex arrays, and complex dtypes are not traced (a "
-              "TracingError naming the function)",
+    "np.fft": "np.fft.* (complex arithmetic is traced, but there is no FFT: a TracingError "
+              "naming the function, e.g. np.fft.fft)",
     "np.linalg.lstsq": "np.linalg.lstsq (a LAPACK gelsd library call, not written yet)",
     "np.linalg.pinv": "np.linalg.pinv (needs an SVD library call, gesdd, not written yet)",
 }

@@ -136,7 +136,9 @@ def test_device_array_basics():
     with pytest.raises(ValueError, match="no device memory"):
         fl.to_device(a, "cpu")
     with pytest.raises(TypeError, match="not a native number type"):
-        fl.DeviceArray(0, (2,), np.complex128, "devsim", None)
+        fl.DeviceArray(0, (2,), np.clongdouble, "devsim", None)
+    with pytest.raises(TypeError, match="not a native number type"):
+        fl.DeviceArray(0, (2,), np.dtype(">c16"), "devsim", None)
 
 
 def test_a_program_with_device_arguments_cannot_be_saved(tmp_path):
