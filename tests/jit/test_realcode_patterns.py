@@ -620,3 +620,33 @@ def test_ndarray_constructor_inside_fn_is_explained():
 
     x = np.arange(3.0)
     np.testing.assert_array_equal(fl.compile(fixed)(x), energies(x))
+
+
+def test_assigning_shape_reshapes_in_place():
+    """`z.shape = s` on an array made inside the function reshapes z itself (NumPy's in-place
+    reshape, a view: later writes through z land in the same data); where NumPy would need a
+    copy it raises NumPy's AttributeError; on an argument (the caller's array object would
+    change shape) a clear TracingError."""
+    def f(a):
+        z = a * 2.0
+        z.shape = (3, 4)
+        z[0] += 1
+        flat = z.reshape(-1)
+        t = z.T
+        try:
+            t.shape = (12,)
+            msg = "no error"
+        except AttributeError as e:
+            msg = str(e)
+        return z, flat, msg
+    x = np.arange(12.0)
+    got, want = fl.compile(f)(x), f(x)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    assert got[2] == want[2] and "Incompatible shape" in got[2]
+
+    def g(a):
+        a.shape = (3, 4)
+        return a
+    with pytest.raises(fl.TracingError, match="shape of an argument"):
+        fl.compile(g)(np.arange(12.0))
