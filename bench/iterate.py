@@ -16,7 +16,7 @@ iteration to the next and the loss of every iteration kept:
   (`step_loop`, itself `@njit`), losses written into an array; single thread;
 - `numpy`: the Python loop over the NumPy step itself (the reference results);
 - `iterate-null`: the `iterate` loop on the null backend, whose kernels do nothing: the
-  interpreter's own cost per iteration (3 BIND + 3 LAUNCH, 3 ROTATE, ROW, LOOP).
+  interpreter's own cost per iteration (2 BIND + 2 LAUNCH, 3 ROTATE, ROW, LOOP).
 
 `--instructions` also counts the instructions one iteration executes (callgrind), on the cpu
 and the null backend: repeatable on a loaded machine, where the timings are not.

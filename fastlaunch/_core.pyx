@@ -462,89 +462,71 @@ cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, i
                   int64_t *argwords, fl_kernel_fn *kernels, const int64_t *work,
                   const fl_library_fn *libs, RunState *state) except -1 nogil:
     """Execute host bytecode from state.start.  Returns a Status (state.pc: where it stopped);
-    never touches Python objects.  The verifier has proved every index below in range."""
-    cdef Py_ssize_t pc = state.start, k
-    cdef int64_t op, w
-    cdef int64_t *dst
-    cdef const int64_t *src
-    cdef const int64_t *end
+    never touches Python objects.  The verifier has proved every index below in range.
+    BIND and the loop's slot instructions are csrc/slotops.h's, shared with the other
+    interpreters; a launch small enough to run serially calls its kernel directly."""
+    cdef const int64_t *ins = code + state.start    # the instruction (pc: ins - code)
+    cdef const int64_t *stop = code + ncode
+    cdef Py_ssize_t k
+    cdef int64_t op
     cdef void *p
     cdef int rc
-    while pc < ncode:
-        op = code[pc]
+    while ins < stop:
+        op = ins[0]
         if op == LAUNCH:
-            k = code[pc + 1]
-            fl_launch(kernels[k], code[pc + 2], work[k], &argwords[code[pc + 3]])
+            k = ins[1]
+            fl_launch_inline(kernels[k], ins[2], work[k], &argwords[ins[3]])
         elif op == BIND:
-            # through local pointers: the stores into argwords could alias the code, so
-            # indexing through code[...] reloads it on every word
-            dst = &argwords[code[pc + 1]]
-            src = &lists[code[pc + 2]]
-            end = src + code[pc + 3]
-            while src < end:
-                dst[0] = slots[src[0]]
-                dst += 1
-                src += 1
+            fl_op_bind(ins, lists, slots, argwords)
         elif op == ALLOC:
-            p = fl_mem_alloc(code[pc + 2])
+            p = fl_mem_alloc(ins[2])
             if p == NULL:
-                state.pc = pc
+                state.pc = ins - code
                 return STATUS_NO_MEMORY
-            slots[code[pc + 1]] = <int64_t><intptr_t>p
+            slots[ins[1]] = <int64_t><intptr_t>p
         elif op == FREE:
-            fl_mem_free(<void *><intptr_t>slots[code[pc + 1]])
-            slots[code[pc + 1]] = 0
+            fl_mem_free(<void *><intptr_t>slots[ins[1]])
+            slots[ins[1]] = 0
         elif op == CHECK:
-            if (<int64_t *><intptr_t>slots[code[pc + 1]])[0] != 0:
-                state.pc = pc
+            if (<int64_t *><intptr_t>slots[ins[1]])[0] != 0:
+                state.pc = ins - code
                 return STATUS_KERNEL_ERROR
         elif op == POLL:
             if fl_interrupt_pending():
-                state.pc = pc
+                state.pc = ins - code
                 return STATUS_INTERRUPTED
         elif op == LIBCALL:
             # the routine runs here, on the interpreter's thread (BLAS has its own threads)
-            rc = libs[code[pc + 1]](&code[pc + 2], slots)
+            rc = libs[ins[1]](&ins[2], slots)
             if rc != 0:
-                state.pc = pc
+                state.pc = ins - code
                 state.backend_code = rc
                 return STATUS_LIBRARY_ERROR
+        elif op == LOOP:
+            # loops (fl.iterate)
+            if fl_op_loop(ins, slots):
+                ins = code + ins[3]
+                continue
+        elif op == ROTATE:
+            fl_op_rotate(ins, slots)
+        elif op == ROW:
+            fl_op_row(ins, slots)
+        elif op == MOVE:
+            fl_op_move(ins, slots)
+        elif op == BREAK_IF:
+            if (<const char *><intptr_t>slots[ins[1]])[0] != 0:
+                ins = code + ins[2]
+                continue
+        elif op == COPY:
+            if ins[3] > 0 and slots[ins[1]] != slots[ins[2]]:
+                memmove(<void *><intptr_t>slots[ins[1]],
+                        <const void *><intptr_t>slots[ins[2]], ins[3])
+        elif op == SET:
+            fl_op_set(ins, slots)
         else:
-            # loops (fl.iterate), after the plain opcodes: their dispatch leaves the plain
-            # path's as it was
-            if op == LOOP:
-                k = code[pc + 1]
-                slots[k] += 1
-                if slots[k] < code[pc + 2]:
-                    pc = code[pc + 3]
-                    continue
-            elif op == ROTATE:
-                # read <- write; write <-> spare: pointers move, the buffers stay
-                w = slots[code[pc + 2]]
-                slots[code[pc + 2]] = slots[code[pc + 3]]
-                slots[code[pc + 3]] = w
-                slots[code[pc + 1]] = w
-            elif op == ROW:
-                k = slots[code[pc + 3]]
-                if code[pc + 4] != 1:
-                    k = k / code[pc + 4]
-                slots[code[pc + 1]] = slots[code[pc + 2]] + k * code[pc + 5]
-            elif op == MOVE:
-                slots[code[pc + 1]] = slots[code[pc + 2]]
-            elif op == BREAK_IF:
-                if (<const char *><intptr_t>slots[code[pc + 1]])[0] != 0:
-                    pc = code[pc + 2]
-                    continue
-            elif op == COPY:
-                if code[pc + 3] > 0 and slots[code[pc + 1]] != slots[code[pc + 2]]:
-                    memmove(<void *><intptr_t>slots[code[pc + 1]],
-                            <const void *><intptr_t>slots[code[pc + 2]], code[pc + 3])
-            elif op == SET:
-                slots[code[pc + 1]] = code[pc + 2]
-            else:
-                state.pc = pc
-                return STATUS_BAD_OPCODE
-        pc += op & 0xFF
+            state.pc = ins - code
+            return STATUS_BAD_OPCODE
+        ins += op & 0xFF
     return STATUS_OK
 
 

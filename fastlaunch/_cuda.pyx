@@ -536,7 +536,7 @@ cdef class CUDAExecutable(Executable):
         # from state.start: a run interrupted at a POLL resumes after it, its slots (loop
         # counters, aliases, live temporaries) as it left them
         cdef Py_ssize_t pc = state.start, k, i
-        cdef int64_t op, n, w
+        cdef int64_t op, n
         cdef int code
         cdef uint64_t p
         cdef int64_t *words
@@ -559,8 +559,7 @@ cdef class CUDAExecutable(Executable):
                         params[i] = &words[i]
                     code = fl_cu_launch(self.functions[k], self.grid[k], self.block[k], params)
             elif op == BIND:
-                for k in range(c[pc + 3]):
-                    argwords[c[pc + 1] + k] = slots[self.lists[c[pc + 2] + k]]
+                fl_op_bind(&c[pc], self.lists, slots, argwords)
             elif op == ALLOC:
                 code = fl_cu_alloc_async(&p, c[pc + 2])
                 if code == 0:
@@ -599,22 +598,17 @@ cdef class CUDAExecutable(Executable):
             # loops (fl.iterate): a host-side loop of launches on the stream; only BREAK_IF
             # waits for the device (one byte read back per iteration)
             elif op == LOOP:
-                k = c[pc + 1]
-                slots[k] += 1
-                if slots[k] < c[pc + 2]:
+                if fl_op_loop(&c[pc], slots):
                     pc = c[pc + 3]
                     continue
             elif op == ROTATE:
-                w = slots[c[pc + 2]]
-                slots[c[pc + 2]] = slots[c[pc + 3]]
-                slots[c[pc + 3]] = w
-                slots[c[pc + 1]] = w
+                fl_op_rotate(&c[pc], slots)
             elif op == ROW:
-                slots[c[pc + 1]] = slots[c[pc + 2]] + (slots[c[pc + 3]] / c[pc + 4]) * c[pc + 5]
+                fl_op_row(&c[pc], slots)
             elif op == MOVE:
-                slots[c[pc + 1]] = slots[c[pc + 2]]
+                fl_op_move(&c[pc], slots)
             elif op == SET:
-                slots[c[pc + 1]] = c[pc + 2]
+                fl_op_set(&c[pc], slots)
             elif op == COPY:
                 # the verifier keeps COPY in the kernels' space: device to device
                 n = c[pc + 3]

@@ -186,8 +186,7 @@ cdef class DevSimExecutable(Executable):
                 if code[pc + 2] > 0:
                     self.kernels[k](0, code[pc + 2], &argwords[code[pc + 3]])
             elif op == BIND:
-                for k in range(code[pc + 3]):
-                    argwords[code[pc + 1] + k] = slots[self.lists[code[pc + 2] + k]]
+                fl_op_bind(&code[pc], self.lists, slots, argwords)
             elif op == ALLOC:
                 p = device_alloc(code[pc + 2])
                 if p == NULL:
@@ -212,21 +211,15 @@ cdef class DevSimExecutable(Executable):
                     state.pc = pc
                     return STATUS_INTERRUPTED
             elif op == LOOP:
-                k = code[pc + 1]
-                slots[k] += 1
-                if slots[k] < code[pc + 2]:
+                if fl_op_loop(&code[pc], slots):
                     pc = code[pc + 3]
                     continue
             elif op == ROTATE:
-                word = slots[code[pc + 2]]
-                slots[code[pc + 2]] = slots[code[pc + 3]]
-                slots[code[pc + 3]] = word
-                slots[code[pc + 1]] = word
+                fl_op_rotate(&code[pc], slots)
             elif op == ROW:
-                slots[code[pc + 1]] = slots[code[pc + 2]] + \
-                    (slots[code[pc + 3]] / code[pc + 4]) * code[pc + 5]
+                fl_op_row(&code[pc], slots)
             elif op == MOVE:
-                slots[code[pc + 1]] = slots[code[pc + 2]]
+                fl_op_move(&code[pc], slots)
             elif op == BREAK_IF:
                 # the flag lives on the device: one byte read back, as CHECK reads its word
                 memcpy(&flag, <void *><intptr_t>slots[code[pc + 1]], 1)
@@ -239,7 +232,7 @@ cdef class DevSimExecutable(Executable):
                     memmove(<void *><intptr_t>slots[code[pc + 1]],
                             <void *><intptr_t>slots[code[pc + 2]], code[pc + 3])
             elif op == SET:
-                slots[code[pc + 1]] = code[pc + 2]
+                fl_op_set(&code[pc], slots)
             elif op == LIBCALL:
                 rc = self.libs[code[pc + 1]](&code[pc + 2], slots)
                 if rc != 0:

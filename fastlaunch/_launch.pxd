@@ -135,11 +135,23 @@ cdef extern from "csrc/runtime.h" nogil:
     int64_t fl_get_parallel_threshold()
     void fl_set_spin_us(int64_t us)
     void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args)
+    void fl_launch_inline(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args)
     void *fl_mem_alloc(int64_t nbytes)
     void fl_mem_free(void *ptr)
     void fl_mem_trim()
     int64_t fl_mem_cached_bytes()
     int64_t fl_mem_live_bytes()
+
+
+cdef extern from "csrc/slotops.h" nogil:
+    # the instructions every interpreter runs alike; ins: the instruction (operands after it)
+    void fl_op_bind(const int64_t *ins, const int64_t *lists, const int64_t *slots,
+                    int64_t *argwords)
+    void fl_op_move(const int64_t *ins, int64_t *slots)
+    void fl_op_rotate(const int64_t *ins, int64_t *slots)
+    void fl_op_row(const int64_t *ins, int64_t *slots)
+    void fl_op_set(const int64_t *ins, int64_t *slots)
+    bint fl_op_loop(const int64_t *ins, int64_t *slots)   # true: jump back to ins[3]
 
 
 cdef extern from "csrc/library.h" nogil:

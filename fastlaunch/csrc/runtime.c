@@ -57,7 +57,7 @@ static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t sleep_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sleep_cv = PTHREAD_COND_INITIALIZER;
 /* measured here: a 4-operation map breaks even at 32-64K elements, exp() at 8-16K */
-static int64_t parallel_threshold = 131072;
+int64_t fl_parallel_threshold = 131072;   /* read by fl_launch_inline (runtime.h) */
 static int64_t spin_ns = 200000;
 static int default_threads;         /* fl_configure; 0: every available CPU */
 
@@ -153,8 +153,8 @@ void fl_pool_stop(void) {
 }
 
 int fl_pool_threads(void) { return started ? nworkers + 1 : 0; }
-void fl_set_parallel_threshold(int64_t work) { parallel_threshold = work; }
-int64_t fl_get_parallel_threshold(void) { return parallel_threshold; }
+void fl_set_parallel_threshold(int64_t work) { fl_parallel_threshold = work; }
+int64_t fl_get_parallel_threshold(void) { return fl_parallel_threshold; }
 void fl_set_spin_us(int64_t us) { spin_ns = us * 1000; }
 
 void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args) {
@@ -166,7 +166,7 @@ void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args)
     int64_t work;
     if (__builtin_mul_overflow(n, work_per_item > 0 ? work_per_item : 1, &work))
         work = INT64_MAX;
-    if (work < parallel_threshold || n < 2) {
+    if (work < fl_parallel_threshold || n < 2) {
         fn(0, n, args);
         return;
     }
@@ -180,7 +180,7 @@ void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args)
     int threads = nworkers + 1;
     /* a few chunks per thread balance uneven progress; none smaller than the threshold/4 */
     int64_t nchunks = (int64_t)threads * 4;
-    int64_t min_items = (parallel_threshold / 4) / (work_per_item > 0 ? work_per_item : 1);
+    int64_t min_items = (fl_parallel_threshold / 4) / (work_per_item > 0 ? work_per_item : 1);
     if (min_items < 1) min_items = 1;
     if (n / nchunks < min_items) nchunks = n / min_items > 0 ? n / min_items : 1;
     int64_t chunk = (n + nchunks - 1) / nchunks;

@@ -34,6 +34,22 @@ void fl_set_spin_us(int64_t us);
  * work_per_item < 0 means the kernel must run on one thread, in order. */
 void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args);
 
+/* fl_launch with its serial case inlined into the interpreter: a launch below the threshold
+ * (every launch of a small program) calls fn on this thread directly; the call into the
+ * runtime and its checks cost as much as a 16-element kernel. */
+extern int64_t fl_parallel_threshold;
+static inline void fl_launch_inline(fl_kernel_fn fn, int64_t n, int64_t work_per_item,
+                                    int64_t *args) {
+    int64_t work;
+    if (n > 1 && work_per_item >= 0 &&
+            (__builtin_mul_overflow(n, work_per_item > 0 ? work_per_item : 1, &work) ||
+             work >= fl_parallel_threshold)) {
+        fl_launch(fn, n, work_per_item, args);
+        return;
+    }
+    if (n > 0) fn(0, n, args);
+}
+
 /* ---- memory pool: 64-byte aligned blocks, cached by size class ---- */
 void *fl_mem_alloc(int64_t nbytes);
 void fl_mem_free(void *ptr);
