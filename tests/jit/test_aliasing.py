@@ -272,3 +272,18 @@ def test_a_window_view_overlapping_an_updated_argument_is_refused():
     with pytest.raises(ValueError, match="argument leaves 0, 1 overlap.*own elements overlap"):
         g(x[:6], windows)
     np.testing.assert_array_equal(x, np.arange(8.0))
+
+
+@pytest.mark.parametrize("backend", ["cpu", "devsim"])
+def test_overlapping_views_in_a_dict_and_across_a_device_boundary(backend):
+    f = fl.compile(in_dict, backend=backend)
+    x, ref = np.arange(10.0), np.arange(10.0)
+    for _ in range(2):
+        got = f({"p": x[1:], "q": x[:-1]}, np.ones(9))
+        want = in_dict({"p": ref[1:], "q": ref[:-1]}, np.ones(9))
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(x, ref)
+    g = fl.compile(transpose_add, backend=backend)
+    M, N = np.arange(12.0).reshape(3, 4), np.arange(12.0).reshape(3, 4)
+    np.testing.assert_array_equal(g(M[:, 1:], M[:, :3].T), transpose_add(N[:, 1:], N[:, :3].T))
+    np.testing.assert_array_equal(M, N)
