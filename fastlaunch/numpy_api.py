@@ -2353,6 +2353,28 @@ for _name, _impl in [("sum", sum_), ("prod", prod_), ("max", max_), ("min", min_
                      ("var", var), ("std", std), ("clip", clip)]:
     _method(_name, _impl)
 _method("round", lambda self, decimals=0, out=None: round_(self, decimals, out))
+
+
+def _set_shape(self, value):
+    """`x.shape = s`: x itself becomes the reshaped view (NumPy's in-place reshape), where
+    NumPy can do that without a copy; otherwise NumPy's AttributeError."""
+    view = self._view
+    whole = self._reshape is None and (view is None or view.is_identity)
+    if whole and self._storage.position is not None:
+        raise TracingError(
+            "assigning x.shape of an argument array changes the caller's array object, "
+            "which fastlaunch cannot replay; use x = x.reshape(shape) inside the function")
+    r = reshape(self, value)
+    if not whole and r._reshape is not None:
+        raise AttributeError("Incompatible shape for in-place modification. Use "
+                             "`.reshape()` to make a copy with the desired shape.")
+    self._storage, self._view, self._reshape, self._post = \
+        r._storage, r._view, r._reshape, r._post
+    self._node, self._version = None, -1
+    self.scalar = r.scalar
+
+
+Tracer.shape = property(Tracer.shape.fget, _set_shape, doc="the array's shape (settable)")
 _method("fill", lambda self, value: setitem(self, Ellipsis, value))
 _method("nonzero", lambda self: _data_dependent("x.nonzero()")())
 _method("dot", lambda self, other, out=None: dot(self, other, out))

@@ -247,26 +247,6 @@ class Tracer:
     def shape(self) -> tuple:
         return self.node.shape
 
-    @shape.setter
-    def shape(self, value):
-        """`x.shape = s`: x itself becomes the reshaped view (NumPy's in-place reshape), where
-        NumPy can do that without a copy; otherwise NumPy's AttributeError."""
-        from .numpy_api import reshape
-        view = self._view
-        whole = self._reshape is None and (view is None or view.is_identity)
-        if whole and self._storage.position is not None:
-            raise TracingError(
-                "assigning x.shape of an argument array changes the caller's array object, "
-                "which fastlaunch cannot replay; use x = x.reshape(shape) inside the function")
-        r = reshape(self, value)
-        if not whole and r._reshape is not None:
-            raise AttributeError("Incompatible shape for in-place modification. Use "
-                                 "`.reshape()` to make a copy with the desired shape.")
-        self._storage, self._view, self._reshape, self._post = \
-            r._storage, r._view, r._reshape, r._post
-        self._node, self._version = None, -1
-        self.scalar = r.scalar
-
     @property
     def dtype(self) -> np.dtype:
         return self.node.dtype
