@@ -75,6 +75,19 @@ def _shapes(*arrays):
 
 
 _SQUARE = lambda m, n, k: (m, m)       # noqa: E731
+
+
+def _svd_packed(m, n, k):
+    """svd's packed result per matrix for job k (0: singular values only, 1: reduced U/Vh,
+    2: full; the routine refuses any other k, sized here as 2): row 0 the singular values,
+    then U (m x ucols), then Vh (vrows x n)."""
+    r = min(m, n)
+    if k == 0:
+        return (1, r)
+    ucols, vrows = (m, n) if k >= 2 else (r, r)
+    return (1 + m + vrows, max(ucols, n))
+
+
 ROUTINES: dict = {}
 for _dt in ("f32", "f64"):
     _np = "<f4" if _dt == "f32" else "<f8"
@@ -95,6 +108,12 @@ for _dt in ("f32", "f64"):
         (_SQUARE, False), (_SQUARE, True)), "Matrix is not positive definite")
     ROUTINES[_R("eigh")] = RoutineInfo("eigh", _np, _shapes(
         (_SQUARE, False), (lambda m, n, k: (m + 1, m), True)), "Eigenvalues did not converge")
+    ROUTINES[_R("svd")] = RoutineInfo("svd", _np, _shapes(
+        (lambda m, n, k: (m, n), False), (_svd_packed, True)), "SVD did not converge")
+    ROUTINES[_R("lstsq")] = RoutineInfo("lstsq", _np, _shapes(
+        (lambda m, n, k: (m, n + k), False), (lambda m, n, k: (1, 1), False),
+        (lambda m, n, k: (n + 2, max(k, min(m, n), 1)), True)),
+        "SVD did not converge in Linear Least Squares")
 assert len(ROUTINES) == Routine.LIB_COUNT
 LIBCALL_ARRAYS = 3        # array operands per LIBCALL, 6 words each after the 5 sizes
 

@@ -21,8 +21,6 @@ NOT_IMPLEMENTED: dict = {
     "np.round(decimals!=0)": "np.round(x, decimals) with decimals != 0",
     "np.fft": "np.fft.* return complex arrays, and complex dtypes are not traced (a "
               "TracingError naming the function)",
-    "np.linalg.lstsq": "np.linalg.lstsq (a LAPACK gelsd library call, not written yet)",
-    "np.linalg.pinv": "np.linalg.pinv (needs an SVD library call, gesdd, not written yet)",
 }
 
 _INTCMP = ("a Python int outside the 64-bit range (below -2**63 or from 2**64 up, as a literal "

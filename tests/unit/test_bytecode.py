@@ -506,6 +506,29 @@ def test_libcall_of_a_freed_temporary_is_rejected(libcall_program):
     assert_rejected(clone(p, code=np.array(code, np.int64)), "before it is allocated")
 
 
+def test_libcall_verifier_checks_svd_and_lstsq_operands():
+    """svd's job word sizes its packed result; lstsq's k sizes [a | b] and the result; rcond
+    is a read-only 1 x 1 operand."""
+    p = fl.compile(lambda a, b: (np.linalg.svd(a, full_matrices=False),
+                                 np.linalg.lstsq(a, b)[0])).lower(np.ones((6, 4)),
+                                                                  np.ones((6, 2))).program
+    bc.verify(p)
+    text = p.disassemble()
+    assert "LIBCALL svd_float64 b=(1,1) m=6 n=4 k=1" in text
+    assert "LIBCALL lstsq_float64 b=(1,1) m=6 n=4 k=2" in text
+    at = {n: i for i, n in enumerate(bc.OPERANDS[Opcode.LIBCALL])}
+    pc, ops = find_call(p, "svd")
+    assert_rejected(_set_word(p, pc, at["k"], 2), "outside slot")      # reduced -> full
+    assert_rejected(_set_word(p, pc, at["m"], 7), "outside slot")
+    assert_rejected(_set_word(p, pc, at["z"], 3), "unused operand z")
+    pc, ops = find_call(p, "lstsq")
+    assert_rejected(_set_word(p, pc, at["k"], 3), "outside slot")
+    assert_rejected(_set_word(p, pc, at["n"], 5), "outside slot")
+    assert_rejected(_set_word(p, pc, at["y_off"], 1), "outside slot")    # rcond: 1 x 1
+    # rcond is read, never written: pointing the result at it is refused if it is an input
+    assert_rejected(_set_word(p, pc, at["z"], 0), "writes slot")
+
+
 def test_null_backend_runs_library_calls_as_no_ops():
     g = fl.compile(np.linalg.inv, backend="null")
     assert g(np.ones((3, 3))).shape == (3, 3)     # singular, but the null routine does nothing
