@@ -482,6 +482,9 @@ def test_libcall_verifier_rejects_what_could_escape(libcall_program):
     assert_rejected(_set_word(p, pc, at["x_off"], -1), "outside slot")
     assert_rejected(_set_word(p, pc, at["routine"], 1), "is float64, slot")   # dgemm on f32
     assert_rejected(_set_word(p, pc, at["routine"], 99), "unknown library routine 99")
+    # what the routine would refuse at run time is refused here: a layout BLAS cannot take
+    assert_rejected(_set_word(p, pc, at["z_s1"], 2), "gemm: operand strides BLAS cannot take")
+    assert_rejected(_set_word(p, pc, at["z_s0"], 0), "gemm: operand strides BLAS cannot take")
     assert_rejected(_set_word(p, pc, at["m"], -1), "out of range")
     # the product writes its input: arguments are never library outputs
     assert_rejected(_set_word(p, pc, at["z"], ops[at["x"]]), "writes slot")
@@ -519,6 +522,7 @@ def test_libcall_verifier_checks_svd_and_lstsq_operands():
     at = {n: i for i, n in enumerate(bc.OPERANDS[Opcode.LIBCALL])}
     pc, ops = find_call(p, "svd")
     assert_rejected(_set_word(p, pc, at["k"], 2), "outside slot")      # reduced -> full
+    assert_rejected(_set_word(p, pc, at["k"], 3), "svd: job k=3 is not 0, 1 or 2")
     assert_rejected(_set_word(p, pc, at["m"], 7), "outside slot")
     assert_rejected(_set_word(p, pc, at["z"], 3), "unused operand z")
     pc, ops = find_call(p, "lstsq")
