@@ -487,8 +487,17 @@ def norm(x, ord=None, axis=None, keepdims=False):
             row = sum_(a, r1, None, None, True)
             red = max_ if ord == np.inf else min_
             return red(row, r0, None, True) if keepdims else squeeze(red(row, r0, None, True), axes)
-        raise TracingError(f"np.linalg.norm(ord={ord!r}) of a matrix needs an SVD, which "
-                           f"fastlaunch does not support")
+        if ord in (2, -2, "nuc"):
+            # NumPy's _multi_svd_norm: the largest / smallest / sum of the singular values
+            sv = linalg_svd(moveaxis(t, (r0, r1), (-2, -1)), compute_uv=False)
+            red = {2: max_, -2: min_}.get(ord)
+            r = red(sv, -1) if red is not None else sum_(sv, -1)
+            if keepdims:
+                shape = list(t.shape)
+                shape[r0] = shape[r1] = 1
+                r = reshape(r, tuple(shape))
+            return r
+        raise ValueError("Invalid norm order for matrices.")
     raise ValueError("Improper number of dimensions to norm.")
 
 
