@@ -1304,6 +1304,14 @@ class _CodeVerifier:
                 self.err(f"{where}: {name} reads slot {slot} before anything is written to it")
         for slot in writes:
             self.wrote(st, slot, where)
+        # CPU time in proportion to memory, as for kernels: at most one matrix per element of
+        # the result (a recorded call writes each matrix's own result; zero batch strides
+        # could otherwise repeat one small call 2^56 times)
+        items = sizes[0] * sizes[1]
+        for slot, lo, hi, w in libcall_extents(routine, list(ops[1:])):
+            if w and hi >= lo and items > hi - lo + 1:
+                self.err(f"{where}: a batch of {items} {info.name} calls for a result of "
+                         f"{hi - lo + 1} elements (at most one per element)")
         if info.words is not None:
             why = info.words(*sizes, [tuple(ops[10 + 6 * a:12 + 6 * a]) for a in range(3)])
             if why is not None:

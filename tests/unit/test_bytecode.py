@@ -477,6 +477,8 @@ def test_libcall_verifier_rejects_what_could_escape(libcall_program):
     assert_rejected(_set_word(p, pc, at["k"], ops[at["k"]] * 2), "outside slot")
     # a batch of 2 with a zero batch stride re-reads one matrix: safe, and accepted
     bc.verify(_set_word(p, pc, at["b1"], 2))
+    # but not more matrices than the result has elements (CPU time bounded by memory)
+    assert_rejected(_set_word(p, pc, at["b1"], 40 * 32 + 1), "at most one per element")
     assert_rejected(_set_word(_set_word(p, pc, at["b1"], 2), pc, at["z_sb1"], 1), "outside slot")
     assert_rejected(_set_word(p, pc, at["x_s0"], ops[at["x_s0"]] + 1), "outside slot")
     assert_rejected(_set_word(p, pc, at["x_off"], -1), "outside slot")
