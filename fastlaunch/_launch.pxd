@@ -69,7 +69,11 @@ cpdef enum Routine:
     LIB_CHOLESKY_F64 = 11
     LIB_EIGH_F32 = 12     # X[b] = (w; V)           X (m+1) x m: row 0 eigenvalues, then V
     LIB_EIGH_F64 = 13
-    LIB_COUNT = 14
+    LIB_SVD_F32 = 14      # X[b] = (s; U; Vh)       k: 0 s only (X 1 x min), 1 reduced, 2 full U/Vh
+    LIB_SVD_F64 = 15      #                         (bytecode.ROUTINES: the packed shape)
+    LIB_LSTSQ_F32 = 16    # X[b] = (x; s; rank)     A = [a | b] m x (n+k), Y = rcond 1 x 1,
+    LIB_LSTSQ_F64 = 17    #                         X (n+2) x max(k, min(m, n), 1)
+    LIB_COUNT = 18
 
 
 # Memory spaces of slots.  A backend's kernels read and write one space; values cross

@@ -63,11 +63,47 @@ class RoutineInfo:
     """What a library routine (_launch.Routine) computes, for the recorder, the verifier and
     the disassembler: its name, dtype, and per array operand (x, y, z) its per-batch-item
     shape as a function of (m, n, k) and whether it writes it (None: unused).  `error`: the
-    message of a positive status (LAPACK's info), raised as `np.linalg.LinAlgError`."""
+    message of a positive status (LAPACK's info), raised as `np.linalg.LinAlgError`.
+    `words`: what else the routine requires of its words (sizes, each operand's row and
+    column strides) -> why not, or None; the verifier refuses what the routine would refuse
+    at run time."""
     name: str
     dtype: str
     arrays: tuple
     error: str = ""
+    words: object = None
+
+
+_INT32_MAX = (1 << 31) - 1
+
+
+def blas_layout(rows, cols, s0, s1):
+    """Whether BLAS can take a row-major rows x cols matrix with element strides (s0, s1)
+    without a copy: "N" (rows contiguous), "T" (columns contiguous), else None; the other
+    stride at least the matrix's extent (csrc/library.c's blas_layout, the same rule)."""
+    if cols <= 1:
+        s1 = 1
+    if rows <= 1:
+        s0 = max(cols, 1) if s1 == 1 else 1
+    if s1 == 1 and max(cols, 1) <= s0 <= _INT32_MAX:
+        return "N"
+    if s0 == 1 and max(rows, 1) <= s1 <= _INT32_MAX:
+        return "T"
+    return None
+
+
+def _gemm_words(b1, b2, m, n, k, strides):
+    if 0 in (b1, b2, m, n):              # nothing to compute: the routine returns at once
+        return None
+    (a0, a1), (x0, x1), (c0, c1) = strides
+    if blas_layout(m, k, a0, a1) is None or blas_layout(k, n, x0, x1) is None or \
+            blas_layout(m, n, c0, c1) != "N":
+        return "operand strides BLAS cannot take (rows or columns contiguous; the result's rows)"
+    return None
+
+
+def _svd_words(b1, b2, m, n, k, strides):
+    return None if k in (0, 1, 2) else f"job k={k} is not 0, 1 or 2"
 
 
 def _shapes(*arrays):
@@ -75,13 +111,26 @@ def _shapes(*arrays):
 
 
 _SQUARE = lambda m, n, k: (m, m)       # noqa: E731
+
+
+def _svd_packed(m, n, k):
+    """svd's packed result per matrix for job k (0: singular values only, 1: reduced U/Vh,
+    2: full; the routine refuses any other k, sized here as 2): row 0 the singular values,
+    then U (m x ucols), then Vh (vrows x n)."""
+    r = min(m, n)
+    if k == 0:
+        return (1, r)
+    ucols, vrows = (m, n) if k >= 2 else (r, r)
+    return (1 + m + vrows, max(ucols, n))
+
+
 ROUTINES: dict = {}
 for _dt in ("f32", "f64"):
     _np = "<f4" if _dt == "f32" else "<f8"
     _R = lambda name: Routine[f"LIB_{name.upper()}_{_dt.upper()}"]   # noqa: E731
     ROUTINES[_R("gemm")] = RoutineInfo("gemm", _np, _shapes(
         (lambda m, n, k: (m, k), False), (lambda m, n, k: (k, n), False),
-        (lambda m, n, k: (m, n), True)))
+        (lambda m, n, k: (m, n), True)), words=_gemm_words)
     ROUTINES[_R("inv")] = RoutineInfo("inv", _np, _shapes((_SQUARE, False), (_SQUARE, True)),
                                       "Singular matrix")
     ROUTINES[_R("solve")] = RoutineInfo("solve", _np, _shapes(
@@ -95,6 +144,13 @@ for _dt in ("f32", "f64"):
         (_SQUARE, False), (_SQUARE, True)), "Matrix is not positive definite")
     ROUTINES[_R("eigh")] = RoutineInfo("eigh", _np, _shapes(
         (_SQUARE, False), (lambda m, n, k: (m + 1, m), True)), "Eigenvalues did not converge")
+    ROUTINES[_R("svd")] = RoutineInfo("svd", _np, _shapes(
+        (lambda m, n, k: (m, n), False), (_svd_packed, True)), "SVD did not converge",
+        _svd_words)
+    ROUTINES[_R("lstsq")] = RoutineInfo("lstsq", _np, _shapes(
+        (lambda m, n, k: (m, n + k), False), (lambda m, n, k: (1, 1), False),
+        (lambda m, n, k: (n + 2, max(k, min(m, n), 1)), True)),
+        "SVD did not converge in Linear Least Squares")
 assert len(ROUTINES) == Routine.LIB_COUNT
 LIBCALL_ARRAYS = 3        # array operands per LIBCALL, 6 words each after the 5 sizes
 
@@ -1289,6 +1345,18 @@ class _CodeVerifier:
                 self.err(f"{where}: {name} reads slot {slot} before anything is written to it")
         for slot in writes:
             self.wrote(st, slot, where)
+        # CPU time in proportion to memory, as for kernels: at most one matrix per element of
+        # the result (a recorded call writes each matrix's own result; zero batch strides
+        # could otherwise repeat one small call 2^56 times)
+        items = sizes[0] * sizes[1]
+        for slot, lo, hi, w in libcall_extents(routine, list(ops[1:])):
+            if w and hi >= lo and items > hi - lo + 1:
+                self.err(f"{where}: a batch of {items} {info.name} calls for a result of "
+                         f"{hi - lo + 1} elements (at most one per element)")
+        if info.words is not None:
+            why = info.words(*sizes, [tuple(ops[10 + 6 * a:12 + 6 * a]) for a in range(3)])
+            if why is not None:
+                self.err(f"{where}: {info.name}: {why}")
 
     def fits(self, where, dst, src, offsets=(0, 0)) -> bool:
         """Alias dst may take a pointer into src's buffer at these element offsets: same

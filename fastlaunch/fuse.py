@@ -406,7 +406,15 @@ class _Fuser:
         fn = node.attrs["fn"]
         a = node.inputs[0]
         batch = a.shape[:-2]
-        m = a.shape[-1]
+        # the routine's (m, n, k) words (bytecode.ROUTINES): square matrices m x m (solve: n
+        # right-hand sides); svd m x n and its job; lstsq [a | b] m x (n + k) (k = b's columns)
+        if fn == "svd":
+            sizes = (a.shape[-2], a.shape[-1], node.attrs["job"])
+        elif fn == "lstsq":
+            n = node.attrs["n"]
+            sizes = (a.shape[-2], n, a.shape[-1] - n)
+        else:
+            sizes = (a.shape[-1], node.inputs[1].shape[-1] if fn == "solve" else 0, 0)
         layouts = []
         for operand in node.inputs:
             if not self.in_memory(operand) or operand.op.kind is Kind.VIEW:
@@ -424,14 +432,13 @@ class _Fuser:
             layouts = [(b, b.strides if st is None else st) for b, st in layouts]
             merged = _merge_batch(batch, [st[:len(batch)] for _, st in layouts])
         bsizes, bstrides = merged
-        n = node.inputs[1].shape[-1] if fn == "solve" else 0
         args, lays = [], []
         for i, (buf, st) in enumerate(layouts):
             writes = buf is out
             args.append(KernelArg("buffer", buf.dtype, buf.id, 0, writes))
             rs, cs = st[len(batch):len(batch) + 2] if len(st) >= len(batch) + 2 else (1, 1)
             lays.append((0, bstrides[i][0], bstrides[i][1], rs, cs))
-        self.plan.kernels.append(LibraryCall(fn, node.dtype, (bsizes[0], bsizes[1], m, n, 0),
+        self.plan.kernels.append(LibraryCall(fn, node.dtype, (bsizes[0], bsizes[1]) + sizes,
                                              args, lays, fn))
 
     def materialize_copy(self, node: Node) -> Buffer:

@@ -201,9 +201,12 @@ class Op(enum.Enum):
     # setslice(base, value): base with the strided region start + step*i replaced by value
     SETSLICE = ("setslice", Kind.UPDATE, 2)
     # linalg(a[, b]) fn=...: per matrix of the leading (batch) dims, the operation `fn`
-    # ("inv", "solve", "det", "slogdet", "cholesky", "eigh") of np.linalg.  Results with
-    # two parts are packed: slogdet [..., 2] = (sign, log|det|); eigh [..., n+1, n] = the
-    # eigenvalues in row 0, then the eigenvectors (as np.linalg.eigh's columns)
+    # ("inv", "solve", "det", "slogdet", "cholesky", "eigh", "svd", "lstsq") of np.linalg.
+    # Results with several parts are packed: slogdet [..., 2] = (sign, log|det|); eigh
+    # [..., n+1, n] = the eigenvalues in row 0, then the eigenvectors (as np.linalg.eigh's
+    # columns); svd (attribute job: 0 values only, 1 reduced, 2 full) = s in row 0, then U,
+    # then Vh; lstsq(a | b, rcond) (attribute n: a's columns) = x, then s, then the rank
+    # (bytecode.ROUTINES gives the packed shapes)
     LINALG = ("linalg", Kind.LIBRARY, -1)
 
     def __repr__(self):

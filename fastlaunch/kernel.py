@@ -450,7 +450,8 @@ TRANSCENDENTAL = {Op.CBRT, Op.EXP, Op.EXP2, Op.EXPM1, Op.LOG, Op.LOG2, Op.LOG10,
 class LibraryCall:
     """A step of a plan that is not a compiled kernel: a library routine (matrix product,
     small dense linear algebra) over a (b1, b2) batch of matrices, by operation name
-    ("gemm", "inv", "solve", "det", "slogdet", "cholesky", "eigh"): which routine entry
+    ("gemm", "inv", "solve", "det", "slogdet", "cholesky", "eigh", "svd", "lstsq"): which
+    routine entry
     implements it, and whether one does, is the backend's business.  `args` bind the
     operands (x, y[, z]) to plan buffers, `layouts` give each operand's (offset, batch
     strides sb1 sb2, row and column strides s0 s1) in elements; sizes are (b1, b2, m, n, k)
@@ -476,6 +477,8 @@ class LibraryCall:
     def work(self) -> int:
         """Estimated operations (for the recorder's decision to poll for Ctrl-C)."""
         b1, b2, m, n, k = self.sizes
+        if self.name in ("svd", "lstsq"):         # m x n: about m n min(m, n) each
+            return b1 * b2 * max(1, m) * max(1, n) * max(1, min(m, n))
         return b1 * b2 * max(1, m) * max(1, m if self.name != "gemm" else n) * \
             max(1, k if self.name == "gemm" else m)
 

@@ -548,8 +548,17 @@ def norm(x, ord=None, axis=None, keepdims=False):
             row = sum_(a, r1, None, None, True)
             red = max_ if ord == np.inf else min_
             return red(row, r0, None, True) if keepdims else squeeze(red(row, r0, None, True), axes)
-        raise TracingError(f"np.linalg.norm(ord={ord!r}) of a matrix needs an SVD, which "
-                           f"fastlaunch does not support")
+        if ord in (2, -2, "nuc"):
+            # NumPy's _multi_svd_norm: the largest / smallest / sum of the singular values
+            sv = linalg_svd(moveaxis(t, (r0, r1), (-2, -1)), compute_uv=False)
+            red = {2: max_, -2: min_}.get(ord)
+            r = red(sv, -1) if red is not None else sum_(sv, -1)
+            if keepdims:
+                shape = list(t.shape)
+                shape[r0] = shape[r1] = 1
+                r = reshape(r, tuple(shape))
+            return r
+        raise ValueError("Invalid norm order for matrices.")
     raise ValueError("Improper number of dimensions to norm.")
 
 
@@ -565,6 +574,7 @@ FUNCTIONS[np.linalg.norm] = _norm
 # ---- small dense linear algebra (np.linalg): LIBRARY nodes ---------------------------------------
 _SlogdetResult = type(np.linalg.slogdet(np.eye(1)))
 _EighResult = type(np.linalg.eigh(np.eye(1)))
+_SVDResult = type(np.linalg.svd(np.eye(1)))
 
 
 def _linalg_operand(x, name: str, square: bool = True):
@@ -589,10 +599,11 @@ def _linalg_dtype(dt, name):
         raise TracingError(f"np.linalg.{name} of {dt} is not supported by fastlaunch")
 
 
-def _linalg(fn, shape, inputs, result_dtype):
+def _linalg(fn, shape, inputs, result_dtype, **attrs):
     """The LIBRARY node (float64) cast to the result dtype."""
     g = current_graph()
-    return ops.cast(g, g.add(Op.LINALG, np.float64, shape, inputs, fn=fn), result_dtype)
+    return ops.cast(g, g.add(Op.LINALG, np.float64, shape, inputs, fn=fn, **attrs),
+                    result_dtype)
 
 
 @implements(np.linalg.inv)
@@ -672,6 +683,187 @@ def linalg_eigh(a, UPLO="L"):
                                       packed.shape[:-2] + (1, m)), packed.shape[:-2] + (m,))
     v = ops.slice_view(g, packed, (0,) * lead + (1, 0), (1,) * packed.ndim, n.shape)
     return _EighResult(wrap(w), wrap(v))
+
+
+def _block(g, packed, row, col, rows, cols, shape):
+    """packed[..., row:row+rows, col:col+cols] (a view), reshaped to batch + shape."""
+    lead = packed.ndim - 2
+    v = ops.slice_view(g, packed, (0,) * lead + (row, col), (1,) * packed.ndim,
+                       packed.shape[:-2] + (rows, cols))
+    return ops.reshape(g, v, packed.shape[:-2] + shape)
+
+
+@implements(np.linalg.svd)
+def linalg_svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    """LAPACK gesdd as NumPy calls it (jobz 'A', 'S' or 'N'), computed in float64 and cast;
+    hermitian=True: NumPy's construction from eigh."""
+    if hermitian:
+        return _svd_hermitian(a, compute_uv)
+    g = current_graph()
+    n, rt = _linalg_operand(a, "svd", square=False)
+    rows, cols = n.shape[-2:]
+    r = min(rows, cols)
+    job = 0 if not compute_uv else (2 if full_matrices else 1)
+    ucols, vrows = (rows, cols) if job == 2 else (r, r)
+    packed = _linalg("svd", n.shape[:-2] + ((1, r) if job == 0 else
+                                            (1 + rows + vrows, max(ucols, cols))), (n,), rt,
+                     job=job)
+    s = wrap(_block(g, packed, 0, 0, 1, r, (r,)))
+    if not compute_uv:
+        return s
+    u = _block(g, packed, 1, 0, rows, ucols, (rows, ucols))
+    vh = _block(g, packed, 1 + rows, 0, vrows, cols, (vrows, cols))
+    return _SVDResult(wrap(u), s, wrap(vh))
+
+
+def _svd_hermitian(a, compute_uv):
+    """np.linalg.svd(a, hermitian=True) as NumPy computes it: eigh, |eigenvalues| sorted
+    descending, the signs moved into Vh."""
+    t = _as_tracer(a)
+    if not compute_uv:
+        s = np.abs(linalg_eigh(t)[0])
+        return np.sort(s, axis=-1)[..., ::-1]
+    s, u = linalg_eigh(t)
+    sgn = np.copysign(1.0, s)
+    s = np.abs(s)
+    sidx = np.argsort(s, axis=-1)[..., ::-1]
+    sgn = np.take_along_axis(sgn, sidx, axis=-1)
+    s = np.take_along_axis(s, sidx, axis=-1)
+    u = np.take_along_axis(u, sidx[..., None, :], axis=-1)
+    return _SVDResult(u, s, np.swapaxes(u * sgn[..., None, :], -1, -2))
+
+
+def _static_or_array(x):
+    """A traced value as it is, anything else as np.asarray (NumPy's handling of rcond/tol)."""
+    return x if is_tracer(x) else np.asarray(x)
+
+
+@implements(np.linalg.pinv)
+def linalg_pinv(a, rcond=None, hermitian=False, *, rtol=np._NoValue):
+    """NumPy 2's pinv: the reduced SVD, singular values at most rcond * max(s) dropped, then
+    Vh^T (1/s) U^T (elementwise ops fused, a matrix product)."""
+    t = _as_tracer(a)
+    if rcond is None:
+        if rtol is np._NoValue:
+            rcond = 1e-15
+        elif rtol is None:
+            rcond = max(t.shape[-2:]) * np.finfo(t.dtype).eps
+        else:
+            rcond = rtol
+    elif rtol is not np._NoValue:
+        raise ValueError("`rtol` and `rcond` can't be both set.")
+    rcond = _static_or_array(rcond)
+    if t.ndim >= 2 and t.size == 0 and t.shape[-1] * t.shape[-2] == 0:
+        return np.zeros(t.shape[:-2] + (t.shape[-1], t.shape[-2]), t.dtype)
+    u, s, vt = linalg_svd(t, full_matrices=False, hermitian=hermitian)
+    cutoff = rcond[..., None] * np.amax(s, axis=-1, keepdims=True)
+    large = s > cutoff
+    s = np.where(large, np.divide(1, s), 0)
+    return np.matmul(np.swapaxes(vt, -1, -2), s[..., None] * np.swapaxes(u, -1, -2))
+
+
+@implements(np.linalg.matrix_rank)
+def linalg_matrix_rank(A, tol=None, hermitian=False, *, rtol=None):
+    """NumPy's rule: the number of singular values above tol (default: max(m, n) * eps *
+    max(s)).  A vector: 1 unless all zero, as a traced int64 (NumPy returns a Python int)."""
+    if rtol is not None and tol is not None:
+        raise ValueError("`tol` and `rtol` can't be both set.")
+    t = _as_tracer(A)
+    if t.ndim < 2:
+        return astype(np.any(t != 0), np.int64)
+    S = linalg_svd(t, compute_uv=False, hermitian=hermitian)
+    if S.shape[-1] == 0:            # S.max(initial=0) is 0: nothing above it
+        return wrap(ops.broadcast_to(current_graph(), ops.literal(current_graph(), 0, np.intp),
+                                     S.shape[:-1]), scalar=S.ndim == 1)
+    if tol is None:
+        if rtol is None:
+            rtol = max(t.shape[-2:]) * np.finfo(S.dtype).eps
+        else:
+            rtol = _static_or_array(rtol)[..., None]
+        tol = np.amax(S, axis=-1, keepdims=True) * rtol
+    else:
+        tol = _static_or_array(tol)[..., None]
+    return np.count_nonzero(S > tol, axis=-1)
+
+
+class LstsqResiduals(Unreturnable):
+    """np.linalg.lstsq's residuals when a has more rows than columns: their shape depends on
+    the data (empty unless rank == n), so they are refused wherever they are used."""
+
+    why = ("np.linalg.lstsq's residuals have a data-dependent shape (empty unless the rank "
+           "equals the number of columns), which fastlaunch cannot trace: use x, rank and s "
+           "(np.linalg.lstsq(a, b)[0]), and compute the residuals as "
+           "np.sum((a @ x - b) ** 2, axis=0)")
+
+    def _refuse(self, *args, **kwargs):
+        raise TracingError(self.why)
+
+    __len__ = __iter__ = __array__ = __getitem__ = __setitem__ = __bool__ = _refuse
+    __float__ = __int__ = __index__ = __array_ufunc__ = __array_function__ = _refuse
+    __hash__ = object.__hash__
+
+    def __getattr__(self, name):
+        if name.startswith("__"):      # protocol probes (NumPy, copy, pickle) just miss
+            raise AttributeError(name)
+        raise TracingError(self.why)
+
+
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and",
+              "or", "xor", "lt", "le", "gt", "ge", "eq", "ne", "neg", "pos", "abs", "invert"):
+    for _pre in (("", "r") if _name not in ("lt", "le", "gt", "ge", "eq", "ne", "neg", "pos",
+                                            "abs", "invert") else ("",)):
+        setattr(LstsqResiduals, f"__{_pre}{_name}__", LstsqResiduals._refuse)
+
+
+@implements(np.linalg.lstsq)
+def linalg_lstsq(a, b, rcond=None):
+    """LAPACK gelsd as NumPy calls it, on the augmented matrix [a | b] with rcond as a second
+    operand; returns (x, residuals, rank, s).  x, rank and s have static shapes; the
+    residuals' shape depends on the rank when a has more rows than columns (then they are a
+    LstsqResiduals, refused where used), else they are the empty array NumPy returns."""
+    g = current_graph()
+    an, bn = node_of(a), node_of(b)
+    vector = bn.ndim == 1
+    if vector:
+        bn = ops.reshape(g, bn, bn.shape + (1,))
+    for x in (an, bn):
+        if x.ndim != 2:
+            raise np.linalg.LinAlgError(f"{x.ndim}-dimensional array given. Array must be "
+                                        f"two-dimensional")
+    m, n = an.shape
+    m2, nrhs = bn.shape
+    if m != m2:
+        raise np.linalg.LinAlgError("Incompatible dimensions")
+    for x in (an, bn):
+        _linalg_dtype(x.dtype, "lstsq")
+    rt = np.dtype(np.float32) if an.dtype == bn.dtype == np.float32 else np.dtype(np.float64)
+    if rcond is None:
+        rcond = np.finfo(np.float64).eps * max(n, m)
+    if is_tracer(rcond):
+        rc = node_of(rcond)
+        if rc.ndim != 0:
+            raise TracingError("np.linalg.lstsq: a traced rcond must be a scalar")
+        _linalg_dtype(rc.dtype, "lstsq")
+    else:
+        value = np.asarray(rcond)
+        if value.ndim != 0 or value.dtype.kind not in "biuf":
+            raise TracingError(f"np.linalg.lstsq: rcond must be a real scalar, got "
+                               f"{rcond!r:.60}")
+        rc = ops.literal(g, float(value), np.float64)
+    rc = ops.reshape(g, ops.cast(g, rc, np.float64), (1, 1))
+    ab = node_of(concatenate([wrap(ops.cast(g, an, np.float64)),
+                              wrap(ops.cast(g, bn, np.float64))], axis=1))
+    r = min(m, n)
+    packed = g.add(Op.LINALG, np.float64, (n + 2, max(nrhs, r, 1)), (ab, rc), fn="lstsq", n=n)
+    x = _block(g, packed, 0, 0, n, nrhs, (n,) if vector else (n, nrhs))
+    s = _block(g, packed, n, 0, 1, r, (r,))
+    rank = _block(g, packed, n + 1, 0, 1, 1, ())
+    if m <= n or nrhs == 0:          # NumPy's residuals are then always empty
+        resid = np.zeros(0, rt)
+    else:
+        resid = LstsqResiduals()
+    return (wrap(ops.cast(g, x, rt)), resid, wrap(ops.cast(g, rank, np.int32), scalar=True),
+            wrap(ops.cast(g, s, rt)))
 
 
 # ---- matrix products -------------------------------------------------------------------------
@@ -915,7 +1107,7 @@ def astype_function(x, dtype, /, *, copy=True, device=None):
 @implements(np.count_nonzero)
 def count_nonzero(a, axis=None, *, keepdims=False):
     r = sum_(call_ufunc(np.not_equal, (a, 0)), axis, np.intp, None, keepdims)
-    r.scalar = axis is None and not keepdims
+    r.scalar = r.ndim == 0          # a 0-d count is a NumPy scalar, whatever the axis
     return r
 
 

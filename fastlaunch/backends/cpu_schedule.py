@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..bytecode import blas_layout
 from ..ir import Op
 from ..kernel import (Compute, Index, Kernel, KernelArg, LibraryCall, Load, Loop, Reduction,
                       accumulator_dtype, address, coalesce, idents, is_kernel, set_extents,
@@ -89,21 +90,6 @@ class LibrarySchedule:
 
     def describe(self) -> str:
         return "library call"
-
-
-def blas_layout(rows, cols, s0, s1):
-    """Whether BLAS can take a row-major rows x cols matrix with element strides (s0, s1)
-    without a copy: rows or columns contiguous, the other stride at least the matrix's extent
-    (csrc/library.c's blas_layout, the same rule)."""
-    if cols <= 1:
-        s1 = 1
-    if rows <= 1:
-        s0 = max(cols, 1) if s1 == 1 else 1
-    if s1 == 1 and max(cols, 1) <= s0 <= _INT32_MAX:
-        return "N"
-    if s0 == 1 and max(rows, 1) <= s1 <= _INT32_MAX:
-        return "T"
-    return None
 
 
 def gemm_call(k: Kernel):

@@ -34,7 +34,7 @@ from ..bytecode import ROUTINES
 # the BLAS/LAPACK entry points the routines call (library.c's entry_names)
 _BLAS = ("sgemm", "dgemm")
 _LAPACK = ("sgetrf", "dgetrf", "sgesv", "dgesv", "spotrf", "dpotrf",
-           "ssyevd", "dsyevd")
+           "ssyevd", "dsyevd", "sgesdd", "dgesdd", "sgelsd", "dgelsd")
 _lock = threading.Lock()
 _registered = None          # which BLAS the routines were given ("numpy" or "scipy")
 

@@ -1,5 +1,5 @@
 /* LIBCALL routines: batched BLAS gemm and small dense LAPACK (inv, solve, det, slogdet,
- * cholesky, eigh) over strided row-major operands.  The BLAS/LAPACK entry points are
+ * cholesky, eigh, svd, lstsq) over strided row-major operands.  The BLAS/LAPACK entry points are
  * scipy.linalg.cython_blas/cython_lapack's (Fortran LP64 conventions: every argument by
  * pointer, column-major), registered by name from Python (backends/cpu.py) before a program
  * that uses them is linked.  A row-major matrix is its transpose in column-major, which
@@ -20,12 +20,16 @@ typedef void (*gesv_t)(int *, int *, void *, int *, int *, void *, int *, int *)
 typedef void (*potrf_t)(char *, int *, void *, int *, int *);
 typedef void (*syevd_t)(char *, char *, int *, void *, int *, void *, void *, int *, int *,
                         int *, int *);
+typedef void (*gesdd_t)(char *, int *, int *, void *, int *, void *, void *, int *, void *,
+                        int *, void *, int *, int *, int *);
+typedef void (*gelsd_t)(int *, int *, int *, void *, int *, void *, int *, void *, void *,
+                        int *, void *, int *, int *, int *);
 
 /* entry points by name; index i*2 + (double) */
-enum { E_GEMM, E_GETRF, E_GESV, E_POTRF, E_SYEVD, E_COUNT };
+enum { E_GEMM, E_GETRF, E_GESV, E_POTRF, E_SYEVD, E_GESDD, E_GELSD, E_COUNT };
 static const char *entry_names[E_COUNT][2] = {
     {"sgemm", "dgemm"}, {"sgetrf", "dgetrf"}, {"sgesv", "dgesv"},
-    {"spotrf", "dpotrf"}, {"ssyevd", "dsyevd"}};
+    {"spotrf", "dpotrf"}, {"ssyevd", "dsyevd"}, {"sgesdd", "dgesdd"}, {"sgelsd", "dgelsd"}};
 static void *entries[E_COUNT][2];
 
 /* ILP64 entry points (64-bit integers: NumPy's bundled scipy-openblas64), reached through
@@ -81,6 +85,30 @@ static void syevd_adapt_##D(char *jobz, char *uplo, int *n, void *a, int *lda, v
     if (*lwork == -1 || *liwork == -1) iwork[0] = (int)iw[0];                                \
     *info = (int)INFO;                                                                       \
     if (iw != small) free(iw);                                                               \
+}                                                                                            \
+/* gesdd, gelsd: the routines allocate iwork with 64-bit entries (IWORK64 below), which      \
+ * either convention can use in place: no copy, no allocation per matrix */                  \
+static void gesdd_adapt_##D(char *jobz, int *m, int *n, void *a, int *lda, void *s, void *u, \
+                            int *ldu, void *vt, int *ldvt, void *work, int *lwork,          \
+                            int *iwork, int *info) {                                         \
+    i64 M = *m, N = *n, LA = *lda, LU = *ldu, LV = *ldvt, LW = *lwork, INFO = 0;             \
+    ((void (*)(char *, i64 *, i64 *, void *, i64 *, void *, void *, i64 *, void *, i64 *,    \
+               void *, i64 *, i64 *, i64 *, size_t))ilp[E_GESDD][D])(                        \
+        jobz, &M, &N, a, &LA, s, u, &LU, vt, &LV, work, &LW, (i64 *)(void *)iwork, &INFO, 1);\
+    *info = (int)INFO;                                                                       \
+}                                                                                            \
+static void gelsd_adapt_##D(int *m, int *n, int *nrhs, void *a, int *lda, void *b, int *ldb, \
+                            void *s, void *rcond, int *rank, void *work, int *lwork,         \
+                            int *iwork, int *info) {                                         \
+    /* a workspace query (lwork -1) returns liwork in iwork[0], an int for the caller */      \
+    i64 M = *m, N = *n, R = *nrhs, LA = *lda, LB = *ldb, RANK = 0, LW = *lwork, INFO = 0;    \
+    i64 q = 0, *iw = *lwork == -1 ? &q : (i64 *)(void *)iwork;                               \
+    ((void (*)(i64 *, i64 *, i64 *, void *, i64 *, void *, i64 *, void *, void *, i64 *,     \
+               void *, i64 *, i64 *, i64 *))ilp[E_GELSD][D])(                                \
+        &M, &N, &R, a, &LA, b, &LB, s, rcond, &RANK, work, &LW, iw, &INFO);                  \
+    if (*lwork == -1) iwork[0] = (int)q;                                                     \
+    *rank = (int)RANK;                                                                       \
+    *info = (int)INFO;                                                                       \
 }
 ADAPT_GEMM(0, float)
 ADAPT_GEMM(1, double)
@@ -88,7 +116,8 @@ ADAPT_GEMM(1, double)
 static void *adapters[E_COUNT][2] = {
     {(void *)gemm_adapt_0, (void *)gemm_adapt_1}, {(void *)getrf_adapt_0, (void *)getrf_adapt_1},
     {(void *)gesv_adapt_0, (void *)gesv_adapt_1}, {(void *)potrf_adapt_0, (void *)potrf_adapt_1},
-    {(void *)syevd_adapt_0, (void *)syevd_adapt_1}};
+    {(void *)syevd_adapt_0, (void *)syevd_adapt_1}, {(void *)gesdd_adapt_0, (void *)gesdd_adapt_1},
+    {(void *)gelsd_adapt_0, (void *)gelsd_adapt_1}};
 
 /* name: the LP64 name (sgemm...); ilp64: fn takes 64-bit integers */
 int fl_library_register(const char *name, void *fn, int ilp64) {
@@ -412,13 +441,138 @@ static int eigh_##SUFFIX(const int64_t *ops, const int64_t *slots) {            
 LAPACK(float, 0, f32)
 LAPACK(double, 1, f64)
 
+/* SVD and least squares: LAPACK gesdd / gelsd on a column-major copy, with NumPy's leading
+ * dimensions and workspace sizes (the same algorithm paths, so the same bits as NumPy's when
+ * the LAPACK is the same one).  The workspace is queried and allocated once per call, not
+ * per matrix.  iwork gets 64-bit entries: enough for either integer convention (the ILP64
+ * adapters pass it through as is). */
+#define IWORK64(count) malloc(sizeof(int64_t) * (size_t)((count) > 0 ? (count) : 1))
+#define DECOMP(T, IDX, SUFFIX)                                                               \
+/* X[b] = (s; U; Vh), job k: 0 s only (X 1 x r), 1 reduced (U m x r, Vh r x n), 2 full       \
+ * (U m x m, Vh n x n); X (1 + m + vrows) x max(ucols, n), r = min(m, n) */                  \
+static int svd_##SUFFIX(const int64_t *ops, const int64_t *slots) {                         \
+    int64_t b1 = ops[OP_B1], b2 = ops[OP_B2], m = ops[OP_M], n = ops[OP_N], job = ops[OP_K]; \
+    arr_t A = arr(ops, slots, 0, sizeof(T)), X = arr(ops, slots, 1, sizeof(T));              \
+    gesdd_t gesdd = (gesdd_t)entries[E_GESDD][IDX];                                          \
+    int64_t r = m < n ? m : n, ucols = job == 2 ? m : r, vrows = job == 2 ? n : r;           \
+    if (job < 0 || job > 2) return -1;                                                       \
+    if (b1 == 0 || b2 == 0) return 0;                                                        \
+    if (r == 0) {      /* LAPACK leaves an empty matrix's U, Vh unset: identities, as NumPy */ \
+        if (job == 2)                                                                        \
+            for (int64_t i1 = 0; i1 < b1; i1++)                                              \
+                for (int64_t i2 = 0; i2 < b2; i2++) {                                        \
+                    T *x = (T *)item(&X, i1, i2);                                            \
+                    for (int64_t i = 0; i < m; i++)                                          \
+                        for (int64_t j = 0; j < m; j++) x[(1 + i) * X.s0 + j * X.s1] = i == j; \
+                    for (int64_t i = 0; i < n; i++)                                          \
+                        for (int64_t j = 0; j < n; j++)                                      \
+                            x[(1 + m + i) * X.s0 + j * X.s1] = i == j;                       \
+                }                                                                            \
+        return 0;                                                                            \
+    }                                                                                        \
+    if (!FITS(m) || !FITS(n) || m * n > INT32_MAX || !gesdd) return -1;                      \
+    char jobz = "NSA"[job];                                                                  \
+    int im = (int)m, in = (int)n, ld = (int)m, ldvt = job && vrows > 1 ? (int)vrows : 1;       \
+    int lwork = -1, info = 0, rc = 0;                                                        \
+    size_t na = (size_t)(m * n), nu = job ? (size_t)(m * ucols) : 0;                         \
+    size_t nv = job ? (size_t)(vrows * n) : 0;                                               \
+    T q = 0, *w = malloc(sizeof(T) * (na + (size_t)r + nu + nv)), *work = NULL;              \
+    int64_t *iwork = IWORK64(8 * r);                                                         \
+    if (!w || !iwork) { free(w); free(iwork); return -2; }                                   \
+    T *a = w, *s = w + na, *u = s + r, *vt = u + nu;                                         \
+    gesdd(&jobz, &im, &in, a, &ld, s, u, &ld, vt, &ldvt, &q, &lwork, (int *)iwork, &info);   \
+    if (info != 0 || !(q < (T)INT32_MAX)) { free(w); free(iwork); return -1; }               \
+    lwork = (int)q > 0 ? (int)q : 1;                                                         \
+    work = malloc(sizeof(T) * (size_t)lwork);                                                \
+    if (!work) { free(w); free(iwork); return -2; }                                          \
+    for (int64_t i1 = 0; i1 < b1 && !rc; i1++)                                               \
+        for (int64_t i2 = 0; i2 < b2 && !rc; i2++) {                                         \
+            load_##T(a, item(&A, i1, i2), n, m, A.s1, A.s0);                                 \
+            gesdd(&jobz, &im, &in, a, &ld, s, u, &ld, vt, &ldvt, work, &lwork,               \
+                  (int *)iwork, &info);                                                      \
+            /* a NaN is an illegal argument to gesdd (info -4): NumPy reports every       \
+             * failure as non-convergence, and so do we (positive: a LinAlgError) */        \
+            if (info != 0) { rc = info > 0 ? info : 1 - info; break; }                       \
+            T *x = (T *)item(&X, i1, i2);                                                    \
+            for (int64_t j = 0; j < r; j++) x[j * X.s1] = s[j];                              \
+            if (!job) continue;                                                              \
+            for (int64_t i = 0; i < m; i++)                                                  \
+                for (int64_t j = 0; j < ucols; j++) x[(1 + i) * X.s0 + j * X.s1] = u[i + j * m]; \
+            for (int64_t i = 0; i < vrows; i++)                                              \
+                for (int64_t j = 0; j < n; j++)                                              \
+                    x[(1 + m + i) * X.s0 + j * X.s1] = vt[i + j * ldvt];                     \
+        }                                                                                    \
+    free(w); free(work); free(iwork);                                                        \
+    return rc;                                                                               \
+}                                                                                            \
+/* lstsq: A = [a | b] (m x (n + k)), Y = rcond (1 x 1); X (n + 2) x max(k, r, 1): rows      \
+ * 0..n-1 the solution x (n x k), row n the singular values, X[n+1, 0] the rank.  b is       \
+ * copied into a max(m, n)-row block (gelsd writes x there); k = 0 solves one zero column,  \
+ * as NumPy does. */                                                                         \
+static int lstsq_##SUFFIX(const int64_t *ops, const int64_t *slots) {                       \
+    int64_t b1 = ops[OP_B1], b2 = ops[OP_B2], m = ops[OP_M], n = ops[OP_N], k = ops[OP_K];   \
+    arr_t AB = arr(ops, slots, 0, sizeof(T)), R = arr(ops, slots, 1, sizeof(T));             \
+    arr_t X = arr(ops, slots, 2, sizeof(T));                                                 \
+    gelsd_t gelsd = (gelsd_t)entries[E_GELSD][IDX];                                          \
+    int64_t r = m < n ? m : n, mx = m > n ? m : n, nb = k > 0 ? k : 1;                       \
+    if (b1 == 0 || b2 == 0) return 0;                                                        \
+    if (r == 0) {                      /* as NumPy: x = 0, rank 0, no singular values */     \
+        for (int64_t i1 = 0; i1 < b1; i1++)                                                  \
+            for (int64_t i2 = 0; i2 < b2; i2++) {                                            \
+                T *x = (T *)item(&X, i1, i2);                                                \
+                for (int64_t i = 0; i < n; i++)                                              \
+                    for (int64_t j = 0; j < k; j++) x[i * X.s0 + j * X.s1] = 0;              \
+                x[(n + 1) * X.s0] = 0;                                                       \
+            }                                                                                \
+        return 0;                                                                            \
+    }                                                                                        \
+    if (!FITS(m) || !FITS(n) || !FITS(k) || m * n > INT32_MAX || mx * nb > INT32_MAX ||      \
+        !gelsd) return -1;                                                                   \
+    int im = (int)m, in = (int)n, inb = (int)nb, lda = (int)m, ldb = (int)mx, rank = 0;      \
+    int lwork = -1, liwork = 0, info = 0, rc = 0;                                            \
+    size_t na = (size_t)(m * n), nbb = (size_t)(mx * nb);                                    \
+    T q = 0, rcond = 0, *w = malloc(sizeof(T) * (na + nbb + (size_t)r)), *work = NULL;       \
+    int64_t *iwork = NULL;                                                                   \
+    if (!w) return -2;                                                                       \
+    T *a = w, *bb = w + na, *s = bb + nbb;                                                   \
+    gelsd(&im, &in, &inb, a, &lda, bb, &ldb, s, &rcond, &rank, &q, &lwork, &liwork, &info);  \
+    if (info != 0 || !(q < (T)INT32_MAX)) { free(w); return -1; }                            \
+    lwork = (int)q > 0 ? (int)q : 1;                                                         \
+    work = malloc(sizeof(T) * (size_t)lwork);                                                \
+    iwork = IWORK64(liwork);                                                                 \
+    if (!work || !iwork) { free(w); free(work); free(iwork); return -2; }                    \
+    for (int64_t i1 = 0; i1 < b1 && !rc; i1++)                                               \
+        for (int64_t i2 = 0; i2 < b2 && !rc; i2++) {                                         \
+            const T *ab = (const T *)item(&AB, i1, i2);                                      \
+            load_##T(a, (const char *)ab, n, m, AB.s1, AB.s0);                               \
+            memset(bb, 0, sizeof(T) * nbb);                                                  \
+            for (int64_t j = 0; j < k; j++)                                                  \
+                for (int64_t i = 0; i < m; i++) bb[i + j * mx] = ab[i * AB.s0 + (n + j) * AB.s1]; \
+            rcond = *(const T *)item(&R, i1, i2);                                            \
+            gelsd(&im, &in, &inb, a, &lda, bb, &ldb, s, &rcond, &rank, work, &lwork,         \
+                  (int *)iwork, &info);                                                      \
+            if (info != 0) { rc = info > 0 ? info : 1 - info; break; }    /* as svd's */    \
+            T *x = (T *)item(&X, i1, i2);                                                    \
+            for (int64_t i = 0; i < n; i++)                                                  \
+                for (int64_t j = 0; j < k; j++) x[i * X.s0 + j * X.s1] = bb[i + j * mx];     \
+            for (int64_t j = 0; j < r; j++) x[n * X.s0 + j * X.s1] = s[j];                   \
+            x[(n + 1) * X.s0] = (T)rank;                                                     \
+        }                                                                                    \
+    free(w); free(work); free(iwork);                                                        \
+    return rc;                                                                               \
+}
+DECOMP(float, 0, f32)
+DECOMP(double, 1, f64)
+
 static const fl_library_fn routines[] = {
     gemm_f32, gemm_f64, inv_f32, inv_f64, solve_f32, solve_f64, det_f32, det_f64,
-    slogdet_f32, slogdet_f64, cholesky_f32, cholesky_f64, eigh_f32, eigh_f64};
+    slogdet_f32, slogdet_f64, cholesky_f32, cholesky_f64, eigh_f32, eigh_f64, svd_f32, svd_f64,
+    lstsq_f32, lstsq_f64};
 /* the entry points each routine needs (for a clear error at link time) */
 static const int needs[][2] = {
     {E_GEMM, E_GEMM}, {E_GESV, E_GESV}, {E_GESV, E_GESV}, {E_GETRF, E_GETRF},
-    {E_GETRF, E_GETRF}, {E_POTRF, E_POTRF}, {E_SYEVD, E_SYEVD}};
+    {E_GETRF, E_GETRF}, {E_POTRF, E_POTRF}, {E_SYEVD, E_SYEVD}, {E_GESDD, E_GESDD},
+    {E_GELSD, E_GELSD}};
 
 fl_library_fn fl_library_routine(int routine) {
     if (routine < 0 || routine >= (int)(sizeof(routines) / sizeof(routines[0]))) return NULL;

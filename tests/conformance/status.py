@@ -20,8 +20,6 @@ import pytest
 NOT_IMPLEMENTED: dict = {
     "np.fft": "np.fft.* (complex arithmetic is traced, but there is no FFT: a TracingError "
               "naming the function, e.g. np.fft.fft)",
-    "np.linalg.lstsq": "np.linalg.lstsq (a LAPACK gelsd library call, not written yet)",
-    "np.linalg.pinv": "np.linalg.pinv (needs an SVD library call, gesdd, not written yet)",
 }
 
 _INTCMP = ("a Python int argument outside the 64-bit range (from 2**64 up or below -2**63) "

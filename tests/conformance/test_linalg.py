@@ -308,17 +308,299 @@ for _n, _notes in [
                                "raises LinAlgError at replay"),
         ("np.linalg.eigh", "LAPACK syevd; UPLO 'L'/'U'; eigenvectors equal NumPy's up to sign")]:
     cover(_n, LA, ["f32", "f64"], note=_notes, test="test_linalg.py")
-@param_marks("np.linalg.lstsq")
-def test_linalg_lstsq():
-    a = _well_conditioned((5, 3, 3), np.float64)
-    check(lambda a: np.linalg.lstsq(a[0], a[1])[0], a, tol=_tol(), atol=1e-12)
+# ---- SVD, pinv, lstsq, matrix_rank: LAPACK gesdd / gelsd -------------------------------------
+def _random(shape, dtype, layout="C", key=()):
+    return make(shape, np.float64, layout, special=False, domain=(-1, 1),
+                key=("svd",) + tuple(key)).astype(dtype)
 
 
-@param_marks("np.linalg.pinv")
-def test_linalg_pinv():
-    check(lambda a: np.linalg.pinv(a), _well_conditioned((3, 3), np.float64), tol=_tol(),
+def _deficient(shape, rank, dtype, key=()):
+    """A random matrix (stack) of exactly `rank` in float64 arithmetic: a product of factors."""
+    left = make(shape[:-1] + (rank,), np.float64, special=False, domain=(-1, 1),
+                key=("low", rank) + tuple(key))
+    right = make(shape[:-2] + (rank, shape[-1]), np.float64, special=False, domain=(-1, 1),
+                 key=("high", rank) + tuple(key))
+    return (left @ right).astype(dtype)
+
+
+def _svd_tols(dtype):
+    # results go through float64 and are rounded once to the result dtype, as NumPy's
+    return (2e-6, 1e-6) if dtype == np.float32 else (1e-12, 1e-13)
+
+
+def _same_lapack():
+    """fastlaunch calls the LAPACK NumPy itself is linked with: then the same bits."""
+    from fastlaunch.backends.library import blas_in_use
+    return blas_in_use() == "numpy"
+
+
+def _compare_svd(a, got, want, full):
+    """S to a few ulps; U and Vh column by column up to the sign of each singular pair (any
+    two LAPACK builds may flip one), the full U/Vh's extra columns by the subspace they span;
+    the reconstruction U S Vh; exactly NumPy's bits when the LAPACK is NumPy's."""
+    rtol, atol = _svd_tols(a.dtype)
+    assert type(got) is type(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+    u, s, vh = got
+    eu, es, evh = want
+    r = s.shape[-1]
+    if a.size == 0:
+        np.testing.assert_array_equal(u, eu)
+        np.testing.assert_array_equal(vh, evh)
+        return
+    scale = np.max(es, axis=-1, keepdims=True, initial=0)
+    np.testing.assert_allclose(s, es, rtol=rtol, atol=atol)
+    assert np.all(s[..., :-1] >= s[..., 1:]) and np.all(s >= 0)
+    sign = np.sign(np.sum(u[..., :r] * eu[..., :r], axis=-2, keepdims=True))
+    np.testing.assert_allclose(u[..., :r] * sign, eu[..., :r], rtol=0, atol=atol * 1e4 + rtol * 10)
+    np.testing.assert_allclose(vh[..., :r, :] * np.swapaxes(sign, -1, -2), evh[..., :r, :],
+                               rtol=0, atol=atol * 1e4 + rtol * 10)
+    recon = (u[..., :r] * s[..., None, :]) @ vh[..., :r, :]
+    np.testing.assert_allclose(recon, a, rtol=0, atol=float(np.max(scale)) * rtol * 20)
+    if full:
+        for q, eq, axis in ((u, eu, -1), (vh, evh, -2)):
+            extra = q[..., :, r:] if axis == -1 else np.swapaxes(q[..., r:, :], -1, -2)
+            eextra = eq[..., :, r:] if axis == -1 else np.swapaxes(eq[..., r:, :], -1, -2)
+            proj = extra @ np.swapaxes(extra, -1, -2)
+            np.testing.assert_allclose(proj, eextra @ np.swapaxes(eextra, -1, -2), rtol=0,
+                                       atol=atol * 1e4 + rtol * 10)
+    if _same_lapack() and a.dtype == np.float64:
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+
+
+SVD_SHAPES = [(4, 4), (6, 3), (3, 6), (2, 5, 3), (2, 3, 3, 5), (1, 1), (7, 1), (20, 17)]
+
+
+@pytest.mark.parametrize("shape", SVD_SHAPES, ids=str)
+@pytest.mark.parametrize("layout", ["C", "T", "step"])
+@pytest.mark.parametrize("dtype", [param(d, name="np.linalg.svd", dtype=d, id=short(d))
+                                   for d in LINALG_DTYPES])
+def test_linalg_svd(dtype, layout, shape):
+    a = _random(shape, dtype, layout)
+    g = fl.compile(lambda a: (np.linalg.svd(a), np.linalg.svd(a, full_matrices=False),
+                              np.linalg.svd(a, compute_uv=False)))
+    for got in (g(a), g(a)):                            # the traced call and a replay
+        _compare_svd(a, got[0], np.linalg.svd(a), True)
+        _compare_svd(a, got[1], np.linalg.svd(a, full_matrices=False), False)
+        es = np.linalg.svd(a, compute_uv=False)
+        assert got[2].dtype == es.dtype and got[2].shape == es.shape
+        np.testing.assert_allclose(got[2], es, rtol=_svd_tols(dtype)[0], atol=_svd_tols(dtype)[1])
+    assert len(g.traces) == 1
+
+
+@pytest.mark.parametrize("shape,rank", [((6, 4), 2), ((4, 6), 1), ((3, 5, 5), 3)], ids=str)
+@pytest.mark.parametrize("dtype", LINALG_DTYPES, ids=short)
+def test_linalg_svd_rank_deficient(dtype, shape, rank):
+    a = _deficient(shape, rank, dtype)
+    got = fl.compile(lambda a: np.linalg.svd(a, full_matrices=False))(a)
+    want = np.linalg.svd(a, full_matrices=False)
+    u, s, vh = got
+    # the zero singular values' vectors are arbitrary: compare the rank's leading part
+    _compare_svd(a, type(got)(u[..., :rank], s[..., :rank], vh[..., :rank, :]),
+                 type(want)(want[0][..., :rank], want[1][..., :rank], want[2][..., :rank, :]),
+                 False)
+    np.testing.assert_allclose(s[..., rank:], want[1][..., rank:], rtol=0,
+                               atol=1e-5 if dtype == np.float32 else 1e-13)
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (0, 0), (2, 0, 3), (0, 3, 3), (0, 2, 5)],
+                         ids=str)
+def test_linalg_svd_pinv_rank_of_empty_matrices(shape):
+    """gesdd is not called: U and Vh of the full SVD are identities, as NumPy makes them."""
+    a = np.ones(shape)
+    check(lambda a: (tuple(np.linalg.svd(a)), tuple(np.linalg.svd(a, full_matrices=False)),
+                     np.linalg.svd(a, compute_uv=False), np.linalg.pinv(a),
+                     np.linalg.matrix_rank(a)), a)
+
+
+def test_linalg_svd_hermitian():
+    """hermitian=True: NumPy's construction from eigh (|eigenvalues| sorted descending, their
+    signs moved into Vh)."""
+    x = _random((3, 5, 5), np.float64)
+    h = x + np.swapaxes(x, -1, -2)
+    check(lambda a: (tuple(np.linalg.svd(a, hermitian=True)),
+                     np.linalg.svd(a, hermitian=True, compute_uv=False),
+                     np.linalg.pinv(a, hermitian=True),
+                     np.linalg.matrix_rank(a, hermitian=True)), h, tol=Tol(0, 1e-5, 1e-10),
           atol=1e-12)
 
 
-cover("np.linalg.lstsq", LA, [], test="test_linalg.py::test_linalg_lstsq")
-cover("np.linalg.pinv", LA, [], test="test_linalg.py::test_linalg_pinv")
+def test_linalg_svd_errors_like_numpy():
+    check(lambda a: np.linalg.svd(a), np.ones(3))
+    check(lambda a: np.linalg.svd(a), np.ones((3, 3), np.float16))
+    check(lambda a: np.linalg.pinv(a, rcond=0.1, rtol=0.1), np.ones((3, 3)))
+    check(lambda a: np.linalg.matrix_rank(a, tol=0.1, rtol=0.1), np.ones((3, 3)))
+    # integer matrices are computed in float64, as NumPy
+    check(lambda a: np.linalg.svd(a, compute_uv=False), np.arange(12).reshape(4, 3),
+          tol=_tol(), atol=1e-12)
+
+
+def _pinv_atol(a):
+    e = np.linalg.pinv(a)
+    return float(np.max(np.abs(e), initial=0)) * (2e-6 if a.dtype == np.float32 else 1e-13)
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (6, 3), (3, 6), (2, 5, 3), (20, 17)], ids=str)
+@pytest.mark.parametrize("dtype", [param(d, name="np.linalg.pinv", dtype=d, id=short(d))
+                                   for d in LINALG_DTYPES])
+def test_linalg_pinv(dtype, shape):
+    a = _random(shape, dtype, "T")
+    check(lambda a: np.linalg.pinv(a), a, tol=_tol(), atol=_pinv_atol(a))
+    # rtol=None: max(m, n) * eps of the input dtype; a static rcond per matrix of the batch
+    check(lambda a: np.linalg.pinv(a, rtol=None), a, tol=_tol(), atol=_pinv_atol(a))
+    rc = np.linspace(0.1, 0.9, int(np.prod(shape[:-2], dtype=int))).reshape(shape[:-2])
+    check(lambda a: np.linalg.pinv(a, rcond=rc), a, tol=_tol(), atol=_pinv_atol(a))
+
+
+@pytest.mark.parametrize("shape,rank", [((6, 4), 2), ((4, 6), 1), ((3, 5, 5), 3)], ids=str)
+@pytest.mark.parametrize("dtype", LINALG_DTYPES, ids=short)
+def test_linalg_pinv_rank_deficient(dtype, shape, rank):
+    """The singular values below the cutoff are dropped (float32: with rtol=None, since float32
+    rounding leaves them near 1e-8, above the default 1e-15)."""
+    a = _deficient(shape, rank, dtype)
+    kw = {"rtol": None} if dtype == np.float32 else {}
+    assert np.all(np.linalg.matrix_rank(a) == rank)
+    check(lambda a: np.linalg.pinv(a, **kw), a, tol=_tol(),
+          atol=float(np.max(np.abs(np.linalg.pinv(a, **kw)))) *
+          (2e-6 if dtype == np.float32 else 1e-12))
+
+
+@pytest.mark.parametrize("shapes", [((6, 3), (6,)), ((6, 3), (6, 2)), ((3, 6), (3, 2)),
+                                    ((4, 4), (4,)), ((20, 17), (20, 3)), ((1, 1), (1,))],
+                         ids=str)
+@pytest.mark.parametrize("dtype", [param(d, name="np.linalg.lstsq", dtype=d, id=short(d))
+                                   for d in LINALG_DTYPES])
+def test_linalg_lstsq(dtype, shapes):
+    """x, rank and s; gelsd as NumPy calls it (exactly NumPy's bits with NumPy's LAPACK)."""
+    a = _random(shapes[0], dtype, "T")
+    b = make(shapes[1], dtype, special=False, domain=(-2, 2), key=("rhs",))
+    tol = Tol(0.0, 2e-6, 1e-12)
+    atol = 1e-6 if dtype == np.float32 else 1e-12
+    check(lambda a, b: np.linalg.lstsq(a, b, rcond=None)[0], a, b, tol=tol, atol=atol)
+    got = check(lambda a, b: np.linalg.lstsq(a, b)[2:], a, b, tol=tol, atol=atol)
+    if _same_lapack():
+        want = np.linalg.lstsq(a, b)
+        for g, w in zip(fl.compile(lambda a, b: np.linalg.lstsq(a, b)[::2])(a, b), want[::2]):
+            np.testing.assert_array_equal(g, w)
+    assert type(got[0]) is np.int32
+
+
+@pytest.mark.parametrize("shapes,rank", [(((6, 4), (6, 2)), 2), (((4, 6), (4,)), 1),
+                                         (((5, 5), (5, 3)), 3)], ids=str)
+@pytest.mark.parametrize("rcond", [None, 1e-10, -1], ids=str)
+def test_linalg_lstsq_rank_deficient(shapes, rank, rcond):
+    """The minimum-norm solution; the rank from rcond (rcond=-1: machine precision, the old
+    default: the tiny singular values then count, as in NumPy)."""
+    a = _deficient(shapes[0], rank, np.float64)
+    b = make(shapes[1], np.float64, special=False, domain=(-2, 2), key=("rhs",))
+    want = np.linalg.lstsq(a, b, rcond=rcond)
+    got = check(lambda a, b: tuple(np.linalg.lstsq(a, b, rcond=rcond)[i] for i in (0, 2, 3)),
+                a, b, tol=Tol(0.0, 1e-6, 1e-9), atol=1e-9 * max(1.0, float(np.max(np.abs(want[0])))))
+    if rcond != -1:
+        assert got[1] == rank
+
+
+def test_linalg_lstsq_shapes_and_residuals():
+    """Empty operands (x = 0, rank 0, as NumPy); the residuals when they are static (a with
+    no more rows than columns, or no right-hand side: NumPy's empty array); a traced rcond."""
+    rng = np.random.default_rng(5)
+    for sa, sb in [((0, 3), (0,)), ((0, 3), (0, 2)), ((3, 0), (3,)), ((3, 0), (3, 2)),
+                   ((4, 2), (4, 0)), ((2, 4), (2, 0)), ((3, 5), (3,)), ((3, 5), (3, 2)),
+                   ((5, 5), (5, 2))]:
+        a, b = rng.standard_normal(sa), rng.standard_normal(sb)
+        if sa[0] <= sa[1] or sb[-1:] == (0,):
+            check(lambda a, b: np.linalg.lstsq(a, b), a, b, tol=_tol(), atol=1e-12)
+        else:
+            check(lambda a, b: np.linalg.lstsq(a, b)[::2], a, b, tol=_tol(), atol=1e-12)
+    a, b = rng.standard_normal((6, 3)), rng.standard_normal(6)
+    check(lambda a, b, r: np.linalg.lstsq(a, b, rcond=r)[0], a, b, 0.5, tol=_tol(), atol=1e-12)
+    # float32 with float64 is float64; integers are float64
+    check(lambda a, b: np.linalg.lstsq(a, b)[0], a.astype(np.float32), b, tol=_tol(),
+          atol=1e-12)
+    check(lambda a, b: np.linalg.lstsq(a, b)[0], np.arange(12).reshape(6, 2),
+          np.arange(6, dtype=np.int32), tol=_tol(), atol=1e-12)
+
+
+def test_linalg_lstsq_data_dependent_residuals_are_refused():
+    a, b = np.random.default_rng(6).standard_normal((6, 3)), np.ones(6)
+    for f in (lambda a, b: np.linalg.lstsq(a, b),
+              lambda a, b: np.linalg.lstsq(a, b)[1].sum(),
+              lambda a, b: np.linalg.lstsq(a, b)[1] * 2,
+              lambda a, b: np.sqrt(np.linalg.lstsq(a, b)[1]),
+              lambda a, b: len(np.linalg.lstsq(a, b)[1])):
+        with pytest.raises(fl.TracingError, match="residuals have a data-dependent shape"):
+            fl.compile(f)(a, b)
+    # the hint works: the residuals computed from x
+    check(lambda a, b: np.sum((a @ np.linalg.lstsq(a, b)[0] - b) ** 2, axis=0), a, b,
+          tol=_tol(), atol=1e-12)
+
+
+def test_linalg_lstsq_errors_like_numpy():
+    check(lambda a, b: np.linalg.lstsq(a, b), np.ones((3, 2)), np.ones(4))
+    check(lambda a, b: np.linalg.lstsq(a, b), np.ones((2, 3, 2)), np.ones((2, 3)))
+    check(lambda a, b: np.linalg.lstsq(a, b), np.ones(3), np.ones(3))
+    check(lambda a, b: np.linalg.lstsq(a, b), np.ones((3, 2), np.float16), np.ones(3))
+    with pytest.raises(fl.TracingError, match="rcond"):
+        fl.compile(lambda a, b: np.linalg.lstsq(a, b, rcond=np.ones(2)))(np.ones((3, 2)),
+                                                                       np.ones(3))
+
+
+@pytest.mark.parametrize("dtype", [param(d, name="np.linalg.matrix_rank", dtype=d, id=short(d))
+                                   for d in LINALG_DTYPES])
+def test_linalg_matrix_rank(dtype):
+    full = _random((3, 5, 4), dtype)
+    low = _deficient((2, 6, 5), 2, dtype)
+    for a in (full, low, full[0], low[0]):
+        check(lambda a: np.linalg.matrix_rank(a), a)
+        check(lambda a: np.linalg.matrix_rank(a, tol=0.5), a)
+        check(lambda a: np.linalg.matrix_rank(a, rtol=0.3), a)
+    check(lambda a: np.linalg.matrix_rank(a, rtol=np.array([0.05, 0.5, 0.95])), full)
+    # a vector: 1 unless all zero (as a NumPy int64, where NumPy returns a Python int)
+    g = fl.compile(np.linalg.matrix_rank)
+    assert g(np.ones(3, dtype)) == 1 and g(np.zeros(3, dtype)) == 0
+
+
+@pytest.mark.parametrize("backend", ["cpu", "devsim"])
+def test_svd_lstsq_failures_raise_linalgerror_and_write_nothing(backend):
+    """gesdd and gelsd refuse a NaN (NumPy: "SVD did not converge"): LinAlgError at replay,
+    an argument updated in place left as it was."""
+    def f(a, y):
+        y += 1.0
+        return np.linalg.svd(a), np.linalg.pinv(a), np.linalg.lstsq(a, a[:, 0])[0]
+
+    g = fl.compile(f, backend=backend)
+    a = _random((5, 3), np.float64)
+    y = np.zeros(3)
+    g(a, y)
+    np.testing.assert_array_equal(y, np.ones(3))
+    bad = a.copy()
+    bad[1, 1] = np.nan
+    with pytest.raises(np.linalg.LinAlgError, match="SVD did not converge"):
+        np.linalg.svd(bad)
+    with pytest.raises(np.linalg.LinAlgError, match="SVD did not converge"):
+        g(bad, y)
+    np.testing.assert_array_equal(y, np.ones(3))
+    ls = fl.compile(lambda a, b: np.linalg.lstsq(a, b)[0], backend=backend)
+    with pytest.raises(np.linalg.LinAlgError, match="in Linear Least Squares"):
+        ls(bad, np.ones(5))
+    np.testing.assert_array_equal(ls(a, np.ones(5)), np.linalg.lstsq(a, np.ones(5))[0])
+
+
+for _n, _notes in [
+        ("np.linalg.svd", "LAPACK gesdd as NumPy calls it (jobz 'A'/'S'/'N', NumPy's workspace "
+                          "query): NumPy's bits with NumPy's LAPACK; SVDResult; batched; "
+                          "empty matrices (identity U/Vh); hermitian=True from eigh as NumPy; "
+                          "non-convergence (a NaN) raises LinAlgError at replay"),
+        ("np.linalg.pinv", "NumPy 2's rule (rcond default 1e-15, rtol=None: max(m, n) * eps, "
+                           "rcond arrays per matrix): the reduced SVD, the cutoff and 1/s fused, "
+                           "a matrix product; hermitian=True"),
+        ("np.linalg.lstsq", "LAPACK gelsd on [a | b] with rcond, as NumPy (same bits with "
+                            "NumPy's LAPACK); x, rank (int32), s; b 1-D or 2-D; the residuals "
+                            "are NumPy's empty array when a has no more rows than columns, else "
+                            "data-dependent: a TracingError where they are used or returned "
+                            "(np.linalg.lstsq(a, b)[0] works)"),
+        ("np.linalg.matrix_rank", "NumPy's tol/rtol rule from the singular values; a 1-D input "
+                                  "gives a NumPy int64 where NumPy returns a Python int")]:
+    cover(_n, LA, ["f32", "f64"], note=_notes, test="test_linalg.py")

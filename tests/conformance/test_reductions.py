@@ -225,6 +225,11 @@ def test_norm(dtype):
         "3d ax(1,2)": lambda v, m, t: n(t, axis=(1, 2)),
         "3d None": lambda v, m, t: n(t),
         "3d ax1 ord1": lambda v, m, t: n(t, ord=1, axis=1),
+        "mat ord2": lambda v, m, t: n(m, 2),
+        "mat ord-2": lambda v, m, t: n(m, -2),
+        "mat nuc": lambda v, m, t: n(m, "nuc"),
+        "3d ax(2,0) ord2 keep": lambda v, m, t: n(t, 2, axis=(2, 0), keepdims=True),
+        "3d ax(1,2) nuc": lambda v, m, t: n(t, "nuc", axis=(1, 2)),
     }
     with np.errstate(all="ignore"):
         check_many(variants, v, m, t, tol="reduce", atol=lambda k, e: 1e-5 * float(
@@ -233,7 +238,7 @@ def test_norm(dtype):
 
 cover("np.linalg.norm", RED, NORM_DTYPES, test="test_reductions.py::test_norm",
       note="vector norms (ord None/1/2/inf/-inf/0/3), along an axis, keepdims; matrix "
-           "Frobenius/1/inf norms")
+           "Frobenius/1/inf norms, 2/-2/'nuc' from the singular values (LAPACK gesdd)")
 
 
 # ---- cumsum / cumprod ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 import fastlaunch as fl
 
 COUNTED = [(np.linalg, n) for n in ("inv", "solve", "det", "slogdet", "cholesky", "eigh",
-                                    "lstsq", "pinv", "norm")] + \
+                                    "svd", "lstsq", "pinv", "matrix_rank", "norm")] + \
           [(np, n) for n in ("matmul", "dot", "einsum", "inner", "tensordot")]
 
 
@@ -28,7 +28,13 @@ def _kalman_like(x, P, F, H, R, z, W, b):
     L = np.linalg.cholesky(S)
     w, v = np.linalg.eigh(S)
     h = np.tanh(np.dot(W, x1) + b)
-    return (x1, P1, np.linalg.inv(S), np.linalg.det(S), sign * logdet, L, w, np.abs(v), h)
+    # a regression step: least squares, the pseudo-inverse, the SVD and the rank of H
+    coef, _, rank, sv = np.linalg.lstsq(H, z, rcond=None)
+    U, s, Vh = np.linalg.svd(H, full_matrices=False)
+    fit = (U * s) @ Vh
+    return (x1, P1, np.linalg.inv(S), np.linalg.det(S), sign * logdet, L, w, np.abs(v), h,
+            coef, rank, sv, np.linalg.pinv(H) @ z, np.abs(U), s, fit,
+            np.linalg.matrix_rank(H), np.linalg.svd(H, compute_uv=False))
 
 
 def _args(dtype):

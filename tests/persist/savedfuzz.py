@@ -1,7 +1,9 @@
 """Mutation fuzzing of saved programs (used by test_saved_fuzz.py; also a script).
 
-The base programs include fl.iterate loops (LOOPS): half the code mutations of those hit the
-loop instructions' operands (counts, jump targets, row strides, alias and counter slots).
+The base programs include fl.iterate loops (LOOPS) and library calls (linalg: gemm, LAPACK):
+half the code mutations of those hit the loop and LIBCALL instructions' operands (counts, jump
+targets, row strides, alias and counter slots; routines, sizes, operand slots, offsets and
+strides).
 
 A saved file is taken apart (file metadata, the program's tables, code and argument lists, its
 constants, the kernel descriptions, the machine code), one or a few fields that matter are
@@ -72,9 +74,12 @@ def _views(x, y, idx, vals):
 
 
 def _linalg(a, b, c):
-    """Library calls: a BLAS gemm on a transposed, strided operand with a fused epilogue, and
-    LAPACK inv / solve / det over a batch."""
-    return a @ b.T + 1.0, np.linalg.inv(c), np.linalg.solve(c, b[:4, :5]), np.linalg.det(c)
+    """Library calls: a BLAS gemm on a transposed, strided operand with a fused epilogue,
+    LAPACK inv / solve / det over a batch, svd (full and reduced) and lstsq (gelsd, rcond)."""
+    u, s, vh = np.linalg.svd(c)
+    return (a @ b.T + 1.0, np.linalg.inv(c), np.linalg.solve(c, b[:4, :5]), np.linalg.det(c),
+            u, s, np.linalg.svd(a[:6, :5], full_matrices=False).Vh,
+            np.linalg.lstsq(a[:, :5], b[:20, :3], rcond=None)[0])
 
 
 def _static_dict(d, scale):
@@ -129,14 +134,14 @@ PROGRAMS = {
     "loopuntil": (_loop_step, "cpu", ()),
     "loopinplace": (_loop_step, "cpu", ()),
     "loopuntil-devsim": (_loop_step, "devsim", ()),
+    "linalg": (_linalg, "cpu", ()),
+    "linalg-devsim": (_linalg, "devsim", ()),
 }
 LOOPS = {
     "loop": dict(n=7, collect=3),
     "loopuntil": dict(n=9, until=_until),
     "loopinplace": dict(n=5, collect=False, inplace=True),
     "loopuntil-devsim": dict(n=6, collect=2, until=_until),
-    "linalg": (_linalg, "cpu", ()),
-    "linalg-devsim": (_linalg, "devsim", ()),
 }
 
 
@@ -309,14 +314,15 @@ def mutate(rng: random.Random, f: dict, mode: str) -> str:
     if target == "code":
         loop_words = _loop_operands(f["code"])
         if loop_words and rng.random() < 0.5:
-            # the loop instructions' operands: counts, targets, strides, alias slots
+            # the loop and library call instructions' operands: counts, targets, strides,
+            # alias slots; routines, sizes, operand slots and layouts
             i = rng.choice(loop_words)
             v = int(f["code"][i])
             new = new_int(rng, v)
             if type(new) is not int:
                 new = v ^ (1 << rng.randrange(63))
             f["code"][i] = max(-2**63, min(2**63 - 1, new))
-            return f"code[{i}] (a loop operand): {v} -> {int(f['code'][i])}"
+            return f"code[{i}] (a loop or LIBCALL operand): {v} -> {int(f['code'][i])}"
         return mutate_words(rng, f["code"], "code")
     if target == "lists":
         return mutate_words(rng, f["lists"], "arg_lists")
@@ -368,10 +374,10 @@ def mutate(rng: random.Random, f: dict, mode: str) -> str:
 
 
 def _loop_operands(code) -> list:
-    """Indices of the operand words of the loop opcodes (fl.iterate) in the code."""
+    """Indices of the operand words of the loop opcodes (fl.iterate) and of LIBCALL."""
     from fastlaunch._launch import Opcode
     loop_ops = {int(Opcode.MOVE), int(Opcode.ROTATE), int(Opcode.ROW), int(Opcode.COPY),
-                int(Opcode.SET), int(Opcode.LOOP), int(Opcode.BREAK_IF)}
+                int(Opcode.SET), int(Opcode.LOOP), int(Opcode.BREAK_IF), int(Opcode.LIBCALL)}
     out, pc = [], 0
     while 0 <= pc < len(code):
         op = int(code[pc])

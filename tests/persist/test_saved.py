@@ -155,3 +155,24 @@ def test_bincount_range_check_survives_save_and_load(tmp_path):
         loaded(np.array([0, 5, 1, 1]), w)
     with pytest.raises(ValueError, match="minlength"):
         loaded(np.array([0, -1, 1, 1]), w)
+
+
+def test_svd_and_lstsq_survive_save_and_load(tmp_path):
+    """LIBCALLs of gesdd and gelsd (rcond as an operand) are verified on load and run as
+    before; a NaN is still NumPy's LinAlgError."""
+    def f(a, b):
+        u, s, vh = np.linalg.svd(a, full_matrices=False)
+        x, _, rank, sv = np.linalg.lstsq(a, b, rcond=None)
+        return u, s, vh, x, rank, sv, np.linalg.pinv(a)
+
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((7, 4)), rng.standard_normal((7, 2))
+    path = tmp_path / "svd.flp"
+    fl.compile(f).save(path, a, b)
+    loaded = fl.load(path)
+    for got, want in zip(loaded(a, b), fl.compile(f)(a, b)):
+        np.testing.assert_array_equal(got, want)
+    bad = a.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(np.linalg.LinAlgError, match="SVD did not converge"):
+        loaded(bad, b)

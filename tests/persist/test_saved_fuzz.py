@@ -122,6 +122,23 @@ def test_fuzz_loop_programs(base):
     _check_mix(counts)
 
 
+def test_fuzz_library_call_programs(base):
+    """The programs with library calls (BLAS gemm, LAPACK inv/solve/det/svd/lstsq; cpu and
+    devsim), half their code mutations on the LIBCALL operands (routine, batch and matrix
+    sizes, operand slots, offsets, strides): refused, or run within their buffers."""
+    sys.path.insert(0, HERE)
+    try:
+        import savedfuzz
+    finally:
+        sys.path.remove(HERE)
+    names = sorted(savedfuzz.PROGRAMS)
+    libs = {i for i, n in enumerate(names) if n.startswith("linalg")}
+    assert len(libs) == 2
+    seeds = [s for s in range(400000, 400600) if s % len(names) in libs]
+    counts, _ = _fuzz(base, "machine", seeds)
+    _check_mix(counts)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode,first,count", [("source", 1000, 2000), ("source", 3000, 2000),
                                               ("source", 5000, 2000), ("machine", 200000, 2000),

@@ -477,11 +477,16 @@ def test_libcall_verifier_rejects_what_could_escape(libcall_program):
     assert_rejected(_set_word(p, pc, at["k"], ops[at["k"]] * 2), "outside slot")
     # a batch of 2 with a zero batch stride re-reads one matrix: safe, and accepted
     bc.verify(_set_word(p, pc, at["b1"], 2))
+    # but not more matrices than the result has elements (CPU time bounded by memory)
+    assert_rejected(_set_word(p, pc, at["b1"], 40 * 32 + 1), "at most one per element")
     assert_rejected(_set_word(_set_word(p, pc, at["b1"], 2), pc, at["z_sb1"], 1), "outside slot")
     assert_rejected(_set_word(p, pc, at["x_s0"], ops[at["x_s0"]] + 1), "outside slot")
     assert_rejected(_set_word(p, pc, at["x_off"], -1), "outside slot")
     assert_rejected(_set_word(p, pc, at["routine"], 1), "is float64, slot")   # dgemm on f32
     assert_rejected(_set_word(p, pc, at["routine"], 99), "unknown library routine 99")
+    # what the routine would refuse at run time is refused here: a layout BLAS cannot take
+    assert_rejected(_set_word(p, pc, at["z_s1"], 2), "gemm: operand strides BLAS cannot take")
+    assert_rejected(_set_word(p, pc, at["z_s0"], 0), "gemm: operand strides BLAS cannot take")
     assert_rejected(_set_word(p, pc, at["m"], -1), "out of range")
     # the product writes its input: arguments are never library outputs
     assert_rejected(_set_word(p, pc, at["z"], ops[at["x"]]), "writes slot")
@@ -504,6 +509,30 @@ def test_libcall_of_a_freed_temporary_is_rejected(libcall_program):
     del code[pc:pc + w]
     code[alloc_pc:alloc_pc] = call
     assert_rejected(clone(p, code=np.array(code, np.int64)), "before it is allocated")
+
+
+def test_libcall_verifier_checks_svd_and_lstsq_operands():
+    """svd's job word sizes its packed result; lstsq's k sizes [a | b] and the result; rcond
+    is a read-only 1 x 1 operand."""
+    p = fl.compile(lambda a, b: (np.linalg.svd(a, full_matrices=False),
+                                 np.linalg.lstsq(a, b)[0])).lower(np.ones((6, 4)),
+                                                                  np.ones((6, 2))).program
+    bc.verify(p)
+    text = p.disassemble()
+    assert "LIBCALL svd_float64 b=(1,1) m=6 n=4 k=1" in text
+    assert "LIBCALL lstsq_float64 b=(1,1) m=6 n=4 k=2" in text
+    at = {n: i for i, n in enumerate(bc.OPERANDS[Opcode.LIBCALL])}
+    pc, ops = find_call(p, "svd")
+    assert_rejected(_set_word(p, pc, at["k"], 2), "outside slot")      # reduced -> full
+    assert_rejected(_set_word(p, pc, at["k"], 3), "svd: job k=3 is not 0, 1 or 2")
+    assert_rejected(_set_word(p, pc, at["m"], 7), "outside slot")
+    assert_rejected(_set_word(p, pc, at["z"], 3), "unused operand z")
+    pc, ops = find_call(p, "lstsq")
+    assert_rejected(_set_word(p, pc, at["k"], 3), "outside slot")
+    assert_rejected(_set_word(p, pc, at["n"], 5), "outside slot")
+    assert_rejected(_set_word(p, pc, at["y_off"], 1), "outside slot")    # rcond: 1 x 1
+    # rcond is read, never written: pointing the result at it is refused if it is an input
+    assert_rejected(_set_word(p, pc, at["z"], 0), "writes slot")
 
 
 def test_null_backend_runs_library_calls_as_no_ops():

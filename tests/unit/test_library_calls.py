@@ -67,6 +67,9 @@ def test_the_fused_plan_knows_no_blas():
 def test_cuda_refuses_library_calls_by_name_and_keeps_compiled_products():
     with pytest.raises(LinkError, match=r"inv via cuBLAS/cuSOLVER not implemented"):
         fl.compile(np.linalg.inv, backend="cuda").lower(np.eye(3))
+    with pytest.raises(LinkError, match=r"lstsq, svd via cuBLAS/cuSOLVER not implemented"):
+        fl.compile(lambda a: (np.linalg.pinv(a), np.linalg.lstsq(a, a)[0]),
+                   backend="cuda").lower(np.ones((4, 3)))
     text = fl.compile(lambda a, b: a @ b, backend="cuda").lower(
         np.ones((64, 64), np.float32), np.ones((64, 64), np.float32)).program.disassemble()
     assert "LIBCALL" not in text and "LAUNCH" in text
@@ -112,6 +115,17 @@ np.testing.assert_allclose(r[0], np.linalg.inv(a), rtol=1e-12)
 np.testing.assert_allclose(r[1], np.linalg.solve(a, a[..., :3]), rtol=1e-12, atol=1e-14)
 np.testing.assert_allclose(r[2], np.linalg.det(a), rtol=1e-12)
 np.testing.assert_allclose(r[3], x @ x.T, rtol=1e-5, atol=1e-4)
+# gesdd / gelsd through the LP64 entry points
+m = rng.standard_normal((2, 7, 5))
+u, s, vh = fl.compile(lambda m: np.linalg.svd(m, full_matrices=False))(m)
+np.testing.assert_allclose(s, np.linalg.svd(m, compute_uv=False), rtol=1e-12)
+np.testing.assert_allclose((u * s[..., None, :]) @ vh, m, atol=1e-13)
+x, rank, sv = fl.compile(lambda a, b: np.linalg.lstsq(a, b)[::2] + (np.linalg.lstsq(a, b)[3],))(
+    m[0], m[1])
+e = np.linalg.lstsq(m[0], m[1])
+np.testing.assert_allclose(x, e[0], rtol=1e-11, atol=1e-13)
+np.testing.assert_allclose(sv, e[3], rtol=1e-12)
+assert rank == e[2] == 5
 print(library.blas_in_use())
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -119,3 +133,53 @@ print(library.blas_in_use())
                          env=dict(os.environ, FASTLAUNCH_BLAS="scipy", PYTHONPATH=ROOT))
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == "scipy"
+
+
+def _routine(name):
+    """A library routine as a ctypes function: (operand words, slot table) -> status."""
+    import ctypes
+
+    from fastlaunch import _library
+    from fastlaunch._launch import Routine
+    from fastlaunch.backends import library
+    library._register()
+    fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
+                          ctypes.POINTER(ctypes.c_int64))(
+        _library.routine_address(int(Routine[name])))
+
+    def call(words, arrays):
+        ops = np.array(words, np.int64)
+        slots = np.array([a.ctypes.data for a in arrays], np.int64)
+        return fn(ops.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
+                  slots.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)))
+    return call
+
+
+def test_svd_lstsq_routines_refuse_words_they_do_not_know_and_write_nothing():
+    """The routines themselves (as the interpreter calls them): an svd job other than 0/1/2 is
+    refused (-1) before anything is written; a routine writes exactly its packed result."""
+    a = np.random.default_rng(2).standard_normal((5, 3))
+    svd = _routine("LIB_SVD_F64")
+    unused = [-1, 0, 0, 0, 0, 0]
+    numpy_s = [np.linalg.svd(a, compute_uv=False), np.linalg.svd(a, full_matrices=False)[1],
+               np.linalg.svd(a)[1]]        # (jobz 'N' and 'S'/'A' round differently)
+    for job, shape in ((0, (1, 3)), (1, (1 + 5 + 3, 3)), (2, (1 + 5 + 3, 5))):
+        x = np.full((shape[0] + 1, shape[1] + 1), 7.0)     # a border that must stay as it is
+        words = [1, 1, 5, 3, job, 0, 0, 0, 0, 3, 1, 1, 0, 0, 0, x.shape[1], 1] + unused
+        assert svd(words, [a, x]) == 0
+        assert np.all(x[-1] == 7) and np.all(x[:, -1] == 7)
+        np.testing.assert_allclose(x[0, :3], numpy_s[job], rtol=1e-14)
+    x = np.full((10, 6), 7.0)
+    assert svd([1, 1, 5, 3, 3, 0, 0, 0, 0, 3, 1, 1, 0, 0, 0, 6, 1] + unused, [a, x]) == -1
+    assert np.all(x == 7)
+    lstsq = _routine("LIB_LSTSQ_F64")
+    ab = np.hstack([a, np.ones((5, 1))])
+    rc = np.array([[1e-12]])
+    x = np.full((3 + 2 + 1, 3 + 1), 7.0)
+    assert lstsq([1, 1, 5, 3, 1, 0, 0, 0, 0, 4, 1, 1, 0, 0, 0, 1, 1, 2, 0, 0, 0, 4, 1],
+                 [ab, rc, x]) == 0
+    want = np.linalg.lstsq(a, np.ones(5), rcond=1e-12)
+    np.testing.assert_allclose(x[:3, 0], want[0], rtol=1e-12)
+    np.testing.assert_allclose(x[3, :3], want[3], rtol=1e-14)
+    assert x[4, 0] == want[2] == 3
+    assert np.all(x[-1] == 7) and np.all(x[:, -1] == 7)
