@@ -69,14 +69,16 @@ def test_compiling_many_kernels_keeps_native_memory_flat():
     assert grown < 1.0, f"2000 kernel compilations grew the process by {grown:.2f} MB"
 
 
-def test_the_optimiser_makes_no_pass_builder_per_kernel(monkeypatch):
+def test_the_optimiser_renews_its_pass_builder_every_so_many_kernels(monkeypatch):
+    """Not one pass builder per kernel (each leaks), nor one for ever (each pipeline built
+    from it leaves state behind: compiling got 3x slower over 1500 kernels)."""
     import llvmlite.binding as llvm
+    from fastlaunch.backends.llvm_passes import RECYCLE_AFTER
     be = get_backend("cpu")
-    be.object_code("define double @warm(double %x) {\n  ret double %x\n}")
     made = []
     real = llvm.create_pass_builder
     monkeypatch.setattr(llvm, "create_pass_builder", lambda *a: made.append(a) or real(*a))
-    for i in range(3):
+    for i in range(3 * RECYCLE_AFTER):
         be.object_code(f"define double @k{i}(double %x) {{\n  %y = fadd double %x, {i}.0\n"
                        f"  ret double %y\n}}")
-    assert made == []
+    assert 2 <= len(made) <= 7       # one or two runs (O3, the always-inliner) a kernel
