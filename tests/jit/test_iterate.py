@@ -419,6 +419,8 @@ def test_sigint_stops_a_long_loop_promptly():
         import os, signal, threading, time, gc
         import numpy as np, fastlaunch as fl
         from fastlaunch import _core
+        # inherited as ignored from a parent that ignores it (a shell's background job)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         def step(x, y):
             return np.sqrt(x * x + 1e-3) * 0.999 + y, (x * x).sum()
         n = 200_000

@@ -164,6 +164,10 @@ import numpy as np
 import fastlaunch as fl
 from fastlaunch import _core
 
+# A parent that ignores SIGINT (a shell's background job: `pytest ... &`) hands it down
+# ignored, and Python then installs no handler of its own: give the child Python's default.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 def chain(x, out):
     for _ in range(40):
         x = np.sin(x) + x.mean()     # many launches, each a fraction of the whole
