@@ -7,7 +7,7 @@ from libc.stdint cimport int64_t, uint64_t
 
 cimport numpy as cnp
 
-from fastlaunch._launch cimport RunState
+from fastlaunch._launch cimport RunState, fl_library_fn
 
 
 cdef class OutputLayout:
@@ -37,6 +37,10 @@ cdef class DeviceArray:
 # A DeviceArray shaped like `like` at another address (results: made per call, so without
 # the Python-level constructor's checks).
 cdef DeviceArray device_array_like(DeviceArray like, int64_t ptr, object memory)
+
+# The LIBCALL table of an executable (malloc'd, LIB_COUNT entries; the caller frees it): one
+# routine address per _launch.Routine, resolved by the backend at link time.
+cdef fl_library_fn *library_table(object program, object library_addresses) except NULL
 
 
 cdef class Executable:

@@ -992,6 +992,27 @@ cdef inline int cpython_check_signals() except -1:
     return PyErr_CheckSignals()
 
 
+cdef fl_library_fn *library_table(object program, object library_addresses) except NULL:
+    """library_addresses: one address per _launch.Routine, 0 for a routine the program never
+    calls (empty: it calls none).  Unused entries get fl_library_null rather than NULL: the
+    verifier already keeps LIBCALL to the program's own routines, and a no-op is the safer
+    miss."""
+    cdef Py_ssize_t i
+    addresses = list(library_addresses) or [0] * LIB_COUNT
+    if len(addresses) != LIB_COUNT:
+        raise ValueError(f"{len(addresses)} library routines, expected {LIB_COUNT}")
+    used = set(program.library_routines())
+    for i in range(LIB_COUNT):
+        if i in used and not addresses[i]:
+            raise ValueError(f"library routine {i} has no address")
+    cdef fl_library_fn *table = <fl_library_fn *>malloc(LIB_COUNT * sizeof(fl_library_fn))
+    if table == NULL:
+        raise MemoryError()
+    for i in range(LIB_COUNT):
+        table[i] = <fl_library_fn><intptr_t>addresses[i] if addresses[i] else fl_library_null
+    return table
+
+
 cdef bint _handles_signals():
     """Whether this thread is the one Python runs signal handlers in (the main thread; after a
     fork, the forking one).  Only there can a POLL's stop turn into a KeyboardInterrupt."""
@@ -1011,23 +1032,14 @@ cdef class HostExecutable(Executable):
         cdef Py_ssize_t i
         Executable.__init__(self, layout)
         self.kernels = <fl_kernel_fn *>malloc(max(1, len(kernel_addresses)) * sizeof(fl_kernel_fn))
-        self.libs = <fl_library_fn *>malloc(LIB_COUNT * sizeof(fl_library_fn))
-        if self.kernels == NULL or self.libs == NULL:
+        if self.kernels == NULL:
             raise MemoryError()
         for i, addr in enumerate(kernel_addresses):
             if not addr:
                 raise ValueError(f"kernel {i} has no address")
             self.kernels[i] = <fl_kernel_fn><intptr_t>addr
         self.work = _copy_words(kernel_work)
-        library_addresses = list(library_addresses) or [0] * LIB_COUNT
-        if len(library_addresses) != LIB_COUNT:
-            raise ValueError(f"{len(library_addresses)} library routines, expected {LIB_COUNT}")
-        used = set(layout.program.library_routines())
-        for i in range(LIB_COUNT):
-            if i in used and not library_addresses[i]:
-                raise ValueError(f"library routine {i} has no address")
-            self.libs[i] = <fl_library_fn><intptr_t>library_addresses[i] \
-                if library_addresses[i] else fl_library_null
+        self.libs = library_table(layout.program, library_addresses)
 
     def __dealloc__(self):
         free(self.kernels)

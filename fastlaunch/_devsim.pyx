@@ -14,7 +14,8 @@ from libc.string cimport memcpy, memmove, memset
 
 from cpython.ref cimport PyObject, Py_INCREF
 
-from fastlaunch._core cimport DeviceArray, Executable, device_array_like, interrupt_pending
+from fastlaunch._core cimport (DeviceArray, Executable, device_array_like, interrupt_pending,
+                               library_table)
 from fastlaunch._launch cimport *
 
 cimport numpy as cnp
@@ -129,18 +130,7 @@ cdef class DevSimExecutable(Executable):
     def __init__(self, layout, kernel_addresses, device_consts, library_addresses=()):
         cdef Py_ssize_t i
         Executable.__init__(self, layout)
-        self.libs = <fl_library_fn *>malloc(LIB_COUNT * sizeof(fl_library_fn))
-        if self.libs == NULL:
-            raise MemoryError()
-        library_addresses = list(library_addresses) or [0] * LIB_COUNT
-        if len(library_addresses) != LIB_COUNT:
-            raise ValueError(f"{len(library_addresses)} library routines, expected {LIB_COUNT}")
-        used = set(layout.program.library_routines())
-        for i in range(LIB_COUNT):
-            if i in used and not library_addresses[i]:
-                raise ValueError(f"library routine {i} has no address")
-            # the verifier lets LIBCALL name only the routines the program uses
-            self.libs[i] = <fl_library_fn><intptr_t>library_addresses[i]
+        self.libs = library_table(layout.program, library_addresses)
         self.device_consts = device_consts
         program = layout.program
         self.device_outputs = None

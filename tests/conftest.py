@@ -76,11 +76,35 @@ def _cuda_unusable():
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if _cuda_ptx_every(session.config):
+    config = session.config
+    if _cuda_ptx_every(config) and not _is_xdist_controller(config):
         import cuda_ptx
-        session.config._cuda_ptx_summary = cuda_ptx.summary()   # assembles what is queued
-        if cuda_ptx.FAILURES and session.exitstatus == 0:
-            session.exitstatus = 1          # a kernel ptxas refused fails the run
+        text = cuda_ptx.summary()               # assembles what is queued
+        if hasattr(config, "workeroutput"):     # an xdist worker: the controller reports it
+            config.workeroutput["cuda_ptx"] = (text, len(cuda_ptx.FAILURES))
+        else:
+            _add_cuda_ptx_summary(config, text, len(cuda_ptx.FAILURES))
+    if getattr(config, "_cuda_ptx_failures", 0) and session.exitstatus == 0:
+        session.exitstatus = 1                  # a kernel ptxas refused fails the run
+
+
+# Under pytest-xdist (the default: `-n auto` in pyproject.toml) each worker lowers its own
+# share of the traced functions; the controller collects their summaries and failures.
+def _is_xdist_controller(config) -> bool:
+    return getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput")
+
+
+def _add_cuda_ptx_summary(config, text: str, failures: int):
+    config._cuda_ptx_summary = "\n".join(filter(None, [getattr(config, "_cuda_ptx_summary", ""),
+                                                       text]))
+    config._cuda_ptx_failures = getattr(config, "_cuda_ptx_failures", 0) + failures
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    got = getattr(node, "workeroutput", {}).get("cuda_ptx")
+    if got:
+        _add_cuda_ptx_summary(node.config, *got)
 
 
 def pytest_terminal_summary(terminalreporter, config):
