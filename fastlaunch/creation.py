@@ -18,13 +18,12 @@ plain constants.
 """
 from __future__ import annotations
 
-import contextlib
-import threading
 
 import numpy as np
 
 from . import numpy_api
 from .errors import TracingError
+from .interception import Interception
 from .trace import Tracer, tracing
 
 _NO_VIEW_WRITE = ("writing a traced value through a view made by reshape/transpose/ravel of "
@@ -200,9 +199,6 @@ def _rewrap(x):
 CREATION = ("zeros", "ones", "empty", "full", "arange", "linspace", "eye", "identity",
             "zeros_like", "ones_like", "empty_like", "full_like", "tri", "logspace",
             "geomspace", "array", "asarray", "asanyarray", "ascontiguousarray", "copy")
-_ORIGINAL: dict = {}
-_lock = threading.Lock()
-_users = 0
 
 
 def _intercepted(name, original):
@@ -237,93 +233,10 @@ def _full(original, shape, fill_value, dtype=None, order="C", **kwargs):
     return numpy_api.full_like(base, fill_value, dtype=dtype)
 
 
-# namespaces (a traced function's globals) whose `from numpy import zeros` names are
-# replaced: id -> [namespace, users, {name: original}]
-_NAMESPACES: dict = {}
+def _entries():
+    return [(np, name, _intercepted(name, getattr(np, name))) for name in CREATION]
 
 
-def _patch_namespace(ns) -> None:
-    """Replace the creation functions imported by name into `ns` (called under _lock, after
-    numpy's own are replaced, so that _ORIGINAL holds them)."""
-    if ns is None or str(ns.get("__name__", "")).split(".")[0] in ("numpy", "fastlaunch"):
-        return
-    held = _NAMESPACES.get(id(ns))
-    if held is None:
-        by_id = {id(f): name for name, f in _ORIGINAL.items()}
-        found = {key: value for key, value in list(ns.items())
-                 if id(value) in by_id and value is _ORIGINAL[by_id[id(value)]]}
-        for key, value in found.items():
-            ns[key] = getattr(np, by_id[id(value)])       # the interceptor
-        held = _NAMESPACES[id(ns)] = [ns, 0, found]
-    held[1] += 1
-
-
-def _unpatch_namespace(ns) -> None:
-    held = _NAMESPACES.get(id(ns)) if ns is not None else None
-    if held is None:
-        return
-    held[1] -= 1
-    if held[1] == 0:
-        del _NAMESPACES[id(ns)]
-        for key, original in held[2].items():
-            if getattr(ns.get(key), "__wrapped__", None) is original:   # not rebound since
-                ns[key] = original
-
-
-class NamespacePatches:
-    """Names a traced function's module imported by name (`from scipy.linalg import inv`)
-    replaced by their interceptors while traces that use the module run (reference counted
-    per module; a name the module rebinds meanwhile is left alone).  Callers hold their own
-    lock around patch and unpatch."""
-
-    def __init__(self):
-        self._held: dict = {}       # id(namespace) -> [namespace, users, {name: original}]
-
-    def patch(self, ns, replacements: dict) -> None:
-        """replacements: id(original) -> (original, interceptor)."""
-        if ns is None or str(ns.get("__name__", "")).split(".")[0] in ("numpy", "fastlaunch"):
-            return
-        held = self._held.get(id(ns))
-        if held is None:
-            found = {key: value for key, value in list(ns.items())
-                     if id(value) in replacements and replacements[id(value)][0] is value}
-            for key, value in found.items():
-                ns[key] = replacements[id(value)][1]
-            held = self._held[id(ns)] = [ns, 0, found]
-        held[1] += 1
-
-    def unpatch(self, ns) -> None:
-        held = self._held.get(id(ns)) if ns is not None else None
-        if held is None:
-            return
-        held[1] -= 1
-        if held[1] == 0:
-            del self._held[id(ns)]
-            for key, original in held[2].items():
-                if getattr(ns.get(key), "__wrapped__", None) is original:   # not rebound since
-                    ns[key] = original
-
-
-@contextlib.contextmanager
-def intercepting(namespace=None):
-    """numpy's creation functions make TraceBuffers in tracing threads while in this block;
-    also those imported by name into `namespace` (the traced function's globals)."""
-    global _users
-    with _lock:
-        if _users == 0:
-            for name in CREATION:
-                original = getattr(np, name)
-                _ORIGINAL[name] = original
-                setattr(np, name, _intercepted(name, original))
-        _users += 1
-        _patch_namespace(namespace)
-    try:
-        yield
-    finally:
-        with _lock:
-            _unpatch_namespace(namespace)
-            _users -= 1
-            if _users == 0:
-                for name, original in _ORIGINAL.items():
-                    setattr(np, name, original)
-                _ORIGINAL.clear()
+# numpy's creation functions make TraceBuffers in tracing threads while in this block; also
+# those imported by name into `namespace` (the traced function's globals)
+intercepting = Interception(_entries).active

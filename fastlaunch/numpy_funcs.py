@@ -10,10 +10,8 @@ instead.  Registered in numpy_api.FUNCTIONS like the rest of the traced surface.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import operator
-import threading
 import warnings
 
 import numpy as np
@@ -21,7 +19,8 @@ import numpy as np
 from . import ops, special
 from .errors import TracingError
 from .ir import Node, Op
-from .creation import NamespacePatches, _any_traced
+from .creation import _any_traced
+from .interception import Interception
 from .numpy_api import (FUNCTIONS, _as_tracer, all_, any_, array, call_ufunc, concatenate,
                         copy, getitem, implements, is_tracer, node_of, operand, ravel, reshape,
                         setitem, sum_, transpose, where, wrap)
@@ -728,45 +727,22 @@ Tracer.strides = property(lambda self: _c_strides(self.shape, self.dtype.itemsiz
                               "value has no memory layout of its own).")
 
 
-_local = threading.local()
-_lock = threading.Lock()
-_users = 0
-_original_as_strided = None
+def _as_strided_entries():
+    original = np.lib.stride_tricks.as_strided
+
+    def entry(x, shape=None, strides=None, subok=False, writeable=True):
+        if tracing() and _any_traced(x):
+            return as_strided(x, shape, strides, subok, writeable)
+        return original(x, shape, strides, subok, writeable)
+    entry.__wrapped__ = original
+    return [(np.lib.stride_tricks, "as_strided", entry)]
 
 
-def _as_strided_entry(x, shape=None, strides=None, subok=False, writeable=True):
-    if tracing() and _any_traced(x):
-        return as_strided(x, shape, strides, subok, writeable)
-    return _original_as_strided(x, shape, strides, subok, writeable)
-
-
-_as_strided_entry.__wrapped__ = np.lib.stride_tricks.as_strided
-_namespaces = NamespacePatches()
-
-
-@contextlib.contextmanager
-def intercepting(namespace=None):
-    """np.lib.stride_tricks.as_strided takes traced arrays while this block runs (it is no
-    NumPy-dispatched function: it reads the array's memory interface).  As for the creation
-    functions: calls through the module attribute, and the name imported into the traced
-    function's module (`from numpy.lib.stride_tricks import as_strided`)."""
-    global _users, _original_as_strided
-    module = np.lib.stride_tricks
-    with _lock:
-        if _users == 0:
-            _original_as_strided = module.as_strided
-            module.as_strided = _as_strided_entry
-        _users += 1
-        _namespaces.patch(namespace, {id(_original_as_strided):
-                                      (_original_as_strided, _as_strided_entry)})
-    try:
-        yield
-    finally:
-        with _lock:
-            _namespaces.unpatch(namespace)
-            _users -= 1
-            if _users == 0:
-                module.as_strided = _original_as_strided
+# np.lib.stride_tricks.as_strided takes traced arrays while this block runs (it is no
+# NumPy-dispatched function: it reads the array's memory interface).  As for the creation
+# functions: calls through the module attribute, and the name imported into the traced
+# function's module (`from numpy.lib.stride_tricks import as_strided`).
+intercepting = Interception(_as_strided_entries).active
 
 
 # ==== counting ========================================================================================

@@ -14,15 +14,14 @@ every call, as in NumPy, so it is left to NumPy (a constant).
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import operator
-import threading
 
 import numpy as np
 
 from . import numpy_api, ops
 from .errors import TracingError
+from .interception import Interception
 from .trace import Tracer, current_graph, tracing
 
 _FLOATS = (np.dtype(np.float64), np.dtype(np.float32))
@@ -220,9 +219,6 @@ def _legacy():
 
 _REFUSED = ("shuffle", "permutation", "seed", "set_state", "get_state", "binomial",
             "poisson", "gamma", "beta")
-_lock = threading.Lock()
-_users = 0
-_ORIGINAL: dict = {}
 
 
 def _default_rng(original):
@@ -256,32 +252,19 @@ def _refused(name, original):
     return refuse
 
 
-@contextlib.contextmanager
-def intercepting():
-    """np.random's functions draw traced random numbers in tracing threads in this block."""
-    global _users
-    with _lock:
-        if _users == 0:
-            impls = _legacy()
-            for name in list(impls) + list(_REFUSED) + ["default_rng"]:
-                original = getattr(np.random, name, None)
-                if original is None:
-                    continue
-                _ORIGINAL[name] = original
-                if name == "default_rng":
-                    wrapper = _default_rng(original)
-                elif name in impls:
-                    wrapper = _intercepted(name, original, impls[name])
-                else:
-                    wrapper = _refused(name, original)
-                setattr(np.random, name, wrapper)
-        _users += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _users -= 1
-            if _users == 0:
-                for name, original in _ORIGINAL.items():
-                    setattr(np.random, name, original)
-                _ORIGINAL.clear()
+def _entries():
+    impls = _legacy()
+    for name in list(impls) + list(_REFUSED) + ["default_rng"]:
+        original = getattr(np.random, name, None)
+        if original is None:
+            continue
+        if name == "default_rng":
+            yield np.random, name, _default_rng(original)
+        elif name in impls:
+            yield np.random, name, _intercepted(name, original, impls[name])
+        else:
+            yield np.random, name, _refused(name, original)
+
+
+# np.random's functions draw traced random numbers in tracing threads in this block
+intercepting = Interception(_entries).active

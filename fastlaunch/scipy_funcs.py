@@ -22,15 +22,14 @@ when a compiled function replays: the compositions are ordinary graph nodes.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
-import threading
 
 import numpy as np
 
 from . import numpy_api, numpy_funcs
-from .creation import NamespacePatches, _any_traced
+from .creation import _any_traced
+from .interception import Interception
 from .errors import TracingError
 from .trace import tracing
 
@@ -255,10 +254,21 @@ _REGISTRY = [
 ]
 TRACED_NAMES = [f"{m}.{o + '.' if o else ''}{a}" for m, o, a, _ in _REGISTRY]
 
-_lock = threading.Lock()
-_users = 0
-_patched: list = []           # (target, attribute, original value or _ABSENT)
-_ABSENT = object()
+
+def _entries():
+    for modname, owner, attr, impl in _REGISTRY:
+        module = sys.modules.get(modname)     # SciPy is never imported for this
+        if module is None:
+            continue
+        if owner is None:
+            original = getattr(module, attr, None)
+            if original is not None:
+                yield module, attr, _function_entry(original, impl)
+        else:
+            instance = getattr(module, owner, None)
+            if instance is not None:
+                cls = type(instance)
+                yield cls, attr, _method_entry(cls, attr, impl)
 
 
 def _function_entry(original, impl):
@@ -288,63 +298,6 @@ def _method_entry(cls, name, impl):
     return entry
 
 
-def _install():
-    for modname, owner, attr, impl in _REGISTRY:
-        module = sys.modules.get(modname)
-        if module is None:
-            continue
-        if owner is None:
-            original = getattr(module, attr, None)
-            if original is None:
-                continue
-            _patched.append((module, attr, original))
-            setattr(module, attr, _function_entry(original, impl))
-        else:
-            instance = getattr(module, owner, None)
-            if instance is None:
-                continue
-            cls = type(instance)
-            own = cls.__dict__.get(attr, _ABSENT)
-            _patched.append((cls, attr, own))
-            setattr(cls, attr, _method_entry(cls, attr, impl))
-
-
-def _uninstall():
-    for target, attr, original in reversed(_patched):
-        if original is _ABSENT:
-            delattr(target, attr)
-        else:
-            setattr(target, attr, original)
-    _patched.clear()
-
-
-_namespaces = NamespacePatches()
-
-
-def _patch_namespace(ns):
-    """`from scipy.linalg import inv` in the traced function's module: that name too."""
-    _namespaces.patch(ns, {id(orig): (orig, getattr(target, attr))
-                           for target, attr, orig in _patched if isinstance(target, type(sys))})
-
-
-def _unpatch_namespace(ns):
-    _namespaces.unpatch(ns)
-
-
-@contextlib.contextmanager
-def intercepting(namespace=None):
-    """The listed SciPy functions take traced arrays in tracing threads while in this block."""
-    global _users
-    with _lock:
-        if _users == 0:
-            _install()
-        _users += 1
-        _patch_namespace(namespace)
-    try:
-        yield
-    finally:
-        with _lock:
-            _unpatch_namespace(namespace)
-            _users -= 1
-            if _users == 0:
-                _uninstall()
+# The listed SciPy functions take traced arrays in tracing threads while in this block; also
+# where the traced function's module imported them by name (`from scipy.linalg import inv`).
+intercepting = Interception(_entries).active
