@@ -327,15 +327,29 @@ def test_poll_after_an_in_place_write_is_refused():
         bc.verify(p)
 
 
-def test_overlapping_bind_invalidates_the_earlier_one(add_one):
+def test_overlapping_bind_replaces_the_words_it_covers(add_one):
+    """The verifier knows each argument word: a second BIND over the first one's last word
+    (the result) puts the argument there, and the LAUNCH that follows would write it."""
     def overlap(f):
         launch = next(x for x in _instructions(f) if x[1] is Opcode.LAUNCH)
-        # a second BIND over the first one's last word, then the LAUNCH of the first
         f["code"] = np.concatenate([f["code"][:launch[0]],
                                     [int(Opcode.BIND), 1, 0, 1],
                                     f["code"][launch[0]:]]).astype(np.int64)
         f["pmeta"]["nargwords"] = max(f["pmeta"]["nargwords"], 2)
-    _refused(_edit(add_one, overlap), "no arguments bound")
+    _refused(_edit(add_one, overlap), "writes input slot 0")
+
+    def shifted(f):
+        # the LAUNCH one word further on: its last word was never bound
+        launch = next(x for x in _instructions(f) if x[1] is Opcode.LAUNCH)
+        f["code"][launch[0] + 3] = 1
+        f["pmeta"]["nargwords"] = max(f["pmeta"]["nargwords"], 3)
+    _refused(_edit(add_one, shifted, "shifted.flp"), "takes 2 arguments, 1 are bound")
+
+    def unbound(f):
+        launch = next(x for x in _instructions(f) if x[1] is Opcode.LAUNCH)
+        f["code"][launch[0] + 3] = 2
+        f["pmeta"]["nargwords"] = max(f["pmeta"]["nargwords"], 4)
+    _refused(_edit(add_one, unbound, "unbound.flp"), "no arguments bound at 2")
 
 
 def test_kernel_count_must_match_the_compiled_kernels(add_one):

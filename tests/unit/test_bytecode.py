@@ -436,6 +436,71 @@ def test_hand_loop_rejections():
     assert_rejected(p, "value -5 out of range")
 
 
+def hand_unrolled(count=5, poll_before_next=False, next_slot=1, next_back=False,
+                  jump_back=False):
+    """in0 (updated in place) <- kernel k applied `count` times in a loop unrolled by two, as
+    fl.iterate records it: iteration 1 before the head, then two per round with NEXT between
+    them; a long loop POLLs at each iteration boundary (the head, just after NEXT).  The
+    argument word is bound once, before everything."""
+    asm = bc.Assembler()
+    asm.set(1, 0)
+    a = asm.words(1)
+    asm.bind(a, [0])
+    asm.launch_bound(0, 8, a)
+    first = asm.next(1, count)
+    head = asm.here()
+    asm.poll()
+    asm.launch_bound(0, 8, a)
+    if poll_before_next:
+        asm.poll()
+    mid = asm.next(next_slot, count)
+    asm.poll()
+    asm.launch_bound(0, 8, a)
+    asm.loop(1, count, head)
+    done = asm.jump()
+    asm.patch(first, asm.here())
+    asm.patch(mid, head if next_back else asm.here())
+    asm.set(1, 0)                   # (only after an exit by NEXT)
+    asm.patch(done, head if jump_back else asm.here())
+    code, lists = asm.arrays()
+    slots = [bc.SlotInfo("input", "<f4", 0, 7, label="in0"),
+             bc.SlotInfo("counter", "<i8", label="i")]
+    kernel = bc.KernelInfo("k", "map", ("buffer",), ((0, 7),), (True,), ("<f4",),
+                           launch_size=8)
+    return bc.Program(code, lists, slots, [kernel], asm.nargwords, 1, mutated_leaves=[0])
+
+
+def test_hand_unrolled_loop_verifies_and_disassembles():
+    for count in (1, 2, 5, 6):
+        p = hand_unrolled(count)
+        bc.verify(p, strict=True)
+    text = p.disassemble()
+    (head, end, ctr, n), = p.loops()
+    assert (ctr, n) == (1, 6)
+    nexts = [(pc, ops) for pc, op, ops in p.instructions() if op is Opcode.NEXT]
+    assert len(nexts) == 2 and nexts[0][0] < head < nexts[1][0] < end
+    assert f"NEXT    ctr=1 count=6 target={nexts[0][1][2]}  ; 1:i += 1, out to " \
+           f"{nexts[0][1][2]:04d} once >= 6" in text
+    assert "JUMP    target=" in text
+    # one BIND for every launch: the word keeps its slot through the loop
+    assert sum(1 for _, op, _ in p.instructions() if op is Opcode.BIND) == 1
+
+
+def test_hand_unrolled_loop_rejections():
+    # a POLL after an in-place write that is not at an iteration boundary
+    assert_rejected(hand_unrolled(poll_before_next=True), "POLL: after an argument was written")
+    # NEXT steps a counter
+    assert_rejected(hand_unrolled(next_slot=0), "NEXT: slot 0 is not a counter")
+    # NEXT and JUMP only jump forward
+    assert_rejected(hand_unrolled(next_back=True), "NEXT: jumps back", "only LOOP jumps back")
+    assert_rejected(hand_unrolled(jump_back=True), "JUMP: jumps back", "only LOOP jumps back")
+    # a NEXT whose counter was never set
+    p = hand_unrolled()
+    pc, _ = find(p, Opcode.SET)
+    p.code[pc:pc + 3] = [Opcode.POLL] * 3
+    assert_rejected(p, "NEXT: counter slot 1 is read before it is set")
+
+
 # ---- library calls (LIBCALL) ---------------------------------------------------------------------
 def _gemm_inv(a, b, c):
     return a @ b + 1.0, np.linalg.inv(c)
