@@ -187,6 +187,38 @@ def test_description_rules(gather_desc):
     _bad(d, lambda d: d.__setitem__("format", 99), "format")
 
 
+@pytest.fixture(scope="module")
+def mean_desc():
+    """A row mean: the sum's kernel stores sum / 8 (its epilogue)."""
+    return _desc(lambda x: x.mean(axis=-1), np.ones((4, 8), np.float32))
+
+
+def test_epilogue_round_trips_and_its_rules(mean_desc):
+    d = mean_desc
+    assert d["format"] == 2 and d["reduction"]["then"] is not None
+    assert any(n[0] == "reduced" for n in d["nodes"])
+    k = kernel_from_json(json.loads(json.dumps(d)))
+    assert kernel_to_json(k) == d and k.reduction.then is not None
+    reduced = next(i for i, n in enumerate(d["nodes"]) if n[0] == "reduced")
+    load = next(i for i, n in enumerate(d["nodes"]) if n[0] == "load")
+    # the epilogue reads the reduced value and constants only
+    _bad(d, lambda d: d["reduction"].__setitem__("then", load), "reads only the reduced value")
+    # of the output's dtype
+    _bad(d, lambda d: d["reduction"].__setitem__("then", reduced) or
+         d["nodes"][reduced].__setitem__(1, "<f8"), "stored into a float32 buffer")
+    # never on partial results or scans
+    _bad(d, lambda d: d["reduction"].__setitem__("scan", True), "a scan")
+    _bad(d, lambda d: d["reduction"].__setitem__("chunk", 2), "partial results")
+    # a reduced value nowhere else (here: the reduction's own value)
+    _bad(d, lambda d: d["reduction"].__setitem__("value", reduced), "outside a reduction's")
+    # a format-1 description has no reduced values; format 1 without them is still read
+    _bad(d, lambda d: d.__setitem__("format", 1), "unknown kind 'reduced'")
+    old = json.loads(json.dumps(_desc(lambda x: x.sum(axis=-1), np.ones((4, 8), np.float32))))
+    old["format"] = 1
+    del old["reduction"]["then"]
+    assert kernel_from_json(old).reduction.then is None
+
+
 def _set_first_index(d, index):
     _node(d, "load")[3] = index
 
