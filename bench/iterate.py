@@ -16,7 +16,8 @@ iteration to the next and the loss of every iteration kept:
   (`step_loop`, itself `@njit`), losses written into an array; single thread;
 - `numpy`: the Python loop over the NumPy step itself (the reference results);
 - `iterate-null`: the `iterate` loop on the null backend, whose kernels do nothing: the
-  interpreter's own cost per iteration (2 BIND + 2 LAUNCH, 3 ROTATE, ROW, LOOP).
+  interpreter's own cost per iteration (ROW, 2 LAUNCH, a one-word BIND of the loss's row,
+  and NEXT or LOOP: the loop is unrolled by two, its other argument words bound before it).
 
 `--instructions` also counts the instructions one iteration executes (callgrind), on the cpu
 and the null backend: repeatable on a loaded machine, where the timings are not.
@@ -120,7 +121,9 @@ def measure(n: int, iters: int, batches: int) -> dict:
                         min_batch_seconds=0.05, batches=batches, max_calls=1000)
     per_iter = {k: s / iters for k, s in times.items()}
     return {"n": n, "iters": iters, "per_iteration_s": per_iter, "checks": checks,
-            "launches_per_iteration": loop.lower(p, m, v, t, lr).program.launch_count()}
+            # each kernel of the loop's table runs once per iteration (the code holds the
+            # step's launches three times: iteration 1, then two per round)
+            "launches_per_iteration": len(loop.lower(p, m, v, t, lr).program.kernels)}
 
 
 COUNT_CHILD = r"""

@@ -523,9 +523,19 @@ cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, i
                         <const void *><intptr_t>slots[ins[2]], ins[3])
         elif op == SET:
             fl_op_set(ins, slots)
+        # the unrolled loop's NEXT and JUMP outside the switch above: two more cases in it
+        # cost every instruction of a plain call a compare (a deeper decision tree)
         else:
-            state.pc = ins - code
-            return STATUS_BAD_OPCODE
+            if op == NEXT:
+                if fl_op_next(ins, slots):
+                    ins = code + ins[3]
+                    continue
+            elif op == JUMP:
+                ins = code + ins[1]
+                continue
+            else:
+                state.pc = ins - code
+                return STATUS_BAD_OPCODE
         ins += op & 0xFF
     return STATUS_OK
 

@@ -601,6 +601,13 @@ cdef class CUDAExecutable(Executable):
                 if fl_op_loop(&c[pc], slots):
                     pc = c[pc + 3]
                     continue
+            elif op == NEXT:
+                if fl_op_next(&c[pc], slots):
+                    pc = c[pc + 3]
+                    continue
+            elif op == JUMP:
+                pc = c[pc + 1]
+                continue
             elif op == ROTATE:
                 fl_op_rotate(&c[pc], slots)
             elif op == ROW:

@@ -204,6 +204,13 @@ cdef class DevSimExecutable(Executable):
                 if fl_op_loop(&code[pc], slots):
                     pc = code[pc + 3]
                     continue
+            elif op == NEXT:
+                if fl_op_next(&code[pc], slots):
+                    pc = code[pc + 3]
+                    continue
+            elif op == JUMP:
+                pc = code[pc + 1]
+                continue
             elif op == ROTATE:
                 fl_op_rotate(&code[pc], slots)
             elif op == ROW:

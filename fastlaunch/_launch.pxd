@@ -39,6 +39,10 @@ cpdef enum Opcode:
                       #                             while slots[ctr] < count
     BREAK_IF = 0x0F03  # BREAK_IF flag target       jump forward to target if the byte at
                        #                            slots[flag] is nonzero (fl.iterate's until=)
+    NEXT = 0x1104     # NEXT ctr count target       slots[ctr] += 1; jump forward to target
+                      #                             when slots[ctr] >= count: the end of one
+                      #                             iteration inside a body that runs several
+    JUMP = 0x1202     # JUMP target                 jump forward to target
 
 
 # Status codes of an interpreter's run loop (0 is success).
@@ -95,6 +99,7 @@ cpdef enum SlotRole:
     ROLE_ALIAS = 7      # (loops) a pointer into a buffer another slot owns: set by MOVE,
                         # ROTATE or ROW, never allocated or freed through it
     ROLE_COUNTER = 8    # (loops) a loop counter: an integer word set by SET, stepped by LOOP
+                        # and NEXT
 
 
 # How a kernel takes one argument word.
@@ -156,6 +161,7 @@ cdef extern from "csrc/slotops.h" nogil:
     void fl_op_row(const int64_t *ins, int64_t *slots)
     void fl_op_set(const int64_t *ins, int64_t *slots)
     bint fl_op_loop(const int64_t *ins, int64_t *slots)   # true: jump back to ins[3]
+    bint fl_op_next(const int64_t *ins, int64_t *slots)   # true: jump forward to ins[3]
 
 
 cdef extern from "csrc/library.h" nogil:

@@ -46,6 +46,8 @@ OPERANDS = {
     Opcode.SET: ("slot", "value"),
     Opcode.LOOP: ("ctr", "count", "target"),
     Opcode.BREAK_IF: ("flag", "target"),
+    Opcode.NEXT: ("ctr", "count", "target"),
+    Opcode.JUMP: ("target",),
     Opcode.LIBCALL: ("routine", "b1", "b2", "m", "n", "k") + tuple(
         f"{a}{f}" for a in "xyz" for f in ("", "_off", "_sb1", "_sb2", "_s0", "_s1")),
 }
@@ -55,7 +57,7 @@ for _op, _names in OPERANDS.items():
 
 VALID_OPCODES = {int(op) for op in OPERANDS}
 # Opcodes that jump, and the operand holding their target pc.
-JUMP_OPERAND = {Opcode.LOOP: 2, Opcode.BREAK_IF: 1}
+JUMP_OPERAND = {Opcode.LOOP: 2, Opcode.BREAK_IF: 1, Opcode.NEXT: 2, Opcode.JUMP: 0}
 
 
 @dataclass(frozen=True)
@@ -406,6 +408,9 @@ class Program:
                       f"< {operands[1]}")
         elif op is Opcode.BREAK_IF:
             named += f"  ; out to {operands[1]:04d} if {self._slot_name(operands[0])}"
+        elif op is Opcode.NEXT:
+            named += (f"  ; {self._slot_name(operands[0])} += 1, out to {operands[2]:04d} "
+                      f"once >= {operands[1]}")
         return " " + named if named else ""
 
     def _libcall_text(self, ops) -> str:
@@ -618,16 +623,37 @@ class Assembler:
         self.code += [Opcode.BREAK_IF, flag, -1]
         return len(self.code) - 1
 
+    def next(self, ctr: int, count: int) -> int:
+        """NEXT with its target left open: returns the word to patch() later."""
+        self.code += [Opcode.NEXT, ctr, count, -1]
+        return len(self.code) - 1
+
+    def jump(self) -> int:
+        """JUMP with its target left open: returns the word to patch() later."""
+        self.code += [Opcode.JUMP, -1]
+        return len(self.code) - 1
+
     def patch(self, at: int, value: int):
         self.code[at] = value
 
     def launch(self, kernel: int, n: int, slots: list[int]):
         """BIND the argument slots into fresh argument words, then LAUNCH."""
-        args_at = self.nargwords
-        self.nargwords += len(slots)
+        args_at = self.words(len(slots))
+        self.bind(args_at, slots)
+        self.launch_bound(kernel, n, args_at)
+
+    def words(self, count: int) -> int:
+        """Fresh argument words: the first one's index."""
+        self.nargwords += count
+        return self.nargwords - count
+
+    def bind(self, args_at: int, slots: list[int]):
         list_at = len(self.arg_lists)
         self.arg_lists += list(slots)
         self.code += [Opcode.BIND, args_at, list_at, len(slots)]
+
+    def launch_bound(self, kernel: int, n: int, args_at: int):
+        """LAUNCH with arguments bound earlier (by one or several BINDs)."""
         self.code += [Opcode.LAUNCH, kernel, n, args_at]
 
     def libcall(self, routine: int, sizes, arrays):
@@ -692,14 +718,16 @@ def verify(p: Program, kernel_space: int = int(Space.SPACE_HOST), leaves=None,
     * every output written before the end (a device result copied out to its host slot);
     * every in-place update a kernel makes on a copy of an argument (a device shadow) copied
       back with TO_HOST before that copy is freed;
-    * loops: jumps land on instructions inside the code, LOOP only backwards and BREAK_IF only
-      forwards, loops nest, no jump enters a loop's body but at its head, no ALLOC or FREE in
-      a body, a loop's counter set before it and changed only by its LOOP; the checks above
-      hold in every iteration (a body is checked until the state at its head settles): every
-      slot read in iteration i+1 was set, and every buffer read was written, in iteration i or
-      before the loop; aliases (MOVE, ROTATE, ROW) point only into live buffers of their
-      dtype and space, within range for every counter value, and are written through only
-      where every buffer they may point at is writeable;
+    * loops: jumps land on instructions inside the code, LOOP only backwards and BREAK_IF,
+      NEXT and JUMP only forwards, loops nest, no jump enters a loop's body but at its head,
+      no ALLOC or FREE in a body, a loop's counter set before it and never inside it (only
+      LOOP and NEXT step it); the checks above hold in every iteration (a body is checked
+      until the state at its head settles): every slot read in iteration i+1 was set, and
+      every buffer read was written, in iteration i or before the loop; aliases (MOVE,
+      ROTATE, ROW) point only into live buffers of their dtype and space, within range for
+      every counter value, and are written through only where every buffer they may point at
+      is writeable; a POLL after an argument was written in place only at an iteration
+      boundary (a loop's head, or just after a NEXT);
     * strict (programs from files): every kernel's recorded launch size, and LAUNCH n equal
       to it, so that the element ranges checked above are the ones the kernel touches.
 
@@ -874,7 +902,7 @@ class _State:
     def __init__(self):
         self.live = {}              # temporary slot -> pc of the ALLOC that set it
         self.written = set()        # slots some kernel or copy has written
-        self.bound = {}             # args_at -> ((slot, its ALLOC, its alias value), ...)
+        self.bound = {}             # argument word -> (slot, its ALLOC, its alias value)
         self.args_written = False   # an argument array may have been written in place
         # an argument updated in place through a copy in the kernels' space: the copy's slot
         # -> the argument's, and the arguments whose copy a kernel wrote and no TO_HOST
@@ -937,6 +965,7 @@ class _CodeVerifier:
         self.mutated = set(p.mutated_leaves)
         self.errors: dict = {}      # an ordered set: a loop's body is checked several times
         self.heads: set = set()     # loop heads
+        self.boundaries: set = set()  # iteration boundaries: heads, and just after a NEXT
 
     def err(self, msg: str):
         self.errors[msg] = None
@@ -970,7 +999,7 @@ class _CodeVerifier:
             elif op is Opcode.LOOP and target > pc:
                 self.err(f"{where}: jumps forward to {target}; a loop jumps back to its head")
                 ok = False
-            elif op is Opcode.BREAK_IF and target <= pc:
+            elif op is not Opcode.LOOP and target <= pc:
                 self.err(f"{where}: jumps back to {target}; only LOOP jumps back")
                 ok = False
             elif op is Opcode.LOOP:
@@ -1008,6 +1037,9 @@ class _CodeVerifier:
         if not ok:
             return None
         self.heads = {head for head, _, _ in loops}
+        # where one iteration ends and the next begins: a loop's head, and just after a NEXT
+        self.boundaries = self.heads | {pc + width(op) for pc, op, _ in jumps
+                                        if op is Opcode.NEXT}
         return starts, {ops[JUMP_OPERAND[op]] for _, op, ops in jumps}
 
     def run(self):
@@ -1177,9 +1209,9 @@ class _CodeVerifier:
             if not 0 <= slot < nslots or p.slots[slot].role != SlotRole.STATUS:
                 self.err(f"{where}: slot {slot} is not a status slot")
         elif op is Opcode.POLL:
-            if st.args_written and pc not in self.heads:
-                # a KeyboardInterrupt must leave the arguments as they were, or, at the head
-                # of a loop, as a completed iteration left them
+            if st.args_written and pc not in self.boundaries:
+                # a KeyboardInterrupt must leave the arguments as they were, or, at an
+                # iteration boundary, as a completed iteration left them
                 self.err(f"{where}: after an argument was written in place")
         elif op in (Opcode.TO_DEVICE, Opcode.TO_HOST, Opcode.COPY):
             self.copy(where, op, ops, st)
@@ -1248,6 +1280,31 @@ class _CodeVerifier:
                 return jumps, False
             st.vals[ctr] = ("ctr", max(lo, count), hi)
             return jumps, True
+        elif op is Opcode.NEXT:
+            ctr, count, target = ops
+            v = st.vals.get(ctr)
+            if self.role(ctr) != SlotRole.COUNTER:
+                self.err(f"{where}: slot {ctr} is not a counter")
+                return [], False
+            if v is None or v[0] != "ctr":
+                self.err(f"{where}: counter slot {ctr} is read before it is set")
+                return [], False
+            if not -MAX_COUNT <= count <= MAX_COUNT:
+                self.err(f"{where}: count {count} out of range")
+                return [], False
+            lo, hi = v[1] + 1, v[2] + 1
+            jumps = []
+            if hi >= count:
+                out = st.copy()
+                out.vals[ctr] = ("ctr", max(lo, count), hi)
+                jumps.append((target, out))
+            if lo >= count:
+                return jumps, False
+            # going on: the counter stays below the count (a body's ROWs see its range)
+            st.vals[ctr] = ("ctr", lo, min(hi, count - 1))
+            return jumps, True
+        elif op is Opcode.JUMP:
+            return [(ops[0], st.copy())], False
         elif op is Opcode.BREAK_IF:
             flag, target = ops
             if self.memory(where, flag, st):
@@ -1419,11 +1476,9 @@ class _CodeVerifier:
                 self.err(f"{where}: slot {s} is read before it is allocated")
             elif role in (SlotRole.ALIAS, SlotRole.COUNTER) and s not in st.vals:
                 self.err(f"{where}: slot {s} is read before it is set")
-        # words bound earlier that this BIND overlaps no longer hold their slots
-        for at in [a for a in st.bound
-                   if a < args_at + count and args_at < a + len(st.bound[a])]:
-            del st.bound[at]
-        st.bound[args_at] = tuple((s, st.live.get(s), st.vals.get(s)) for s in slots)
+        # per word: a BIND of some of a launch's words leaves the others as bound before
+        for k, s in enumerate(slots):
+            st.bound[args_at + k] = (s, st.live.get(s), st.vals.get(s))
 
     def launch(self, where, ops, st: _State):
         p, nslots = self.p, self.nslots
@@ -1441,7 +1496,9 @@ class _CodeVerifier:
         if (k.launch_size >= 0 or self.strict) and n != k.launch_size:
             self.err(f"{where}: launch size {n}, but kernel {k.name}'s element ranges are for "
                      f"{k.launch_size}")
-        bound = st.bound[args_at]
+        bound = []
+        while args_at + len(bound) in st.bound and len(bound) < len(k.arg_kinds):
+            bound.append(st.bound[args_at + len(bound)])
         for s, alloc, value in bound:
             # a word bound from a temporary holds that allocation's pointer: it must still be
             # the live one (not freed, nor freed and allocated again); the same for the

@@ -4,9 +4,11 @@ Elementwise work, views and gathers are inlined into whichever kernel consumes t
 become index arithmetic and gathers data-dependent indices, never copies.  A value is
 materialised into a buffer only where it must be: a reduction or scan result, the source of a
 gather when it is computed, an updated array read as a value, or a result.  Results of one
-iteration space share one kernel.  In-place updates of inputs are written last, after every
-read of the old values, and through a temporary where a kernel would read what it overwrites;
-their indices are checked before the first write, so a bad index leaves the inputs untouched.
+iteration space share one kernel; a value computed elementwise from one reduction alone (a
+mean: the sum divided by the count) is stored by that reduction's kernel, its epilogue.
+In-place updates of inputs are written last, after every read of the old values, and through
+a temporary where a kernel would read what it overwrites; their indices are checked before the
+first write, so a bad index leaves the inputs untouched.
 """
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ from .ir import Graph, Kind, Node, Op
 from .leaves import contiguous_strides
 from .kernel import (RANDOM_COST, TRANSCENDENTAL, TRANSCENDENTAL_COST, Compute, Const, DivMod,
                      Folded, Index, IndexValue, LibraryCall, Phase, accumulator_dtype, Kernel,
-                     KernelArg, Load, Pick, Random, Reduction, Scalar, Sort, Store, address,
-                     coalesce, idents, index_picks, is_kernel, set_extents, simplify)
+                     KernelArg, Load, Pick, Random, Reduced, Reduction, Scalar, Sort, Store,
+                     address, coalesce, idents, index_picks, is_kernel, set_extents, simplify)
 
 # LLVM's optimiser takes time quadratic in the size of a loop body (measured here: 0.15 s at
 # 1000 operations, 2.4 s at 4000), so a fused expression growing past this many operations
@@ -35,6 +37,9 @@ RECOMPUTE_OPS = 64
 # prelude: each phase re-reads the row, which then comes from the L1 cache.
 ROW_CACHE_BYTES = 16384
 _ROW_OPS = (Op.SUM, Op.PROD, Op.MAX, Op.MIN, Op.ANY, Op.ALL)
+
+# Reductions whose result a kernel epilogue may take over (`_Fuser.epilogues`).
+_EPILOGUE_OPS = (Op.SUM, Op.PROD, Op.MAX, Op.MIN, Op.ANY, Op.ALL)
 
 _UPDATES = (Kind.UPDATE, Kind.SCATTER)
 _SCALAR_ROLES = ("param", "rng")      # buffers passed to kernels by value
@@ -94,6 +99,8 @@ class _Fuser:
         self.cuts = _size_cuts(graph)             # node indices materialised to bound kernels
         self.cuts |= recompute_cuts(graph, self.cuts)   # ... and where recomputing costs more
         self._materializing: set = set()
+        self._user_map: dict | None = None       # _users()
+        self._epilogue_memo: dict = {}           # node index -> its reduction (epilogue_of)
 
     def must_materialize(self, n: Node) -> bool:
         """Whether a kernel reading `n` loads it from a buffer rather than computing it."""
@@ -141,15 +148,21 @@ class _Fuser:
         g = self.graph
         # results stored elementwise, by iteration shape: a reduction over the same shape may
         # take a whole group into its own loop nest (sibling fusion, `sibling_group`)
+        epilogues = self.epilogues()
         self._pending: dict = {}
         for i, node in enumerate(g.outputs):
-            if node.size and not (_needs_buffer(node) or node.index in self.cuts):
+            if node.size and not (_needs_buffer(node) or node.index in self.cuts) and \
+                    i not in epilogues:
                 self._pending.setdefault(node.shape, []).append(i)
         self._out_bufs: dict = {}
         late: list = []            # results already materialised by the time they are reached
         for i, node in enumerate(g.outputs):
             buf = self.output_buffer(i)
-            if node.size and (_needs_buffer(node) or node.index in self.cuts):
+            if i in epilogues:
+                # the reduction's kernel stores this result instead of the reduction's own
+                self.emit_reduce(epilogues[i], buf, then=node)
+                self.buffer_of[node.index] = buf
+            elif node.size and (_needs_buffer(node) or node.index in self.cuts):
                 if node.index not in self.buffer_of:
                     self.materialize(node, into=buf)
                 else:
@@ -171,6 +184,87 @@ class _Fuser:
         self.emit_writebacks()
         self.plan.kernels = [k for k in self.plan.kernels if not is_kernel(k) or k.size > 0]
         return self.plan
+
+    def epilogues(self) -> dict:
+        """{output index: reduction node} of results computed elementwise from one reduction
+        alone (and constants) that nothing else reads: the reduction's kernel computes them
+        from its result as it stores it (Reduction.then), one kernel and one temporary fewer
+        than a map over the stored result, with the same operations on the same values (a
+        mean: the sum divided by the count).  (A materialised value of that kind, read by
+        other kernels, is the same epilogue: `_emit_into`.)"""
+        g = self.graph
+        users = self._users()
+        out, taken = {}, set()
+        for i, node in enumerate(g.outputs):
+            if node.index in taken or node.index in self.buffer_of or not node.size or \
+                    users.get(node.index) or node.index in self._roots:
+                continue
+            red = self.epilogue_of(node)
+            if red is not None:
+                out[i] = red
+                taken.add(node.index)
+        return out
+
+    def _users(self) -> dict:
+        """{node index: indices of the live nodes reading it} (computed once); `_roots` and
+        `_results` then hold the writeback and check values, and the results."""
+        if self._user_map is None:
+            g = self.graph
+            self._user_map = {}
+            for n in g.live_nodes():
+                for o in n.inputs:
+                    self._user_map.setdefault(o.index, set()).add(n.index)
+            self._roots = {n.index for _, n in g.writebacks} | (
+                {g.check.index} if g.check is not None else set())
+            self._results = {n.index for n in g.outputs}
+        return self._user_map
+
+    def epilogue_of(self, node: Node):
+        """The reduction whose kernel can compute `node` as its epilogue, or None: `node` an
+        elementwise expression of that one reduction and literals, none of it complex,
+        random or checked; nothing but `node`'s own expression reads the reduction or a
+        value between them; not a product over kept axes (which may become a BLAS call);
+        the reduction not materialised already."""
+        if node.op.kind is not Kind.ELEMENTWISE:
+            return None
+        memo = self._epilogue_memo
+        if node.index not in memo:
+            memo[node.index] = self._epilogue_of(node)
+        red = memo[node.index]
+        return None if red is None or red.index in self.buffer_of else red
+
+    def _epilogue_of(self, node: Node):
+        users = self._users()
+        red, inner, stack = None, set(), [node]
+        while stack:
+            n = stack.pop()
+            if n.index in inner:
+                continue
+            if n.dtype.kind == "c":
+                return None
+            if n.op is Op.LITERAL:
+                continue
+            if n.op.kind is Kind.REDUCE:
+                if red is not None and red.index != n.index:
+                    return None
+                red = n
+                inner.add(n.index)
+                continue
+            if n.op.kind is not Kind.ELEMENTWISE or n.op in (Op.RANDOM, Op.IOTA, Op.CHECK) or \
+                    n.attrs.get("checked") or n.shape not in (node.shape, ()) or \
+                    (n is not node and (n.index in self.buffer_of or self.must_materialize(n))):
+                return None
+            inner.add(n.index)
+            stack.extend(n.inputs)
+        if red is None or red.op not in _EPILOGUE_OPS or red.shape != node.shape or \
+                not red.size or red.index in self.buffer_of or \
+                (red.ndim and red.op is Op.SUM and red.inputs[0].op is Op.MUL):
+            return None
+        # nothing but the epilogue reads the reduction or a value between them
+        for i in inner - {node.index}:
+            if i in self._roots or i in self._results or not users.get(i, set()) <= inner:
+                return None
+        return red
 
     def output_buffer(self, i: int) -> Buffer:
         buf = self._out_bufs.get(i)
@@ -306,6 +400,9 @@ class _Fuser:
             self.emit_update_chain(node, buf)
         elif node.op.kind is Kind.LIBRARY:
             self.emit_library(node, buf)
+        elif self.epilogue_of(node) is not None:
+            # computed from one reduction alone: that reduction's kernel stores it
+            self.emit_reduce(self.epilogue_of(node), buf, then=node)
         else:
             # an elementwise value or view that must sit in memory (e.g. a computed gather source)
             self.emit_store_groups([(buf, buf.strides, node)])
@@ -337,6 +434,8 @@ class _Fuser:
                 continue
             if self.must_materialize(n) and n.index not in inline:
                 need.setdefault(n.index, (n, False))
+                if self.epilogue_of(n) is not None:
+                    continue        # its reduction's kernel computes it (_emit_into)
             elif n.op is Op.GATHER:
                 need.setdefault(n.inputs[0].index, (n.inputs[0], True))
             stack.extend(n.inputs)
@@ -347,7 +446,9 @@ class _Fuser:
             if n not in roots or gather_source:
                 self.materialize(n)
 
-    def emit_reduce(self, node: Node, out: Buffer):
+    def emit_reduce(self, node: Node, out: Buffer, then: Node | None = None):
+        """The kernel of reduction `node` into `out`; with `then` (an epilogue: a result
+        computed elementwise from this reduction alone, `epilogues`) that result instead."""
         src = node.inputs[0]
         axes = node.attrs["axes"]
         if node.op is Op.SUM and src.op is Op.MUL:
@@ -367,7 +468,9 @@ class _Fuser:
             for i in siblings:
                 buf = self.output_buffer(i)
                 kb.store(buf, address(buf.strides, imap), kb.build(self.graph.outputs[i], imap))
-            kb.reduce(node.op, value, out, address(out.strides, idents(len(space))))
+            epilogue = None if then is None else kb.build_epilogue(then, node, out)
+            kb.reduce(node.op, value, out, address(out.strides, idents(len(space))),
+                      then=epilogue)
         trailing = kept == list(range(len(kept)))
         if trailing and node.op in _ROW_OPS and len(space) == self.row_reductions(
                 [src], src.shape)[0] and self.row_fused(src.shape, [src], label, body):
@@ -824,6 +927,7 @@ class _KernelBuilder:
         self.arg_buffers: list[int] = []
         self.memo: dict = {}
         self.checked = False                  # has data-dependent indices
+        self.reduced: int | None = None       # the reduction an epilogue reads (Reduced)
 
     # ---- arguments -------------------------------------------------------------------------
     def arg(self, buf, kind) -> int:
@@ -855,11 +959,12 @@ class _KernelBuilder:
         self.kernel.checks.append(index)
         self.checked = True
 
-    def reduce(self, op: Op, value, buf: Buffer, index: Index, chunk=0, scan=False, acc=None):
+    def reduce(self, op: Op, value, buf: Buffer, index: Index, chunk=0, scan=False, acc=None,
+               then=None):
         i = self.arg(buf, "buffer")
         self._mark_write(i)
         self.kernel.reduction = Reduction(op, value, i, index, chunk,
-                                          np.dtype(acc) if acc is not None else None, scan)
+                                          np.dtype(acc) if acc is not None else None, scan, then)
 
     def sort(self, value, buf: Buffer, index: Index, scratch: Buffer, pscratch):
         i = self.arg(buf, "buffer")
@@ -886,7 +991,8 @@ class _KernelBuilder:
         e = self.memo.get(key)
         if e is not None:
             return e
-        self.fuser.materialize_cone([node], self.inline_rows)
+        self.fuser.materialize_cone([node], self.inline_rows,
+                                    () if self.reduced is None else (self.reduced,))
         stack = [(node, imap)]
         while stack:
             n, m = stack[-1]
@@ -901,8 +1007,22 @@ class _KernelBuilder:
             self.memo[(n.index, m)] = self._build(n, m)
         return self.memo[key]
 
+    def build_epilogue(self, node: Node, reduced: Node, out: Buffer):
+        """The expression of result `node` with reduction `reduced` read as `Reduced`, as the
+        output buffer `out` takes it (the reduction's epilogue)."""
+        self.reduced = reduced.index
+        try:
+            value = self.build(node, idents(node.ndim))
+        finally:
+            self.reduced = None
+        if value.dtype != out.dtype:
+            value = self._intern(Compute(Op.CAST, out.dtype, (value,)))
+        return value
+
     def _deps(self, node: Node, imap: tuple) -> list:
         """(node, imap) pairs whose expressions `_build(node, imap)` reads from the memo."""
+        if node.index == self.reduced:
+            return []
         buf = self.fuser.buffer_of.get(node.index)
         if node.index in self.inline_rows and buf is None:
             return [(node.inputs[0], self._row_map(node, imap))]
@@ -924,6 +1044,8 @@ class _KernelBuilder:
     def _build(self, node: Node, imap: tuple):
         """One expression whose dependencies (`_deps`) are already in the memo."""
         memo = self.memo
+        if node.index == self.reduced:
+            return self._intern(Reduced(node.dtype))
         buf = self.fuser.buffer_of.get(node.index)
         if buf is not None and buf.role not in _SCALAR_ROLES:
             return self.load(buf, address(buf.strides, imap))

@@ -15,7 +15,7 @@ import numpy as np
 from .ir import Op, dtype_short
 
 __all__ = ["KernelError", "accumulator_dtype", "Loop", "DivMod", "Pick", "Index", "Load", "Scalar", "Const",
-           "IndexValue", "Random", "Compute", "Folded", "Phase", "Store", "Reduction", "Sort",
+           "IndexValue", "Random", "Compute", "Folded", "Reduced", "Phase", "Store", "Reduction", "Sort",
            "KernelArg", "Kernel", "walk", "index_picks", "SMALL_SORT", "sort_passes",
            "LibraryCall", "is_kernel"]
 
@@ -242,6 +242,14 @@ class Folded:
     dtype: np.dtype
 
 
+@dataclass(frozen=True)
+class Reduced:
+    """The kernel's reduction result at the current point of the space, converted to `dtype`
+    as a store into a buffer of that dtype converts it: what a reduction's epilogue
+    (Reduction.then) computes from."""
+    dtype: np.dtype
+
+
 @dataclass(frozen=True, eq=False)
 class Phase:
     """A reduction over the whole rspace folded, per point of the space, before the kernel's
@@ -268,6 +276,12 @@ class Reduction:
 
     With `chunk` > 0 the last space dimension numbers chunks: chunk c folds the flat rspace
     range [c*chunk, min((c+1)*chunk, size)), giving partial results combined by a later kernel.
+
+    `then` (an epilogue): an expression of `Reduced` and constants, of the argument's dtype,
+    stored instead of the result: the elementwise operations of a value computed from the
+    reduction alone (a mean's division by the count), applied once per output after the last
+    combine, on the result as its own buffer would have held it (so the same bits as a map
+    kernel reading that buffer).  Never on partial results (chunk), scans or arg-reductions.
     """
     op: Op
     value: object
@@ -276,6 +290,7 @@ class Reduction:
     chunk: int = 0
     acc: np.dtype | None = None   # accumulation dtype (default: accumulator_dtype(op, value))
     scan: bool = False            # store the running value at every rspace step (cumsum)
+    then: object = None           # the epilogue, or None: the result itself is stored
 
     @property
     def acc_dtype(self) -> np.dtype:
@@ -409,7 +424,9 @@ class Kernel:
         for i, a in enumerate(self.args):
             rw = " out" if a.writes else ""
             lines.append(f"  arg{i}: {a.kind} {dtype_short(a.dtype)}{rw}")
-        for e in walk(self._roots()):
+        epilogue = [self.reduction.then] if self.reduction is not None and \
+            self.reduction.then is not None else []
+        for e in walk(self._roots() + epilogue):
             names[id(e)] = f"v{len(names)}"
             lines.append(f"  {names[id(e)]} = {_expr_text(e, names)}")
         for s in self.stores:
@@ -424,8 +441,9 @@ class Kernel:
         if self.reduction is not None:
             r = self.reduction
             extra = (f" chunk={r.chunk}" if r.chunk else "") + (" scan" if r.scan else "")
+            then = f", then {names[id(r.then)]}" if r.then is not None else ""
             lines.append(f"  arg{r.arg}[{r.index}] = {r.op.value}{extra} over rspace of "
-                         f"{names[id(r.value)]} (acc {dtype_short(r.acc_dtype)})")
+                         f"{names[id(r.value)]} (acc {dtype_short(r.acc_dtype)}){then}")
         if self.sort is not None:
             s = self.sort
             what = "argsort" if s.positions else "sort"
@@ -518,6 +536,8 @@ def _expr_text(e, names) -> str:
         return f"index {dtype_short(e.dtype)} {e.index}"
     if isinstance(e, Folded):
         return f"phase{e.phase} {dtype_short(e.dtype)}"
+    if isinstance(e, Reduced):
+        return f"reduced {dtype_short(e.dtype)}"
     if isinstance(e, Random):
         return (f"random.{e.dist} {dtype_short(e.dtype)} key={names[id(e.key)]} "
                 f"stream={e.stream} at [{_index_text(e.position, names)}]")
@@ -698,8 +718,9 @@ def substitute(k: Kernel, space, rspace, mapping) -> Kernel:
     out.checks = [sub(ix) for ix in k.checks]
     if k.reduction is not None:
         r = k.reduction
+        # (an epilogue has no indices: it reads the result and constants only)
         out.reduction = Reduction(r.op, rebuild(r.value), r.arg, sub(r.index), r.chunk, r.acc,
-                                  r.scan)
+                                  r.scan, r.then)
     if k.sort is not None:
         s = k.sort
         out.sort = Sort(rebuild(s.value), s.arg, sub(s.index), s.scratch, s.pscratch,

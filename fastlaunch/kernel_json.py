@@ -17,6 +17,9 @@ KernelFormatError (a ValueError), never an exception of another kind:
   would skip its accesses); a phase's value reads only earlier phases (`Folded`), the body any;
   and a reduction's result index holds no data-dependent index (its loads would be
   unaccounted);
+* a reduction's epilogue (`then`) reads only the reduced value (`Reduced`) and constants, is
+  of its output argument's dtype, and is not on partial results, scans or arg-reductions;
+  a reduced value appears nowhere else;
 * a sort has exactly one reduction loop (the row), no reduction or prelude beside it, scratch
   arguments of the dtypes the code generator addresses them with, and an output of its value's
   dtype (int64 for positions).
@@ -33,9 +36,12 @@ import numpy as np
 
 from .ir import Kind, Op
 from .kernel import (Compute, Const, DivMod, Folded, Index, IndexValue, Kernel, KernelArg, Load,
-                     Loop, Phase, Random, Pick, Reduction, Scalar, Sort, Store, index_picks, walk)
+                     Loop, Phase, Random, Pick, Reduced, Reduction, Scalar, Sort, Store,
+                     index_picks, walk)
 
-FORMAT = 1
+# 2: reductions may carry an epilogue ("then", "reduced" nodes); format 1 is read as well
+FORMAT = 2
+READS = (1, 2)
 LIMIT = 1 << 62          # sizes and address magnitudes
 MAX_DIMS = 32
 MAX_ARGS = 4096
@@ -55,6 +61,8 @@ def kernel_to_json(k: Kernel) -> dict:
     roots = list(k._roots())
     if k.reduction is not None:
         roots += [p.expr for p in index_picks(k.reduction.index)]
+        if k.reduction.then is not None:
+            roots.append(k.reduction.then)
     nodes = walk(roots)
     ids = {id(e): i for i, e in enumerate(nodes)}
 
@@ -85,6 +93,8 @@ def kernel_to_json(k: Kernel) -> dict:
                           e.dtype.str])
         elif isinstance(e, Folded):
             table.append(["folded", e.phase, e.dtype.str])
+        elif isinstance(e, Reduced):
+            table.append(["reduced", e.dtype.str])
         else:
             table.append(["op", e.op.value, e.dtype.str, [ids[id(o)] for o in e.operands],
                           bool(e.checked)])
@@ -103,7 +113,7 @@ def kernel_to_json(k: Kernel) -> dict:
         "reduction": None if r is None else {
             "op": r.op.value, "value": ids[id(r.value)], "arg": r.arg, "index": index(r.index),
             "chunk": r.chunk, "acc": None if r.acc is None else np.dtype(r.acc).str,
-            "scan": bool(r.scan)},
+            "scan": bool(r.scan), "then": None if r.then is None else ids[id(r.then)]},
         "sort": None if srt is None else {
             "value": ids[id(srt.value)], "arg": srt.arg, "index": index(srt.index),
             "scratch": srt.scratch, "pscratch": srt.pscratch, "positions": bool(srt.positions)},
@@ -156,8 +166,8 @@ class _Reader:
     def __init__(self, j: dict):
         if type(j) is not dict:
             _fail("not an object")
-        if j.get("format") != FORMAT:
-            _fail(f"format {j.get('format')!r}, this fastlaunch reads {FORMAT}")
+        if j.get("format") not in READS:
+            _fail(f"format {j.get('format')!r}, this fastlaunch reads {READS}")
         self.j = j
         self.space = tuple(_int(s, "space size", 0) for s in _list(j["space"], "space", MAX_DIMS))
         self.rspace = tuple(_int(s, "rspace size", 0)
@@ -254,6 +264,8 @@ class _Reader:
                           self.index(x[4], i)[0], dt)
         if kind == "folded" and len(x) == 3:
             return Folded(_int(x[1], f"node {i} phase", 0, MAX_NODES), _dtype(x[2], f"node {i}"))
+        if kind == "reduced" and len(x) == 2 and self.j["format"] >= 2:
+            return Reduced(_dtype(x[1], f"node {i}"))
         if kind == "op" and len(x) == 5:
             try:
                 op = Op(x[1])
@@ -357,6 +369,15 @@ class _Reader:
             acc = None if r["acc"] is None else _dtype(r["acc"], "reduction accumulator")
             k.reduction = Reduction(op, value(r["value"], "reduction value"), arg, index,
                                     chunk, acc, _bool(r["scan"], "reduction scan"))
+            then = r.get("then")
+            if then is not None:
+                k.reduction = self.epilogue(k.reduction, value(then, "reduction epilogue"))
+        # a reduced value only inside the epilogue (the code generator evaluates it there)
+        roots = list(k._roots())
+        if k.reduction is not None:
+            roots += [p.expr for p in index_picks(k.reduction.index)]
+        if any(isinstance(e, Reduced) for e in walk(roots)):
+            _fail("a reduced value outside a reduction's epilogue")
         for i in written:
             if not self.args[i].writes:
                 _fail(f"argument {i} is written but not marked as written")
@@ -394,7 +415,22 @@ def _sort_reader(self, srt, value, n) -> Sort:
     return Sort(v, arg, index, scratch, pscratch, positions)
 
 
+def _epilogue_reader(self, r: Reduction, then) -> Reduction:
+    """A reduction with the epilogue `then`, checked (see the module docstring)."""
+    if r.chunk or r.scan or r.op in (Op.ARGMAX, Op.ARGMIN):
+        _fail("an epilogue on partial results, a scan or an arg-reduction")
+    for e in walk([then]):
+        if not isinstance(e, (Reduced, Const, Compute)):
+            _fail("an epilogue reads only the reduced value and constants")
+        if e.dtype.kind == "c" or isinstance(e, Compute) and (e.checked or e.op is Op.CHECK):
+            _fail("an epilogue of checked or complex operations")
+    if then.dtype != self.args[r.arg].dtype:
+        _fail(f"an epilogue of {then.dtype} stored into a {self.args[r.arg].dtype} buffer")
+    return Reduction(r.op, r.value, r.arg, r.index, r.chunk, r.acc, r.scan, then)
+
+
 _Reader.sort = _sort_reader
+_Reader.epilogue = _epilogue_reader
 
 
 def kernel_from_json(j) -> Kernel:

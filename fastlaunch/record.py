@@ -185,11 +185,22 @@ def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: 
 
 
 # ---- loops (fl.iterate) ------------------------------------------------------------------------
-# A loop's body is the step's launches (and the until predicate's), recorded once between a
-# head and a LOOP that jumps back to it.  The values the body's buffers are bound to:
+# A loop runs the step's launches (and the until predicate's) n times.  Carried arrays take
+# turns in two buffers: X is written by the odd iterations (1, 3, ...), Y by the even ones.
+# The first iteration reads the caller's arrays, every other one the buffer the one before
+# wrote, so the code holds three copies of the body, each bound to fixed buffers:
+#     first: arguments -> X    (iteration 1, before the loop)
+#     even:  X -> Y            (2, 4, ...: the head of the loop, then NEXT)
+#     odd:   Y -> X            (3, 5, ...: then LOOP back to the head)
+# No pointer moves between iterations, and the argument words of each launch are bound once
+# before the loop; inside it a BIND sets only the words that change (a collected result's row,
+# the until flag, both moved by ROW every iteration).  The loop is left after an iteration
+# that wrote X (LOOP's end, or NEXT/BREAK_IF after the first or an odd copy) or one that wrote
+# Y (NEXT/BREAK_IF after the even copy); each exit copies the final values out of its buffer.
+# The values the parts' buffers are bound to:
 #     ("leaf", j)    call argument j as it is (loop-invariant, or updated in place by the step)
-#     ("carry", c)   the current value of carried array c (an alias: the buffer read)
-#     ("new", c)     its next value (an alias: the buffer written)
+#     ("carry", c)   the current value of carried array c (the buffer read)
+#     ("new", c)     its next value (the buffer written)
 #     ("row", r)     collected result r's row of this iteration (or its scratch buffer)
 #     ("flag",)      this iteration's until flag
 @dataclass
@@ -208,9 +219,9 @@ class Loop:
     """What fl.iterate asks the recorder for: `parts` (the step, then the predicate) run `n`
     times (n >= 1).
 
-    carried: per carried array, its leaf: two buffers of its size take turns (ROTATE) as the
-        one read and the one written; the final value goes to an output (or, with `inplace`,
-        into the leaf, once, after the loop);
+    carried: per carried array, its leaf: two buffers of its size take turns as the one read
+        and the one written; the final value goes to an output (or, with `inplace`, into the
+        leaf, once, after the loop);
     new_from: carried index -> a value copied into its next buffer each iteration (a step
         that returns an argument as the carried array's new value);
     rows: per collected result, (dtype, shape) of one row; collected every `every`-th
@@ -244,9 +255,9 @@ class LoopOutputs:
 
 def record_loop(loop: Loop, leaves: list[LeafSpec], mutated_leaves: list[int],
                 memory: MemoryModel = HOST_MEMORY) -> tuple[Program, LoopOutputs]:
-    """The parts' kernels in a loop (see Loop): temporaries allocated before it and freed
-    after it, carried state passed by moving pointers, collected results written in place
-    into their row of a stacked output, the until flag read by BREAK_IF."""
+    """The parts' kernels in a loop (see Loop and the comment above): temporaries allocated
+    before it and freed after it, carried state in two buffers per array, collected results
+    written in place into their row of a stacked output, the until flag read by BREAK_IF."""
     kspace = int(memory.kernel_space)
     host = kspace == Space.SPACE_HOST
     n = loop.n
@@ -305,8 +316,11 @@ def record_loop(loop: Loop, leaves: list[LeafSpec], mutated_leaves: list[int],
             shadow_of[j] = temp(s.dtype, s.hi + 1, f"in{j}@dev")
         return shadow_of[j]
 
-    # carried arrays: three aliases (read, written, spare) over two buffers
-    read, write, spare, finals, firsts = [], [], [], [], []
+    # carried arrays: per copy of the body, the buffer each reads and the one it writes
+    FIRST, EVEN, ODD = range(3)
+    reads: list[list[int]] = [[], [], []]
+    writes: list[list[int]] = [[], [], []]
+    x_buf, y_buf, finals = [], [], []
     for c, j in enumerate(loop.carried):
         leaf = slots[j]
         count = leaf.hi + 1
@@ -320,12 +334,14 @@ def record_loop(loop: Loop, leaves: list[LeafSpec], mutated_leaves: list[int],
             bufs = [out if host else temp(leaf.dtype, count, f"carry{c}.a"),
                     temp(leaf.dtype, count, f"carry{c}.b")]
             finals.append(("output", len(outputs) - 1))
-        # iteration n writes the first buffer when n is odd: without an early stop, the
-        # final value is where it is handed back from (no copy at the end on the host)
-        firsts.append((start, bufs[0] if n % 2 else bufs[1], bufs[1] if n % 2 else bufs[0]))
-        read.append(alias(leaf.dtype, count, f"carry{c}"))
-        write.append(alias(leaf.dtype, count, f"carry{c}.new"))
-        spare.append(alias(leaf.dtype, count, f"carry{c}.spare"))
+        # iteration n writes bufs[0]: without an early stop, the final value is where it is
+        # handed back from (no copy at the end on the host)
+        x, y = (bufs[0], bufs[1]) if n % 2 else (bufs[1], bufs[0])
+        x_buf.append(x)
+        y_buf.append(y)
+        for copy, (r, w) in enumerate([(start, x), (x, y), (y, x)]):
+            reads[copy].append(r)
+            writes[copy].append(w)
 
     # collected results: a stacked output, a row alias moved by ROW every iteration
     rows = -(-n // loop.every) if loop.every else 0
@@ -348,30 +364,33 @@ def record_loop(loop: Loop, leaves: list[LeafSpec], mutated_leaves: list[int],
         flag_buf = flags if host else temp(np.dtype(np.bool_).str, n, "flags@dev")
         flag_row = alias(np.dtype(np.bool_).str, 1, "flag")
     ctr = new_slot(SlotInfo(SlotRole.COUNTER, np.dtype(np.int64).str, label="i"))
+    # the slots ROW moves every iteration: argument words bound from them are bound again
+    moving = {s for s in row_slot + [flag_row]
+              if s is not None and slots[s].role == SlotRole.ALIAS}
 
-    def value_slot(v) -> int:
+    def value_slot(v, copy: int) -> int:
         kind = v[0]
         if kind == "leaf":
             return leaf_slot(v[1])
         if kind == "carry":
-            return read[v[1]]
+            return reads[copy][v[1]]
         if kind == "new":
-            return write[v[1]]
+            return writes[copy][v[1]]
         if kind == "row":
             return row_slot[v[1]]
         if kind == "flag":
             return flag_row
         raise ValueError(f"unknown loop value {v!r}")
 
-    # each part's own slots
-    infos, launches = [], []          # launches: (kernel index, size, arg slots, part kernel)
+    # each part's own slots; the parts' arguments and results stay loop values (bound per copy)
+    infos, launches = [], []          # launches: (kernel index, size, args, part kernel)
     for part in loop.parts:
-        slot_of: dict[int, int] = {}
+        slot_of: dict = {}
         for b in part.plan.buffers:
             if b.role in ("input", "param"):
-                slot_of[b.id] = value_slot(part.values[("input", b.ref)])
+                slot_of[b.id] = part.values[("input", b.ref)]
             elif b.role == "output":
-                slot_of[b.id] = value_slot(part.values[("output", b.ref)])
+                slot_of[b.id] = part.values[("output", b.ref)]
             elif b.role == "const":
                 slot_of[b.id] = new_slot(SlotInfo(SlotRole.CONST, b.dtype.str, 0, b.size - 1,
                                                   label=f"const{len(const_slots)}", space=kspace))
@@ -386,69 +405,124 @@ def record_loop(loop: Loop, leaves: list[LeafSpec], mutated_leaves: list[int],
     work = n * sum(k.size * max(1, int(np.prod(k.rspace, dtype=np.int64))) *
                    k.cost_per_iteration() for _, _, _, k in launches)
 
+    def arg_slots(args, copy: int) -> list:
+        return [value_slot(a, copy) if isinstance(a, tuple) else a for a in args]
+
+    # every value's slot, before the code: a leaf's device shadow is a temporary like the rest
+    for copy in range(3):
+        for _, _, args, _ in launches:
+            arg_slots(args, copy)
+        for v in list(loop.new_from.values()) + list(loop.collect_from.values()) + \
+                [loop.flag_from] * (loop.flag_from is not None):
+            value_slot(v, copy)
+
     asm = Assembler()
     for s in temps:
         asm.alloc(s, slots[s].nbytes)
     for j, sh in sorted(shadow_of.items()):
         asm.to_device(sh, j, slots[j].span_bytes)
-    for c in range(len(loop.carried)):
-        start, first, second = firsts[c]
-        asm.move(read[c], start)
-        asm.move(write[c], first)
-        asm.move(spare[c], second)
     asm.set(ctr, 0)
-    head = asm.here()
-    if work >= POLL_WORK:
-        asm.poll()        # at an iteration boundary: stopped here, the state is consistent
-    for r, (_, buf, nbytes) in enumerate(stacked):
-        asm.row(row_slot[r], buf, ctr, loop.every, nbytes)
-    if loop.until:
-        asm.row(flag_row, flag_buf, ctr, 1, 1)
+    # every launch of every copy gets its own argument words, bound here but for the moving
+    # ones (runs of them are bound again before the launch)
+    bound = []                        # per copy, per launch: (args_at, [(offset, slots)])
+    for copy in range(3):
+        per_launch = []
+        for _, _, args, _ in launches:
+            words = arg_slots(args, copy)
+            args_at = asm.words(len(words))
+            fixed, again = _runs(words, moving)
+            for off, run in fixed:
+                asm.bind(args_at + off, run)
+            per_launch.append((args_at, again))
+        bound.append(per_launch)
+
     nstep = len(loop.parts[0].plan.kernels)
     # one iteration that is itself long: POLL before each launch too, as record() does, while
     # no launch of the body writes an argument (stopped there, the caller's arrays are as a
     # completed iteration left them)
+    polling = work >= POLL_WORK
     inner_polls = work // n >= POLL_WORK and not any(
         a.writes and a.kind == "buffer" and slots[s].role == SlotRole.INPUT
-        for _, _, arg_slots, k in launches for a, s in zip(k.args, arg_slots))
-    unchecked = False
-    for i, (index, size, arg_slots, k) in enumerate(launches):
-        if i == nstep:
-            # the step's results are all there: values it passes through unchanged next
-            for c, v in sorted(loop.new_from.items()):
-                asm.copy(write[c], value_slot(v), slots[write[c]].span_bytes)
-            for r, v in sorted(loop.collect_from.items()):
-                asm.copy(row_slot[r], value_slot(v), slots[row_slot[r]].span_bytes)
-        writes_input = any(a.writes and a.kind == "buffer" and slots[s].role == SlotRole.INPUT
-                           for a, s in zip(k.args, arg_slots))
-        if writes_input and unchecked:
-            asm.check(status)       # no argument is written after a kernel raised an error
-            unchecked = False
-        unchecked |= k.status is not None
-        if inner_polls and i > 0:
-            asm.poll()
-        asm.launch(index, size, arg_slots)
-    if nstep == len(launches):
+        for copy in range(3) for _, _, args, k in launches
+        for a, s in zip(k.args, arg_slots(args, copy)))
+
+    def passed_on(copy: int):
+        # values the step passes through unchanged, once its results are all there
         for c, v in sorted(loop.new_from.items()):
-            asm.copy(write[c], value_slot(v), slots[write[c]].span_bytes)
+            w = writes[copy][c]
+            asm.copy(w, value_slot(v, copy), slots[w].span_bytes)
         for r, v in sorted(loop.collect_from.items()):
-            asm.copy(row_slot[r], value_slot(v), slots[row_slot[r]].span_bytes)
-    if loop.flag_from is not None:
-        asm.copy(flag_row, value_slot(loop.flag_from), 1)
-    if unchecked:
-        asm.check(status)           # an error stops the loop in the iteration that raised it
-    for c in range(len(loop.carried)):
-        asm.rotate(read[c], write[c], spare[c])
-    exit_at = asm.break_if(flag_row) if loop.until else None
+            asm.copy(row_slot[r], value_slot(v, copy), slots[row_slot[r]].span_bytes)
+
+    def iteration(copy: int) -> int | None:
+        """One iteration through the copy's buffers; the BREAK_IF to patch (or None)."""
+        if polling:
+            asm.poll()        # at an iteration boundary: stopped here, the state is consistent
+        for r, (_, buf, nbytes) in enumerate(stacked):
+            asm.row(row_slot[r], buf, ctr, loop.every, nbytes)
+        if loop.until:
+            asm.row(flag_row, flag_buf, ctr, 1, 1)
+        unchecked = False
+        for i, (index, size, args, k) in enumerate(launches):
+            if i == nstep:
+                passed_on(copy)
+            words = arg_slots(args, copy)
+            writes_input = any(a.writes and a.kind == "buffer" and
+                               slots[s].role == SlotRole.INPUT for a, s in zip(k.args, words))
+            if writes_input and unchecked:
+                asm.check(status)       # no argument is written after a kernel raised an error
+                unchecked = False
+            unchecked |= k.status is not None
+            if inner_polls and i > 0:
+                asm.poll()
+            args_at, again = bound[copy][i]
+            for off, run in again:
+                asm.bind(args_at + off, run)
+            asm.launch_bound(index, size, args_at)
+        if nstep == len(launches):
+            passed_on(copy)
+        if loop.flag_from is not None:
+            asm.copy(flag_row, value_slot(loop.flag_from, copy), 1)
+        if unchecked:
+            asm.check(status)           # an error stops the loop in the iteration that raised it
+        return asm.break_if(flag_row) if loop.until else None
+
+    to_x, to_y = [], []               # words to patch with the exits' pcs
+    stop = iteration(FIRST)
+    if stop is not None:
+        to_x.append(stop)
+    to_x.append(asm.next(ctr, n))
+    head = asm.here()
+    stop = iteration(EVEN)
+    if stop is not None:
+        to_y.append(stop)
+    to_y.append(asm.next(ctr, n))
+    stop = iteration(ODD)
+    if stop is not None:
+        to_x.append(stop)
     asm.loop(ctr, n, head)
-    if exit_at is not None:
-        asm.patch(exit_at, asm.here())
-    for c, (kind, where) in enumerate(finals):
-        dst = where if kind == "leaf" else outputs[where][0]
-        if slots[dst].space == kspace:
-            asm.copy(dst, read[c], slots[read[c]].span_bytes)
-        else:
-            asm.to_host(dst, read[c], slots[read[c]].span_bytes)
+
+    def hand_back(bufs) -> list:
+        # (dst, src) per carried array whose final value is not where it is handed back from
+        dsts = [where if kind == "leaf" else outputs[where][0] for kind, where in finals]
+        return [(d, b) for d, b in zip(dsts, bufs) if d != b]
+
+    def copy_out(pairs):
+        for dst, src in pairs:
+            if slots[dst].space == kspace:
+                asm.copy(dst, src, slots[src].span_bytes)
+            else:
+                asm.to_host(dst, src, slots[src].span_bytes)
+
+    for at in to_x:
+        asm.patch(at, asm.here())
+    copy_out(hand_back(x_buf))
+    done = asm.jump() if hand_back(y_buf) else None
+    for at in to_y:
+        asm.patch(at, asm.here())
+    copy_out(hand_back(y_buf))
+    if done is not None:
+        asm.patch(done, asm.here())
     for out, buf, nbytes in stacked:
         if buf != out:
             asm.to_host(out, buf, rows * nbytes)
@@ -465,3 +539,16 @@ def record_loop(loop: Loop, leaves: list[LeafSpec], mutated_leaves: list[int],
                       nargwords=asm.nargwords, nleaves=len(leaves), consts=const_slots,
                       outputs=outputs, mutated_leaves=mutated)
     return program, LoopOutputs(finals, collected, flags_index)
+
+
+def _runs(words: list, moving: set) -> tuple[list, list]:
+    """A launch's argument slots split into runs of fixed slots and runs of moving ones:
+    ([(offset, slots)], [(offset, slots)])."""
+    fixed, again = [], []
+    for i, s in enumerate(words):
+        runs = again if s in moving else fixed
+        if runs and runs[-1][0] + len(runs[-1][1]) == i:
+            runs[-1][1].append(s)
+        else:
+            runs.append((i, [s]))
+    return fixed, again

@@ -32,7 +32,7 @@ import tempfile
 import numpy as np
 
 from . import _core
-from ._launch import ResultKind, Space
+from ._launch import Opcode, ResultKind, Space
 from ._version import __version__
 from .backends import get_backend
 from .backends.base import CallLayout
@@ -440,11 +440,14 @@ def _iterate_finish(meta, program: Program, nresults: int, nleaves: int):
     if "iterate" not in meta:
         return None
     finish = check_finish(meta["iterate"], nresults, nleaves)
-    # what fl.iterate records: one loop, of the iteration count the results are for
+    # what fl.iterate records: one loop, whose LOOP and NEXTs all count to the iteration
+    # count the results are for
     loops = program.loops()
-    if len(loops) != 1 or loops[0][3] != finish["n"]:
-        raise SavedProgramError(f"iterate: the program's loops {[c for *_, c in loops]} do not "
-                                f"run the iteration count {finish['n']}")
+    counts = [ops[1] for _, op, ops in program.instructions() if op is Opcode.NEXT]
+    if len(loops) != 1 or any(c != finish["n"] for c in counts + [loops[0][3]]):
+        raise SavedProgramError(f"iterate: the program's loops {[c for *_, c in loops]} "
+                                f"(NEXT counts {counts}) do not run the iteration count "
+                                f"{finish['n']}")
     return finish
 
 

@@ -96,8 +96,9 @@ def gemm_call(k: Kernel):
     """The BLAS gemm call computing kernel `k`, if it is a float32/float64 matrix product
     (batched over at most two dims) with operands BLAS can address in place; else None."""
     r = k.reduction
-    if r is None or r.op is not Op.SUM or r.scan or r.chunk or k.stores or k.checks or \
-            k.status is not None or len(k.rspace) != 1 or not 1 <= len(k.space) <= 4:
+    if r is None or r.op is not Op.SUM or r.scan or r.chunk or r.then is not None or \
+            k.stores or k.checks or k.status is not None or len(k.rspace) != 1 or \
+            not 1 <= len(k.space) <= 4:
         return None
     v = r.value
     dt = v.dtype if isinstance(v, Compute) else None
@@ -186,14 +187,15 @@ def _split(plan, k: Kernel, chunk: int) -> list:
                                 address(partial.strides, idents(nspace + 1)), chunk, r.acc)
     first = coalesce(first)
     set_extents(first)
-    # combine kernel: fold the partials of every output in chunk order
+    # combine kernel: fold the partials of every output in chunk order (and apply the
+    # epilogue, if any, to the combined result)
     out_arg = k.args[r.arg]
     second = Kernel(tuple(k.space), (nchunks,),
                     [KernelArg("buffer", acc, partial.id), KernelArg("buffer", out_arg.dtype,
                                                                   out_arg.buffer, 0, True)],
                     label=k.label + " combine")
     loads = Load(0, np.dtype(acc), address(partial.strides, idents(nspace + 1)))
-    second.reduction = Reduction(_COMBINE[r.op], loads, 1, r.index, 0, acc)
+    second.reduction = Reduction(_COMBINE[r.op], loads, 1, r.index, 0, acc, then=r.then)
     second = coalesce(second)
     set_extents(second)
     return [first, second]

@@ -149,7 +149,7 @@ def _unfold(plan, k: Kernel) -> list:
     if k.reduction is not None:
         r = k.reduction
         body.reduction = Reduction(r.op, replace_folded(r.value), r.arg, r.index, r.chunk, r.acc,
-                                   r.scan)
+                                   r.scan, r.then)
     out.append(body)
     for part in out:
         set_extents(part)
@@ -195,6 +195,6 @@ def _split(plan, k: Kernel, splits: int) -> list:
                      KernelArg("buffer", out_arg.dtype, out_arg.buffer, 0, True)],
                     label=k.label + " combine")
     loads = Load(0, np.dtype(acc), address(partial.strides, idents(nspace + 1)))
-    second.reduction = Reduction(_COMBINE[r.op], loads, 1, r.index, 0, acc)
+    second.reduction = Reduction(_COMBINE[r.op], loads, 1, r.index, 0, acc, then=r.then)
     set_extents(second)
     return out + _schedule(plan, second)

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..ir import Op
 from ..kernel import (TRANSCENDENTAL, Compute, Const, DivMod, Folded, Index, IndexValue, Kernel,
-                      Load, Loop, Pick, Random, Scalar, SMALL_SORT, sort_passes,
+                      Load, Loop, Pick, Random, Reduced, Scalar, SMALL_SORT, sort_passes,
                       KernelError, index_picks, walk)
 from .llvm_text import FunctionWriter
 
@@ -384,8 +384,19 @@ class LLVMEmitter:
             value, vdt = result[1], np.dtype(np.int64)
         else:
             value, vdt = result[0], acc_dt
-        self.store_at(r.arg, self.index(r.index, outer, memo), value, vdt, out_dt)
+        self.store_result(r, self.index(r.index, outer, memo), value, vdt)
         return []
+
+    def store_result(self, r, index: str, value: str, vdt: np.dtype):
+        """Store a reduction's result (value, of dtype vdt) at one output: the result itself,
+        or with an epilogue (r.then) the epilogue's value, computed from the result converted
+        as its own buffer would have held it (`Reduced`)."""
+        out_dt = self.k.args[r.arg].dtype
+        if r.then is not None:
+            memo = {id(e): self.convert(value, vdt, e.dtype)
+                    for e in walk([r.then]) if isinstance(e, Reduced)}
+            value, vdt = self.expr(r.then, [], memo), r.then.dtype
+        self.store_at(r.arg, index, value, vdt, out_dt)
 
     # ---- sorting -----------------------------------------------------------------------
     def sort_key(self, x: str, dt: np.dtype, ty: str) -> str:
@@ -807,6 +818,8 @@ class LLVMEmitter:
             return self.convert(self.index(e.index, loops, memo), np.dtype(np.int64), e.dtype)
         if isinstance(e, Folded):
             return self.convert(self.folded[e.phase], self.k.prelude[e.phase].acc, e.dtype)
+        if isinstance(e, Reduced):
+            raise ValueError("a reduced value outside its reduction's epilogue")
         if isinstance(e, Random):
             return self.random(e, loops, memo)
         assert isinstance(e, Compute)

@@ -302,7 +302,7 @@ class CPUEmitter(LLVMEmitter):
             def write(i, c):
                 memo: dict = {}
                 v = load_acc(slot(i, c))
-                self.store_at(r.arg, self.index(r.index, out_loops(i, c), memo), v, acc_dt, out_dt)
+                self.store_result(r, self.index(r.index, out_loops(i, c), memo), v, acc_dt)
             each_cell(write)
         return []
 

@@ -208,7 +208,6 @@ class NVPTXEmitter(LLVMEmitter):
         acc_dt = r.acc_dtype
         ty, aty = llvm_type(acc_dt), memory_type(acc_dt)
         align = max(acc_dt.itemsize, 4)
-        out_dt = k.args[r.arg].dtype
         smem = f"@{self.name}.partials"
         init = "undef" if self.space else "zeroinitializer"
         self.globals.append(f"{smem} = internal {self.space}global [{B} x {aty}] {init}, "
@@ -264,7 +263,7 @@ class NVPTXEmitter(LLVMEmitter):
             fw.cond_br(fw.op(f"icmp eq i64 {tid}, 0"), then, done)
             fw.start(then)
             memo: dict = {}
-            self.store_at(r.arg, self.index(r.index, outer, memo), load(cell("0")), acc_dt, out_dt)
+            self.store_result(r, self.index(r.index, outer, memo), load(cell("0")), acc_dt)
             fw.br(done)
             fw.start(done)
             self.barrier()          # the next output of this block reuses the partials

@@ -1,5 +1,6 @@
 /* fastlaunch: the instructions every interpreter (host, devsim, CUDA) runs alike: BIND and
- * the loop instructions that only move words between slots (MOVE, ROTATE, ROW, SET, LOOP).
+ * the loop instructions that only move words between slots (MOVE, ROTATE, ROW, SET, LOOP,
+ * NEXT).
  * The opcodes are defined in _launch.pxd; each interpreter dispatches on them and calls these
  * with its instruction `ins` (operands at ins[1..]).  The verifier has proved every index in
  * range.
@@ -66,6 +67,13 @@ static inline void fl_op_set(const int64_t *ins, int64_t *slots) {
 static inline int fl_op_loop(const int64_t *ins, int64_t *slots) {
     int64_t ctr = ins[1], count = ins[2];
     return ++slots[ctr] < count;
+}
+
+/* NEXT ctr count target: slots[ctr] += 1; nonzero when the loop is done (the interpreter
+ * jumps forward to ins[3]): the iteration boundary inside a body unrolled by two */
+static inline int fl_op_next(const int64_t *ins, int64_t *slots) {
+    int64_t ctr = ins[1], count = ins[2];
+    return ++slots[ctr] >= count;
 }
 
 #endif

@@ -56,8 +56,8 @@ def same(a, b):
     return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
 
 
-@pytest.mark.parametrize("n,iters", [(16, 1), (16, 2), (16, 37), (1000, 11),
-                                     (1_000_003, 3)])
+@pytest.mark.parametrize("n,iters", [(16, 1), (16, 2), (16, 3), (16, 4), (16, 37), (16, 38),
+                                     (1000, 11), (1000, 10), (1_000_003, 3)])
 def test_equals_the_python_loop_bit_for_bit_and_numpy_closely(n, iters):
     p, m, v, t = inputs(n)
     f = fl.compile(step)
@@ -132,6 +132,53 @@ def test_until_stops_where_the_python_loop_stops(every):
     assert len(got[3]) == 30 and same(got[0], python_loop(f, 30, p, m, v, t)[0])
 
 
+def _stops(losses, n):
+    """Iterations (0-based) that a threshold test `loss <= losses[k]` meets first: strict
+    running minima; the first one, one at each parity of the 1-based count after it, and the
+    last one where it is one."""
+    minima = [k for k in range(n) if all(losses[k] < losses[:k])]
+    picked = {0}
+    for parity in (0, 1):
+        picked |= set([k for k in minima if k >= 1 and k % 2 == parity][:1])
+    if n - 1 in minima:
+        picked.add(n - 1)
+    assert len(picked) >= 3, minima
+    return sorted(picked)
+
+
+@pytest.mark.parametrize("iters", [29, 30])
+@pytest.mark.parametrize("every", [1, 3, False])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_until_at_either_parity_stops_where_the_python_loop_stops(iters, every, inplace):
+    """Unrolled by two, the loop leaves at four places (after the first iteration, after an
+    even or an odd one, at the count): each gives the Python loop's results bit for bit."""
+    p, m, v, t = inputs(16, seed=3)
+    f = fl.compile(step)
+    losses = python_loop(f, iters, p, m, v, t)[3]
+    for k in _stops(losses, iters):
+        threshold = float(losses[k])
+
+        def until(loss):
+            return loss <= threshold
+
+        want = python_loop(f, iters, p, m, v, t, every=every or 0, until=until)
+        args = [p.copy(), m.copy(), v.copy()]
+        got = fl.iterate(f, iters, *args, t, 1e-2, carry=("p", "m", "v"), collect=every,
+                         until=until, inplace=inplace)
+        if not every:
+            got = tuple(got) + (None,)
+        for g, w in zip(got[:3], want[:3]):
+            assert same(g, w), k
+        if every:
+            assert same(got[3], want[3]), k
+        if every == 1:
+            assert len(got[3]) == k + 1
+        if inplace:
+            assert all(g is a for g, a in zip(got[:3], args))
+        else:
+            assert same(args[0], p)
+
+
 def test_until_on_an_array_result():
     def walk(x, step):
         return x + step, x * 2
@@ -145,12 +192,13 @@ def test_until_on_an_array_result():
     assert same(got_twice[-1], np.full(4, 3.0))
 
 
-def test_inplace_updates_the_callers_arrays():
+@pytest.mark.parametrize("iters", [13, 14])
+def test_inplace_updates_the_callers_arrays(iters):
     p, m, v, t = inputs(16)
     f = fl.compile(step)
-    want = python_loop(f, 13, p, m, v, t)
+    want = python_loop(f, iters, p, m, v, t)
     pp, mm, vv = p.copy(), m.copy(), v.copy()
-    got = fl.iterate(f, 13, pp, mm, vv, t, 1e-2, carry=("p", "m", "v"), inplace=True)
+    got = fl.iterate(f, iters, pp, mm, vv, t, 1e-2, carry=("p", "m", "v"), inplace=True)
     assert got[0] is pp and got[1] is mm and got[2] is vv
     for g, w in zip((pp, mm, vv, got[3]), want):
         assert same(g, w)
@@ -158,7 +206,7 @@ def test_inplace_updates_the_callers_arrays():
     base = np.zeros(32, np.float32)
     base[::2] = p
     q = base[::2]
-    got = fl.iterate(f, 13, q, m.copy(), v.copy(), t, 1e-2, carry=("p", "m", "v"),
+    got = fl.iterate(f, iters, q, m.copy(), v.copy(), t, 1e-2, carry=("p", "m", "v"),
                      inplace=True)
     assert got[0] is q and same(q, want[0]) and (base[1::2] == 0).all()
 
@@ -208,15 +256,31 @@ def test_dis_shows_the_loop_and_the_program_verifies():
     it = fl.iterated(step, 25, carry=("p", "m", "v"), until=lambda loss: loss < 1e-9)
     text = it.lower(p, m, v, t, 1e-2).bytecode
     assert "; ---- loop" in text and "again while" in text
-    for op in ("LOOP", "ROTATE", "ROW", "BREAK_IF", "SET", "MOVE"):
+    for op in ("LOOP", "NEXT", "JUMP", "ROW", "BREAK_IF", "SET", "BIND", "LAUNCH"):
         assert f": {op} " in text, op
     prog = it.lower(p, m, v, t, 1e-2).program
     (head, end, ctr, count), = prog.loops()
     assert count == 25 and head < end
-    # no ALLOC, FREE or POLL-free allocation inside the body: the pool is not touched
-    body = [op for pc, op, _ in prog.instructions() if head <= pc <= end]
-    assert Opcode.ALLOC not in body and Opcode.FREE not in body
-    assert body.count(Opcode.LAUNCH) == len(prog.kernels)
+    code = list(prog.instructions())
+    body = [(pc, op, ops) for pc, op, ops in code if head <= pc <= end]
+    ops_in_body = [op for _, op, _ in body]
+    # no ALLOC or FREE inside the body: the pool is not touched
+    assert Opcode.ALLOC not in ops_in_body and Opcode.FREE not in ops_in_body
+    # unrolled by two: iteration 1 before the head, then two iterations per round, each
+    # ended by NEXT (to the exit when the count is reached) or LOOP
+    assert ops_in_body.count(Opcode.LAUNCH) == 2 * len(prog.kernels)
+    nexts = [(pc, ops) for pc, op, ops in code if op is Opcode.NEXT]
+    assert len(nexts) == 2 and nexts[0][0] < head < nexts[1][0] < end
+    assert all(ops[0] == ctr and ops[1] == 25 and ops[2] > end for _, ops in nexts)
+    assert [op for _, op, _ in code if op is Opcode.BREAK_IF].__len__() == 3
+    # carried arrays stay in their two buffers: no pointer moves between iterations, and the
+    # body binds again only the words ROW moves (a result's row, the until flag)
+    assert not {Opcode.ROTATE, Opcode.MOVE} & {op for _, op, _ in code}
+    for pc, op, ops in body:
+        if op is Opcode.BIND:
+            listed = prog.arg_lists[ops[1]:ops[1] + ops[2]]
+            assert all(prog.slots[s].role == "alias" for s in listed), prog.line_at(pc)
+    assert sum(ops[2] for _, op, ops in body if op is Opcode.BIND) <= 2 * 3
     bytecode.verify(prog, KSPACE())
 
 
@@ -226,9 +290,9 @@ def KSPACE():
 
 
 # ---- the verifier rejects malformed loops ------------------------------------------------
-def _loop_program(**kw):
+def _loop_program(iters=10, **kw):
     p, m, v, t = inputs(16)
-    prog = fl.iterated(step, 10, carry=("p", "m", "v"), **kw).lower(p, m, v, t, 1e-2).program
+    prog = fl.iterated(step, iters, carry=("p", "m", "v"), **kw).lower(p, m, v, t, 1e-2).program
     bytecode.verify(prog, KSPACE())          # as recorded, it passes
     return prog
 
@@ -255,12 +319,21 @@ def test_verifier_rejects_a_loop_count_past_the_stacked_rows():
     (pc, (ctr, count, target)), = _find(prog, Opcode.LOOP)
     _rejects(_with(prog, lambda q, c: c.__setitem__(pc + 2, count + 1)),
              r"ROW: slot \d+ addresses elements \[.*\] of slot \d+'s \[0, 9\]")
+    # the NEXT inside the body counting past the rows lets the next iteration's ROW past them
+    # (the one before the loop cannot: the LOOP's count bounds the counter at the head)
+    (npc, (_, count, _)), = [x for x in _find(prog, Opcode.NEXT) if x[0] > target]
+    _rejects(_with(prog, lambda q, c: c.__setitem__(npc + 2, count + 1)),
+             r"ROW: slot \d+ addresses elements \[.*\] of slot \d+'s \[0, 9\]")
 
 
 def test_verifier_rejects_a_row_stride_past_its_output():
     prog = _loop_program()
-    (pc, ops), = _find(prog, Opcode.ROW)
-    _rejects(_with(prog, lambda q, c: c.__setitem__(pc + 5, ops[4] * 2)), "addresses elements")
+    rows = _find(prog, Opcode.ROW)
+    assert len(rows) == 3                   # one per copy of the body
+    # (the first iteration's ROW, at counter 0, is safe with any stride)
+    for pc, ops in rows[1:]:
+        _rejects(_with(prog, lambda q, c: c.__setitem__(pc + 5, ops[4] * 2)),
+                 "addresses elements")
 
 
 def test_verifier_rejects_bad_jump_targets():
@@ -272,10 +345,25 @@ def test_verifier_rejects_bad_jump_targets():
              "jumps forward")
     _rejects(_with(prog, lambda q, c: c.__setitem__(pc + 3, -4)),
              "is not the start of an instruction")
-    uprog = _loop_program(until=lambda loss: loss < 0)
-    (bpc, (flag, exit_at)), = _find(uprog, Opcode.BREAK_IF)
+    # (an odd count: the final values are in the output buffers after the LOOP, and JUMP
+    # passes over the copies out of the other buffers)
+    uprog = _loop_program(11, until=lambda loss: loss < 0)
     (lpc, (_, _, head)), = _find(uprog, Opcode.LOOP)
-    _rejects(_with(uprog, lambda q, c: c.__setitem__(bpc + 2, head)), "only LOOP jumps back")
+    breaks = _find(uprog, Opcode.BREAK_IF)
+    assert len(breaks) == 3
+    for bpc, _ in breaks[1:]:
+        _rejects(_with(uprog, lambda q, c: c.__setitem__(bpc + 2, head)), "only LOOP jumps back")
+    nexts = _find(uprog, Opcode.NEXT)
+    (npc, _), = [x for x in nexts if x[0] > head]
+    _rejects(_with(uprog, lambda q, c: c.__setitem__(npc + 3, head)), "only LOOP jumps back")
+    (jpc, (target,)), = _find(uprog, Opcode.JUMP)
+    _rejects(_with(uprog, lambda q, c: c.__setitem__(jpc + 1, head)), "only LOOP jumps back")
+    _rejects(_with(uprog, lambda q, c: c.__setitem__(jpc + 1, target + 1)),
+             "is not the start of an instruction")
+    # from before the loop into the middle of its body (the second iteration of a round)
+    (fpc, _), = [x for x in nexts if x[0] < head]
+    _rejects(_with(uprog, lambda q, c: c.__setitem__(fpc + 3, npc + 4)),
+             "jumps into the middle of the loop")
 
 
 def test_verifier_rejects_a_counter_never_set_or_reset_in_the_body():
@@ -288,7 +376,7 @@ def test_verifier_rejects_a_counter_never_set_or_reset_in_the_body():
     (lpc, (_, _, head)), = _find(prog, Opcode.LOOP)
 
     def reset_in_body(q, c):
-        rpc, _ = _find(q, Opcode.ROW)[0]
+        rpc, _ = next(x for x in _find(q, Opcode.ROW) if head <= x[0] < lpc)
         # overwrite the ROW (6 words) with SET ctr 0 (3 words) + a no-op MOVE of an alias
         dst = int(c[rpc + 1])
         c[rpc:rpc + 6] = [Opcode.SET, ctr, 0, Opcode.MOVE, dst, dst]
@@ -296,29 +384,50 @@ def test_verifier_rejects_a_counter_never_set_or_reset_in_the_body():
 
 
 def test_verifier_rejects_an_alias_read_before_it_is_set():
+    # the first iteration's ROW replaced by two SETs of the counter: the row alias the next
+    # BIND reads was never set
     prog = _loop_program()
-    moves = _find(prog, Opcode.MOVE)
-    pc, (dst, src) = moves[0]
-    other = next(i for i, s in enumerate(prog.slots) if s.role == "alias" and i != dst and
-                 prog.slots[i].dtype == prog.slots[dst].dtype and
-                 all(d != i for _, (d, _) in moves))
-    _rejects(_with(prog, lambda q, c: c.__setitem__(pc + 1, other)),
-             "read before it is set|reads an alias before it is set")
+    (spc, (ctr, _)), = _find(prog, Opcode.SET)
+    rpc, (dst, *_) = _find(prog, Opcode.ROW)[0]
+
+    def no_row(q, c):
+        c[rpc:rpc + 6] = [Opcode.SET, ctr, 0, Opcode.SET, ctr, 0]
+    _rejects(_with(prog, no_row), f"slot {dst} is read before it is set")
 
 
 def test_verifier_rejects_writes_through_an_alias_into_an_argument():
-    # MOVE of the written alias onto the (read-only) argument: the step's kernel would write
-    # the caller's array (on a device backend: an alias cannot leave the kernels' space)
+    # a ROW of the collected row into the (read-only) first argument: the step's kernel would
+    # write the caller's array (on a device backend: an alias cannot leave the kernels' space)
     prog = _loop_program()
-    moves = _find(prog, Opcode.MOVE)
-    pc2, _ = moves[1]
-    _rejects(_with(prog, lambda q, c: c.__setitem__(pc2 + 2, 0)), "writes|cannot point into")
+    for pc, _ in _find(prog, Opcode.ROW):
+        _rejects(_with(prog, lambda q, c: c.__setitem__(pc + 2, 0)), "writes|cannot point into")
+
+
+def test_verifier_rejects_a_carried_buffer_bound_to_an_argument():
+    # the argument words bound once before the loop: a buffer the step writes replaced by the
+    # caller's (read-only) array
+    prog = _loop_program()
+    (lpc, (_, _, head)), = _find(prog, Opcode.LOOP)
+    written = {i for i, s in enumerate(prog.slots) if s.role in ("temp", "output")}
+    for pc, (args_at, list_at, count) in _find(prog, Opcode.BIND):
+        if pc > head:
+            continue
+        for k in range(count):
+            slot = int(prog.arg_lists[list_at + k])
+            if slot in written and prog.slots[slot].dtype == prog.slots[0].dtype and \
+                    prog.slots[slot].hi == prog.slots[0].hi:
+                q = bytecode.Program.from_bytes(prog.to_bytes())
+                q.arg_lists = q.arg_lists.copy()
+                q.arg_lists[list_at + k] = 0
+                _rejects(q, "writes input slot 0|reads slot 0 in host space|kernels run in")
+                return
+    raise AssertionError("no carried buffer bound before the loop")
 
 
 def test_verifier_rejects_alloc_inside_a_loop():
     prog = _loop_program()
     (lpc, (_, _, head)), = _find(prog, Opcode.LOOP)
-    (rpc, _), = _find(prog, Opcode.ROW)
+    rpc, _ = next(x for x in _find(prog, Opcode.ROW) if head <= x[0] < lpc)
     temp = next(i for i, s in enumerate(prog.slots) if s.role == "temp")
 
     def alloc_in_body(q, c):
@@ -375,15 +484,34 @@ def test_saved_loop_with_a_mismatched_count_is_refused(tmp_path):
     open(path, "wb").write(savedfuzz.pack(f))
     with pytest.raises(fl.SavedProgramError, match="iteration count"):
         fl.load(path)
+    # a NEXT (the end of an iteration inside the unrolled body) counting to another number:
+    # memory-safe, but the loop would stop before the rows it hands back are written
+    fl.iterated(step, 5, carry=("p", "m", "v")).save(path, p, m, v, t, 1e-2)
+    for which in range(2):
+        f = savedfuzz.unpack(open(path, "rb").read())
+        nexts, pc = [], 0
+        while pc < len(f["code"]):
+            op, _ = bytecode.decode(f["code"], pc)
+            if op is Opcode.NEXT:
+                nexts.append(pc)
+            pc += bytecode.width(op)
+        assert len(nexts) == 2
+        f["code"] = f["code"].copy()
+        f["code"][nexts[which] + 2] = 4
+        bad = str(tmp_path / f"next{which}.flp")
+        open(bad, "wb").write(savedfuzz.pack(f))
+        with pytest.raises(fl.SavedProgramError, match="iteration count"):
+            fl.load(bad)
 
 
+@pytest.mark.parametrize("iters", [9, 10])
 @pytest.mark.parametrize("backend", ["devsim", "null"])
-def test_other_backends(backend):
+def test_other_backends(backend, iters):
     p, m, v, t = inputs(16)
     f = fl.compile(step, backend=backend)
-    got = fl.iterate(f, 9, p, m, v, t, 1e-2, carry=("p", "m", "v"), collect=2,
+    got = fl.iterate(f, iters, p, m, v, t, 1e-2, carry=("p", "m", "v"), collect=2,
                      until=lambda loss: loss < 0.5)
-    want = python_loop(f, 9, p, m, v, t, every=2, until=lambda loss: loss < 0.5)
+    want = python_loop(f, iters, p, m, v, t, every=2, until=lambda loss: loss < 0.5)
     if backend == "null":
         # kernels do nothing: only the structure is checked
         assert [np.shape(g) for g in got][:3] == [np.shape(w) for w in want][:3]

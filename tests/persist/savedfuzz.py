@@ -377,7 +377,8 @@ def _loop_operands(code) -> list:
     """Indices of the operand words of the loop opcodes (fl.iterate) and of LIBCALL."""
     from fastlaunch._launch import Opcode
     loop_ops = {int(Opcode.MOVE), int(Opcode.ROTATE), int(Opcode.ROW), int(Opcode.COPY),
-                int(Opcode.SET), int(Opcode.LOOP), int(Opcode.BREAK_IF), int(Opcode.LIBCALL)}
+                int(Opcode.SET), int(Opcode.LOOP), int(Opcode.BREAK_IF), int(Opcode.NEXT),
+                int(Opcode.JUMP), int(Opcode.LIBCALL)}
     out, pc = [], 0
     while 0 <= pc < len(code):
         op = int(code[pc])

@@ -20,7 +20,7 @@ STEP_SCRIPT = textwrap.dedent("""
     from fastlaunch.__main__ import step
     from fastlaunch.backends import get_backend
     rng = np.random.default_rng(0)
-    n = 1000
+    n = 40000       # the loss's sum split: partials and a combine (two kernels at least)
     args = [rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32),
             rng.random(n).astype(np.float32), rng.standard_normal(n).astype(np.float32), 1e-2]
     out = fl.compile(step)(*args)

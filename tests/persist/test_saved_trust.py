@@ -187,6 +187,38 @@ def test_description_rules(gather_desc):
     _bad(d, lambda d: d.__setitem__("format", 99), "format")
 
 
+@pytest.fixture(scope="module")
+def mean_desc():
+    """A row mean: the sum's kernel stores sum / 8 (its epilogue)."""
+    return _desc(lambda x: x.mean(axis=-1), np.ones((4, 8), np.float32))
+
+
+def test_epilogue_round_trips_and_its_rules(mean_desc):
+    d = mean_desc
+    assert d["format"] == 2 and d["reduction"]["then"] is not None
+    assert any(n[0] == "reduced" for n in d["nodes"])
+    k = kernel_from_json(json.loads(json.dumps(d)))
+    assert kernel_to_json(k) == d and k.reduction.then is not None
+    reduced = next(i for i, n in enumerate(d["nodes"]) if n[0] == "reduced")
+    load = next(i for i, n in enumerate(d["nodes"]) if n[0] == "load")
+    # the epilogue reads the reduced value and constants only
+    _bad(d, lambda d: d["reduction"].__setitem__("then", load), "reads only the reduced value")
+    # of the output's dtype
+    _bad(d, lambda d: d["reduction"].__setitem__("then", reduced) or
+         d["nodes"][reduced].__setitem__(1, "<f8"), "stored into a float32 buffer")
+    # never on partial results or scans
+    _bad(d, lambda d: d["reduction"].__setitem__("scan", True), "a scan")
+    _bad(d, lambda d: d["reduction"].__setitem__("chunk", 2), "partial results")
+    # a reduced value nowhere else (here: the reduction's own value)
+    _bad(d, lambda d: d["reduction"].__setitem__("value", reduced), "outside a reduction's")
+    # a format-1 description has no reduced values; format 1 without them is still read
+    _bad(d, lambda d: d.__setitem__("format", 1), "unknown kind 'reduced'")
+    old = json.loads(json.dumps(_desc(lambda x: x.sum(axis=-1), np.ones((4, 8), np.float32))))
+    old["format"] = 1
+    del old["reduction"]["then"]
+    assert kernel_from_json(old).reduction.then is None
+
+
 def _set_first_index(d, index):
     _node(d, "load")[3] = index
 
@@ -327,15 +359,29 @@ def test_poll_after_an_in_place_write_is_refused():
         bc.verify(p)
 
 
-def test_overlapping_bind_invalidates_the_earlier_one(add_one):
+def test_overlapping_bind_replaces_the_words_it_covers(add_one):
+    """The verifier knows each argument word: a second BIND over the first one's last word
+    (the result) puts the argument there, and the LAUNCH that follows would write it."""
     def overlap(f):
         launch = next(x for x in _instructions(f) if x[1] is Opcode.LAUNCH)
-        # a second BIND over the first one's last word, then the LAUNCH of the first
         f["code"] = np.concatenate([f["code"][:launch[0]],
                                     [int(Opcode.BIND), 1, 0, 1],
                                     f["code"][launch[0]:]]).astype(np.int64)
         f["pmeta"]["nargwords"] = max(f["pmeta"]["nargwords"], 2)
-    _refused(_edit(add_one, overlap), "no arguments bound")
+    _refused(_edit(add_one, overlap), "writes input slot 0")
+
+    def shifted(f):
+        # the LAUNCH one word further on: its last word was never bound
+        launch = next(x for x in _instructions(f) if x[1] is Opcode.LAUNCH)
+        f["code"][launch[0] + 3] = 1
+        f["pmeta"]["nargwords"] = max(f["pmeta"]["nargwords"], 3)
+    _refused(_edit(add_one, shifted, "shifted.flp"), "takes 2 arguments, 1 are bound")
+
+    def unbound(f):
+        launch = next(x for x in _instructions(f) if x[1] is Opcode.LAUNCH)
+        f["code"][launch[0] + 3] = 2
+        f["pmeta"]["nargwords"] = max(f["pmeta"]["nargwords"], 4)
+    _refused(_edit(add_one, unbound, "unbound.flp"), "no arguments bound at 2")
 
 
 def test_kernel_count_must_match_the_compiled_kernels(add_one):

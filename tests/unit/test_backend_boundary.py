@@ -17,6 +17,7 @@ from fastlaunch.backends import available_backends, base, get_backend
 from fastlaunch.backends.base import Backend, CallLayout, CompiledKernel, MemoryModel
 from fastlaunch.backends.null import NullSchedule
 from fastlaunch.errors import BackendUnavailableError
+from fastlaunch.ir import Op
 from fastlaunch.jit import result_specs
 from fastlaunch.link import link_entry
 from fastlaunch.pytree import flatten
@@ -155,15 +156,18 @@ def test_null_backend_runs_the_optimisation_step_stage_by_stage():
     assert "param 4" in str(traced.graph)
 
     # fuse: unscheduled kernels (the loss sum with the update's stores in its loop: one
-    # pass over the inputs; the mean's division)
+    # pass over the inputs; the mean's division its epilogue, applied to the stored sum)
     plan = fuse.plan(traced.graph, layouts(leaves))
-    assert [k.label for k in plan.kernels] == ["sum+map", "map"]
+    assert [k.label for k in plan.kernels] == ["sum+map"]
     assert all(k.schedule is None for k in plan.kernels)
+    then = plan.kernels[0].reduction.then
+    assert then is not None and then.op is Op.DIV and \
+        [type(o).__name__ for o in then.operands] == ["Reduced", "Const"]
 
     # schedule: one launch index per point, on a new plan
     scheduled = backend.schedule(plan)
     assert all(isinstance(k.schedule, NullSchedule) for k in scheduled.kernels)
-    assert [k.launch_size for k in scheduled.kernels] == [1, 1]
+    assert [k.launch_size for k in scheduled.kernels] == [1]
     assert all(k.schedule is None for k in plan.kernels)
 
     # compile: every kernel is the do-nothing function; its source is its description
@@ -171,16 +175,16 @@ def test_null_backend_runs_the_optimisation_step_stage_by_stage():
     assert {k.address for k in kernels} == {_core.null_kernel_address()}
     assert [ck.source for ck in kernels] == [k.describe() for k in scheduled.kernels]
 
-    # record: slots for the 5 argument leaves, 4 outputs, the loss temporary; host memory
+    # record: slots for the 5 argument leaves, 4 outputs (no temporary); host memory
     program = record.record(scheduled, [k.name for k in kernels], leaves, traced.graph.consts,
                             traced.mutated_leaves, backend.memory)
     roles = [s.role for s in program.slots]
     assert roles[:5] == ["input"] * 4 + ["param"]
-    assert roles.count("output") == 4 and roles.count("temp") == 1
+    assert roles.count("output") == 4 and roles.count("temp") == 0
     assert [(dt, shape) for _, dt, shape in program.outputs] == [("<f4", (64,))] * 3 + [("<f4", ())]
     assert all(s.space == _launch.Space.SPACE_HOST for s in program.slots)
     ops = [op.name for _, op, _ in program.instructions()]
-    assert ops.count("LAUNCH") == 2 and ops.count("ALLOC") == ops.count("FREE") == 1
+    assert ops.count("LAUNCH") == 1 and ops.count("ALLOC") == ops.count("FREE") == 0
     assert "TO_DEVICE" not in ops and "TO_HOST" not in ops
 
     # verify: passes as recorded, and against the call signature

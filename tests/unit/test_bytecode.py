@@ -51,6 +51,19 @@ def step_program():
     return real_program(step, *[np.ones(64, np.float32)] * 4, 1e-2)
 
 
+def _centre(x):
+    return x - x.mean()
+
+
+@pytest.fixture(scope="module")
+def temp_program():
+    """A program with a temporary between two kernels (the sum, read by the subtraction; a
+    row too long to fold it in the subtraction's kernel)."""
+    p = real_program(_centre, np.ones(8192, np.float32))
+    assert [s.role for s in p.slots].count("temp") == 1
+    return p
+
+
 def _iadd(x, y):
     x += y
 
@@ -187,31 +200,31 @@ def test_rejects_truncated_instruction(step_program):
     assert_rejected(p, "runs past the end")
 
 
-def test_rejects_read_of_unallocated_temp(step_program):
+def test_rejects_read_of_unallocated_temp(temp_program):
     """Neither ALLOC nor FREE for the temporary: its BIND reads an unset slot."""
-    pc, (slot, _) = find(step_program, Opcode.ALLOC)
-    p = delete_instruction(step_program, pc)
+    pc, (slot, _) = find(temp_program, Opcode.ALLOC)
+    p = delete_instruction(temp_program, pc)
     free_pc = next(pc for pc, op, ops in p.instructions() if op is Opcode.FREE and ops == [slot])
     p = delete_instruction(p, free_pc)
     assert_rejected(p, f"slot {slot} is read before it is allocated")
 
 
-def test_rejects_missing_alloc(step_program):
-    pc, (slot, _) = find(step_program, Opcode.ALLOC)
-    p = delete_instruction(step_program, pc)
+def test_rejects_missing_alloc(temp_program):
+    pc, (slot, _) = find(temp_program, Opcode.ALLOC)
+    p = delete_instruction(temp_program, pc)
     assert_rejected(p, f"slot {slot} is read before it is allocated", "is not allocated")
 
 
-def test_rejects_read_after_free(step_program):
-    pc, _ = find(step_program, Opcode.FREE)
+def test_rejects_read_after_free(temp_program):
+    pc, _ = find(temp_program, Opcode.FREE)
     # move the FREE to the very start: every later read of the slot is of a dead temporary
     w = bc.width(Opcode.FREE)
-    instr = step_program.code[pc:pc + w]
-    rest = np.delete(step_program.code, np.s_[pc:pc + w])
-    alloc_pc, _ = find(step_program, Opcode.ALLOC)
+    instr = temp_program.code[pc:pc + w]
+    rest = np.delete(temp_program.code, np.s_[pc:pc + w])
+    alloc_pc, _ = find(temp_program, Opcode.ALLOC)
     end_of_alloc = alloc_pc + bc.width(Opcode.ALLOC)
     code = np.concatenate([rest[:end_of_alloc], instr, rest[end_of_alloc:]])
-    assert_rejected(clone(step_program, code=code), "read before it is allocated")
+    assert_rejected(clone(temp_program, code=code), "read before it is allocated")
 
 
 def test_rejects_kernel_index_out_of_range(step_program):
@@ -245,25 +258,25 @@ def test_rejects_slot_shrunk_below_kernel_range(step_program):
     assert_rejected(p, "touches elements", f"outside slot {s}")
 
 
-def test_rejects_alloc_smaller_than_slot(step_program):
-    pc, (slot, nbytes) = find(step_program, Opcode.ALLOC)
-    p = clone(step_program)
+def test_rejects_alloc_smaller_than_slot(temp_program):
+    pc, (slot, nbytes) = find(temp_program, Opcode.ALLOC)
+    p = clone(temp_program)
     p.code[pc + 2] = nbytes - 1
     assert_rejected(p, f"less than slot {slot} needs")
 
 
-def test_rejects_temp_never_freed(step_program):
-    pc, (slot,) = find(step_program, Opcode.FREE)
-    p = delete_instruction(step_program, pc)
+def test_rejects_temp_never_freed(temp_program):
+    pc, (slot,) = find(temp_program, Opcode.FREE)
+    p = delete_instruction(temp_program, pc)
     assert_rejected(p, f"temporary slot {slot} is never freed")
 
 
-def test_rejects_double_alloc(step_program):
-    pc, _ = find(step_program, Opcode.ALLOC)
+def test_rejects_double_alloc(temp_program):
+    pc, _ = find(temp_program, Opcode.ALLOC)
     w = bc.width(Opcode.ALLOC)
-    instr = step_program.code[pc:pc + w]
-    code = np.concatenate([step_program.code[:pc], instr, step_program.code[pc:]])
-    assert_rejected(clone(step_program, code=code), "already allocated")
+    instr = temp_program.code[pc:pc + w]
+    code = np.concatenate([temp_program.code[:pc], instr, temp_program.code[pc:]])
+    assert_rejected(clone(temp_program, code=code), "already allocated")
 
 
 def test_rejects_write_to_input_not_declared_mutated(inplace_program):
@@ -434,6 +447,71 @@ def test_hand_loop_rejections():
     pc, _ = find(p, Opcode.SET)
     p.code[pc + 2] = -5
     assert_rejected(p, "value -5 out of range")
+
+
+def hand_unrolled(count=5, poll_before_next=False, next_slot=1, next_back=False,
+                  jump_back=False):
+    """in0 (updated in place) <- kernel k applied `count` times in a loop unrolled by two, as
+    fl.iterate records it: iteration 1 before the head, then two per round with NEXT between
+    them; a long loop POLLs at each iteration boundary (the head, just after NEXT).  The
+    argument word is bound once, before everything."""
+    asm = bc.Assembler()
+    asm.set(1, 0)
+    a = asm.words(1)
+    asm.bind(a, [0])
+    asm.launch_bound(0, 8, a)
+    first = asm.next(1, count)
+    head = asm.here()
+    asm.poll()
+    asm.launch_bound(0, 8, a)
+    if poll_before_next:
+        asm.poll()
+    mid = asm.next(next_slot, count)
+    asm.poll()
+    asm.launch_bound(0, 8, a)
+    asm.loop(1, count, head)
+    done = asm.jump()
+    asm.patch(first, asm.here())
+    asm.patch(mid, head if next_back else asm.here())
+    asm.set(1, 0)                   # (only after an exit by NEXT)
+    asm.patch(done, head if jump_back else asm.here())
+    code, lists = asm.arrays()
+    slots = [bc.SlotInfo("input", "<f4", 0, 7, label="in0"),
+             bc.SlotInfo("counter", "<i8", label="i")]
+    kernel = bc.KernelInfo("k", "map", ("buffer",), ((0, 7),), (True,), ("<f4",),
+                           launch_size=8)
+    return bc.Program(code, lists, slots, [kernel], asm.nargwords, 1, mutated_leaves=[0])
+
+
+def test_hand_unrolled_loop_verifies_and_disassembles():
+    for count in (1, 2, 5, 6):
+        p = hand_unrolled(count)
+        bc.verify(p, strict=True)
+    text = p.disassemble()
+    (head, end, ctr, n), = p.loops()
+    assert (ctr, n) == (1, 6)
+    nexts = [(pc, ops) for pc, op, ops in p.instructions() if op is Opcode.NEXT]
+    assert len(nexts) == 2 and nexts[0][0] < head < nexts[1][0] < end
+    assert f"NEXT    ctr=1 count=6 target={nexts[0][1][2]}  ; 1:i += 1, out to " \
+           f"{nexts[0][1][2]:04d} once >= 6" in text
+    assert "JUMP    target=" in text
+    # one BIND for every launch: the word keeps its slot through the loop
+    assert sum(1 for _, op, _ in p.instructions() if op is Opcode.BIND) == 1
+
+
+def test_hand_unrolled_loop_rejections():
+    # a POLL after an in-place write that is not at an iteration boundary
+    assert_rejected(hand_unrolled(poll_before_next=True), "POLL: after an argument was written")
+    # NEXT steps a counter
+    assert_rejected(hand_unrolled(next_slot=0), "NEXT: slot 0 is not a counter")
+    # NEXT and JUMP only jump forward
+    assert_rejected(hand_unrolled(next_back=True), "NEXT: jumps back", "only LOOP jumps back")
+    assert_rejected(hand_unrolled(jump_back=True), "JUMP: jumps back", "only LOOP jumps back")
+    # a NEXT whose counter was never set
+    p = hand_unrolled()
+    pc, _ = find(p, Opcode.SET)
+    p.code[pc:pc + 3] = [Opcode.POLL] * 3
+    assert_rejected(p, "NEXT: counter slot 1 is read before it is set")
 
 
 # ---- library calls (LIBCALL) ---------------------------------------------------------------------

@@ -156,3 +156,29 @@ def test_the_block_tree_is_what_runs(engine):
     lowered = fl.compile(SIM_CASES["sum_split"][0], backend="cuda").lower(*SIM_CASES["sum_split"][1])
     kinds = [k.schedule.kind for k in lowered.plan.kernels]
     assert kinds.count("block_reduce") >= 2, kinds
+
+
+def test_epilogues_on_the_gpu_give_the_bits_of_a_map_over_the_stored_result(engine, monkeypatch):
+    """A mean's division as the epilogue of a block reduction (one block per output) and of a
+    split reduction's combine: the same bits as the plain reduction followed by a map."""
+    from fastlaunch import fuse
+    fn = lambda a: (a.mean(axis=1), a.mean())                       # noqa: E731
+    args = [np.random.default_rng(8).standard_normal((3, 3000)).astype(np.float32)]
+
+    def run():
+        lowered = fl.compile(lambda a: fn(a), backend="cuda").lower(*args)
+        return lowered, run_program(lowered, [engine(k) for k in lowered.plan.kernels],
+                                    [a.copy() for a in args])
+
+    lowered, got = run()
+    kinds = {k.schedule.kind for k in lowered.plan.kernels
+             if k.reduction is not None and k.reduction.then is not None}
+    assert "block_reduce" in kinds, [k.schedule.describe() for k in lowered.plan.kernels]
+    with monkeypatch.context() as m:
+        m.setattr(fuse._Fuser, "epilogue_of", lambda self, node: None)
+        plain, want = run()
+    assert len(plain.plan.kernels) > len(lowered.plan.kernels)
+    for g, w in zip(got, want):
+        assert np.asarray(g).tobytes() == np.asarray(w).tobytes()
+    for g, w in zip(got, fn(*args)):
+        np.testing.assert_allclose(g, w, rtol=1e-5)

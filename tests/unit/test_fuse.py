@@ -118,10 +118,20 @@ def test_row_softmax_kernels():
 
 
 def test_optimisation_step_program():
-    """The DESIGN.md step: a loss reduction plus an update: several kernels, a temporary that
-    is allocated before its first use and freed after its last."""
+    """The DESIGN.md step: a loss reduction plus an update.  At 64 elements, one kernel: the
+    outputs p, m, v stored in the loss's reduction loop (sibling fusion: one pass), the mean's
+    division its epilogue, no temporary.  At 2**16 elements the reduction is split: several
+    kernels, the partials in a temporary allocated before its first use and freed after its
+    last, the division in the combine."""
     args = [np.ones(64, np.float32)] * 4 + [1e-2]
     low = lower(step, *args)
+    (fused,) = low.plan.kernels
+    assert len(fused.stores) == 3 and fused.sizes() == (64,)
+    assert fused.reduction.then is not None
+    text = low.bytecode
+    assert text.count("LAUNCH") == 1 and "ALLOC" not in text and "FREE" not in text
+    args = [np.ones(1 << 16, np.float32)] * 4 + [1e-2]
+    low = fl.compile(step).lower(*args)       # (the CPU's schedule splits; the null's does not)
     assert len(low.plan.kernels) >= 2
     assert len(low.program.kernels) == len(low.plan.kernels)
     text = low.bytecode
@@ -132,9 +142,10 @@ def test_optimisation_step_program():
     last_free = max(i for i, ln in enumerate(lines) if "FREE" in ln)
     assert first_alloc < last_free
     assert text.count("LAUNCH") == len(low.plan.kernels)
-    # outputs p, m, v share one kernel, the loss's reduction (sibling fusion: one pass)
-    (fused,) = [k for k in low.plan.kernels if k.stores and k.reduction is not None]
-    assert len(fused.stores) == 3 and fused.sizes() == (64,)
+    (partial,) = [k for k in low.plan.kernels if k.stores and k.reduction is not None]
+    assert len(partial.stores) == 3 and partial.reduction.then is None
+    (combine,) = [k for k in low.plan.kernels if k.reduction is not None and not k.stores]
+    assert combine.reduction.then is not None
 
 
 @pytest.mark.parametrize("fn, marker", [(lambda x: x.T * 2.0, "transpose"),

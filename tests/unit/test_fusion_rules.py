@@ -116,7 +116,10 @@ def test_cuda_schedule_splits_siblings_apart():
     _, _, plan = fused(step, *step_args(1 << 16))
     scheduled = cuda_schedule.schedule(plan)
     assert not any(k.reduction is not None and k.stores for k in scheduled.kernels)
-    assert sum(len(k.stores) for k in scheduled.kernels) == 4   # 3 results + the mean
+    assert sum(len(k.stores) for k in scheduled.kernels) == 3   # the 3 results
+    # the mean's division: the epilogue of the last combine, not of the partials
+    reductions = [k.reduction for k in scheduled.kernels if k.reduction is not None]
+    assert [r.then is not None for r in reductions] == [False] * (len(reductions) - 1) + [True]
 
 
 def test_fused_step_is_the_same_on_any_number_of_threads():
