@@ -1,16 +1,24 @@
-"""Small dense linear algebra, batched: fastlaunch (LAPACK library calls, LIBCALL) against
-NumPy's batched np.linalg in the same run.
+"""Small dense linear algebra, batched: fastlaunch (small matrices: elementwise kernels,
+fastlaunch/small_linalg.py; larger: LAPACK library calls, LIBCALL) against NumPy's batched
+np.linalg in the same run.
 
-    python bench/linalg_small.py            # 4x4 x 10 000 inv / solve / det (+ 16x16, 64x64)
+    python bench/linalg_small.py            # 4x4 x 10 000 inv / solve / det (+ 8x8, 16x16,
+                                            # 64x64)
+    python bench/linalg_small.py --compile  # first-call time of the written-out versions
 
 Medians of interleaved batches; ratio = fastlaunch / NumPy (below 1: faster).  Results are
-checked against NumPy first.
+checked against NumPy first.  --compile: per function and n (4, 8, 12, 16), the first call's
+trace + fuse + compile time with the elementwise version forced (whatever small_linalg's
+limit says; the "path" column says what the limit picks), in a fresh process each, the disk
+cache off: CPU seconds of the process (steadier than wall time on a loaded machine) and wall
+seconds.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -32,7 +40,7 @@ FUNCS = {
 
 def main(batches: int, quick: bool):
     rng = np.random.default_rng(0)
-    shapes = [(10000, 4)] if quick else [(10000, 4), (1000, 16), (100, 64)]
+    shapes = [(10000, 4)] if quick else [(10000, 4), (1000, 8), (1000, 16), (100, 64)]
     rows, out = [], []
     for batch, n in shapes:
         for dt in (np.float32, np.float64):
@@ -64,9 +72,62 @@ def main(batches: int, quick: bool):
     print(json.dumps(out))
 
 
+_FIRST_CALL = """
+import os, sys, time
+os.environ["FASTLAUNCH_CACHE_DIR"] = ""
+sys.path.insert(0, {root!r})
+import numpy as np
+import fastlaunch as fl
+from fastlaunch import small_linalg
+n, name = {n}, {name!r}
+path = "kernels" if small_linalg.written_out(name, n, 1) else "LAPACK"
+small_linalg.MAX_OPS = 10 ** 9
+small_linalg.MAX_N = dict.fromkeys(small_linalg.MAX_N, 10 ** 9)
+fns = {{"inv": lambda a, b: np.linalg.inv(a), "solve": lambda a, b: np.linalg.solve(a, b),
+       "det": lambda a, b: np.linalg.det(a), "slogdet": lambda a, b: tuple(np.linalg.slogdet(a)),
+       "cholesky": lambda a, b: np.linalg.cholesky(a)}}
+rng = np.random.default_rng(n)
+x = rng.standard_normal((100, n, n))
+a = x @ np.swapaxes(x, -1, -2) + n * np.eye(n)
+b = rng.standard_normal((100, n, 1))
+fl.compile(lambda x: x + 1)(a)                   # the backend's own start-up, not counted
+g = fl.compile(fns[name])
+wall, cpu = time.perf_counter(), time.process_time()
+g(a, b)
+cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+low = g.lower(a, b)
+print(cpu, wall, sum(1 for k in low.fused.kernels), small_linalg.estimate(name, n, 1), path)
+"""
+
+
+def compile_times(sizes):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rows = []
+    for n in sizes:
+        for name in ("inv", "solve", "det", "slogdet", "cholesky"):
+            out = subprocess.run([sys.executable, "-c", _FIRST_CALL.format(root=root, n=n,
+                                                                           name=name)],
+                                 capture_output=True, text=True, timeout=1200)
+            if out.returncode:
+                raise RuntimeError(out.stderr[-2000:])
+            cpu, wall, kernels, ops, path = out.stdout.split()
+            row = [f"{name} {n}x{n}", f"{float(cpu):.2f}", f"{float(wall):.2f}", kernels, ops,
+                   path]
+            rows.append(row)
+            print(format_table(["case", "CPU s", "wall s", "kernels", "operations",
+                                "path (limit)"], [row]), flush=True)
+    print(format_table(["case", "CPU s", "wall s", "kernels", "operations", "path (limit)"],
+                       rows))
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="only 4x4 x 10000 inv and solve")
+    ap.add_argument("--compile", nargs="*", type=int, metavar="N",
+                    help="first-call times of the written-out versions (default n: 4 8 12 16)")
     opts = ap.parse_args()
-    main(opts.batches, opts.quick)
+    if opts.compile is not None:
+        compile_times(opts.compile or [4, 8, 12, 16])
+    else:
+        main(opts.batches, opts.quick)

@@ -5,13 +5,17 @@ become index arithmetic and gathers data-dependent indices, never copies.  A val
 materialised into a buffer only where it must be: a reduction or scan result, the source of a
 gather when it is computed, an updated array read as a value, or a result.  Results of one
 iteration space share one kernel; a value computed elementwise from one reduction alone (a
-mean: the sum divided by the count) is stored by that reduction's kernel, its epilogue.
-In-place updates of inputs are written last, after every read of the old values, and through
-a temporary where a kernel would read what it overwrites; their indices are checked before the
-first write, so a bad index leaves the inputs untouched.
+mean: the sum divided by the count) is stored by that reduction's kernel, its epilogue; a
+kernel storing what reads a pack (small matrices written out entry by entry) unrolls the
+packed dims, so each store reads its entry.  In-place updates of inputs are written last,
+after every read of the old values, and through a temporary where a kernel would read what it
+overwrites; their indices are checked before the first write, so a bad index leaves the
+inputs untouched.
 """
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,7 +25,8 @@ from .leaves import contiguous_strides
 from .kernel import (RANDOM_COST, TRANSCENDENTAL, TRANSCENDENTAL_COST, Compute, Const, DivMod,
                      Folded, Index, IndexValue, LibraryCall, Phase, accumulator_dtype, Kernel,
                      KernelArg, Load, Pick, Random, Reduced, Reduction, Scalar, Sort, Store,
-                     address, coalesce, idents, index_picks, is_kernel, set_extents, simplify)
+                     address, coalesce, expression_operands, idents, index_picks, is_kernel,
+                     set_extents, simplify, walk)
 
 # LLVM's optimiser takes time quadratic in the size of a loop body (measured here: 0.15 s at
 # 1000 operations, 2.4 s at 4000), so a fused expression growing past this many operations
@@ -43,6 +48,12 @@ _EPILOGUE_OPS = (Op.SUM, Op.PROD, Op.MAX, Op.MIN, Op.ANY, Op.ALL)
 
 _UPDATES = (Kind.UPDATE, Kind.SCATTER)
 _SCALAR_ROLES = ("param", "rng")      # buffers passed to kernels by value
+
+# A store kernel whose values read a pack (ir.Op.PACK) at its own index unrolls the pack's
+# trailing dims, up to this many elements (a 16 x 16 matrix): each store then reads its
+# entry's expression directly and the entries' shared computation is done once per batch
+# element, fused with the elementwise work around it.
+UNROLL_PACKED = 256
 
 
 @dataclass
@@ -317,6 +328,14 @@ class _Fuser:
             by_shape.setdefault(node.shape, []).append((buf, strides, node))
         for shape, group in by_shape.items():
             ident = idents(len(shape))
+            unrolled = self.packed_dims([n for _, _, n in group], shape)
+            if unrolled:
+                kb = _KernelBuilder(self, shape[:-unrolled], (), "map+unrolled")
+                for imap in unrolled_maps(shape, unrolled):
+                    for buf, strides, node in group:
+                        kb.store(buf, address(strides, imap), kb.build(node, imap))
+                self.add_kernel(kb)
+                continue
 
             def body(kb):
                 for buf, strides, node in group:
@@ -325,6 +344,27 @@ class _Fuser:
                 kb = _KernelBuilder(self, shape, (), "map")
                 body(kb)
                 self.add_kernel(kb)
+
+    def packed_dims(self, nodes, shape) -> int:
+        """The trailing dims of `shape` a kernel storing `nodes` unrolls: those of a pack
+        (not materialised) of that shape which the values read through elementwise ops of
+        that shape.  Each unrolled store then reads the pack at constant trailing indices,
+        which is its operand itself (`_KernelBuilder._pack_operand`); 0: none."""
+        found, seen, stack = 0, set(), list(nodes)
+        while stack:
+            n = stack.pop()
+            if n.index in seen or n.index in self.buffer_of or n.shape != tuple(shape):
+                continue
+            seen.add(n.index)
+            if self.must_materialize(n):
+                continue
+            if n.op is Op.PACK:
+                found = max(found, len(n.attrs["dims"]))
+            elif n.op.kind is Kind.ELEMENTWISE:
+                stack.extend(n.inputs)
+        if not found or math.prod(shape[len(shape) - found:]) > UNROLL_PACKED:
+            return 0
+        return found
 
     # ---- row fusion --------------------------------------------------------------------
     def row_reductions(self, roots, shape) -> tuple:
@@ -378,6 +418,14 @@ class _Fuser:
             return buf
         if node.op.kind is Kind.LEAF and node.op is not Op.LITERAL:
             return self.leaf_buffer(node)
+        if into is None and node.op is Op.PACK:
+            # a pack in a temporary (a stage): entry-major, each operand's values contiguous
+            # over the batch, which the kernels loop over (SIMD loads and stores)
+            k = len(node.attrs["dims"])
+            batch, dims = node.shape[:node.ndim - k], node.shape[node.ndim - k:]
+            lead = contiguous_strides(dims + batch)
+            into = self.new_buffer("temp", node.dtype, node.shape,
+                                   strides=lead[k:] + lead[:k])
         buf = into or self.new_buffer("temp", node.dtype, node.shape)
         self._materializing.add(node.index)
         try:
@@ -403,18 +451,23 @@ class _Fuser:
         elif self.epilogue_of(node) is not None:
             # computed from one reduction alone: that reduction's kernel stores it
             self.emit_reduce(self.epilogue_of(node), buf, then=node)
+        elif node.op is Op.PACK:
+            self.emit_pack(node, buf)
         else:
             # an elementwise value or view that must sit in memory (e.g. a computed gather source)
             self.emit_store_groups([(buf, buf.strides, node)])
 
-    def materialize_cone(self, roots, inline=frozenset(), stop=frozenset()):
+    def materialize_cone(self, roots, inline=frozenset(), stop=frozenset(), seen=None):
         """Materialise, in creation (topological) order, every value below `roots` that a
         kernel reading them must load from memory: reductions, scans, update chains and
         computed gather sources.  Expressions are then built without recursing into other
         kernels, whatever the depth of the graph.  `stop`: node indices not to look below
-        (an update chain's own states)."""
+        (an update chain's own states).  `seen`: node indices already walked (a set this
+        updates: a kernel builder's, so that the many stores of one kernel walk its shared
+        expression once)."""
         need: dict = {}                  # node index -> (node, is a gather source)
-        seen: set = set(stop)
+        seen = set() if seen is None else seen
+        seen.update(stop)
         stack = list(roots)
         while stack:
             n = stack.pop()
@@ -500,6 +553,14 @@ class _Fuser:
         for n, _ in bases:
             if n.index not in self.buffer_of and n.op.kind is not Kind.LEAF and n.size:
                 self.materialize(n)
+
+    def emit_pack(self, node: Node, out: Buffer):
+        """A pack into `out`: one kernel over the operands' shape, a store per operand."""
+        nb = node.ndim - len(node.attrs["dims"])
+        kb = _KernelBuilder(self, node.shape[:nb], (), "pack")
+        for imap, value in zip(unrolled_maps(node.shape, len(node.attrs["dims"])), node.inputs):
+            kb.store(out, address(out.strides, imap), kb.build(value, imap[:nb]))
+        self.add_kernel(kb)
 
     # ---- library calls (np.linalg) ---------------------------------------------------------
     def emit_library(self, node: Node, out: Buffer):
@@ -702,6 +763,9 @@ class _Fuser:
         self.buffer_of[node.index] = buf
 
     def _reads_overwritten(self, node: Node, dests: set, own: Buffer, full_store: bool) -> bool:
+        unrolled = self.packed_dims([node], node.shape) if full_store else 0
+        if unrolled:
+            return self._unrolled_reads_overwritten(node, unrolled, dests, own)
         kb = _KernelBuilder(self, node.shape, (), "probe")
         ident = idents(node.ndim)
         kb.build(node, ident)
@@ -712,6 +776,26 @@ class _Fuser:
                 if buf_id in dests and not (full_store and buf_id == own.id and e.index == own_index):
                     return True
         return False
+
+    def _unrolled_reads_overwritten(self, node: Node, unrolled: int, dests: set,
+                                    own: Buffer) -> bool:
+        """_reads_overwritten for a full store that unrolls packed dims: each unrolled store
+        may read its own element of `own` and no other element of an overwritten input."""
+        kb = _KernelBuilder(self, node.shape[:node.ndim - unrolled], (), "probe")
+        roots = [(kb.build(node, imap), address(own.strides, imap))
+                 for imap in unrolled_maps(node.shape, unrolled)]
+        reads: dict = {}             # expression -> the overwritten elements it loads
+        none = frozenset()
+        for e in walk([r for r, _ in roots]):
+            got = none
+            if isinstance(e, Load) and kb.arg_buffers[e.arg] in dests:
+                got = frozenset([(kb.arg_buffers[e.arg], e.index)])
+            for c in expression_operands(e):
+                if reads[id(c)]:
+                    got = got | reads[id(c)]
+            reads[id(e)] = got
+        return any(buf_id != own.id or index != own_index
+                   for root, own_index in roots for buf_id, index in reads[id(root)])
 
 
 # ---- the recomputation cost model ---------------------------------------------------------
@@ -752,6 +836,8 @@ def recompute_cuts(graph: Graph, cuts: set) -> set:
             cost[n.index] = 1                             # read back from its buffer
         elif n.op.kind is Kind.VIEW:
             cost[n.index] = cost[n.inputs[0].index]
+        elif n.op is Op.PACK:             # an element is one operand's
+            cost[n.index] = max(cost[i.index] for i in n.inputs)
         else:
             cost[n.index] = op_cost(n) + sum(cost[i.index] for i in set(n.inputs))
     outputs = {n.index for n in graph.outputs} | {n.index for _, n in graph.writebacks}
@@ -762,8 +848,10 @@ def recompute_cuts(graph: Graph, cuts: set) -> set:
         materialised = _needs_buffer(n) or n.index in cuts or n.op.kind is Kind.LEAF
         reads = max(same_index.get(n.index, 0.0), 1.0 if n.index in outputs else 0.0) \
             + through_views.get(n.index, 0.0)
-        if (not materialised and n.op.kind is Kind.ELEMENTWISE and n.size > 1
-                and (reads - 1) * cost[n.index] > MATERIALISE_COST):
+        # (a pack read more than once is materialised whole, by one kernel, rather than
+        # each of its operands on its own)
+        if (not materialised and (n.op.kind is Kind.ELEMENTWISE or n.op is Op.PACK)
+                and n.size > 1 and (reads - 1) * cost[n.index] > MATERIALISE_COST):
             chosen.add(n.index)
             materialised = True
         if materialised:
@@ -805,7 +893,8 @@ def _size_cuts(graph: Graph) -> set:
     for n in graph.nodes:
         for i in set(n.inputs):
             users[i.index] = users.get(i.index, 0) + 1
-            if n.op.kind is not Kind.ELEMENTWISE or i.shape != n.shape:
+            # (a pack reads each operand at the operand's own index, as elementwise ops do)
+            if (n.op.kind is not Kind.ELEMENTWISE or i.shape != n.shape) and n.op is not Op.PACK:
                 other_users[i.index] = other_users.get(i.index, 0) + 1
     size: dict = {}
     cuts = set()
@@ -814,6 +903,11 @@ def _size_cuts(graph: Graph) -> set:
             size[n.index] = 0
             continue
         own = 0 if n.op.kind is Kind.VIEW else 1
+        if n.op is Op.PACK:
+            # read at constant indices, an element is one operand's expression; the pack's
+            # builder (small_linalg.py) bounds what they compute together with stages
+            size[n.index] = max(size[i.index] for i in n.inputs)
+            continue
         total = own + sum(size[i.index] for i in n.inputs)
         if (total > RECOMPUTE_OPS and n.op.kind is Kind.ELEMENTWISE
                 and sum(1 for i in n.inputs if size[i.index]) > 1):
@@ -864,7 +958,17 @@ def _reaches(roots, target: Node) -> bool:
 
 
 def _needs_buffer(node: Node) -> bool:
-    return node.op.kind in (Kind.REDUCE, Kind.SCAN, Kind.SCATTER, Kind.UPDATE, Kind.SORT, Kind.LIBRARY)
+    return node.op.kind in (Kind.REDUCE, Kind.SCAN, Kind.SCATTER, Kind.UPDATE, Kind.SORT,
+                            Kind.LIBRARY) or (node.op is Op.PACK and node.attrs["stage"])
+
+
+def unrolled_maps(shape, k: int) -> list:
+    """Index maps over `shape` with its trailing k dims constant: one per element of them, in
+    C order (the leading dims are the kernel's loops)."""
+    nb = len(shape) - k
+    lead = idents(nb)
+    return [lead + tuple(Index(c) for c in combo)
+            for combo in itertools.product(*(range(d) for d in shape[nb:]))]
 
 
 # Update chains longer than this read their own earlier states inline (recomputed) rather
@@ -926,6 +1030,7 @@ class _KernelBuilder:
         self.arg_of: dict[int, int] = {}      # buffer id -> argument index
         self.arg_buffers: list[int] = []
         self.memo: dict = {}
+        self.walked: set = set()              # nodes materialize_cone has looked below
         self.checked = False                  # has data-dependent indices
         self.reduced: int | None = None       # the reduction an epilogue reads (Reduced)
 
@@ -992,7 +1097,8 @@ class _KernelBuilder:
         if e is not None:
             return e
         self.fuser.materialize_cone([node], self.inline_rows,
-                                    () if self.reduced is None else (self.reduced,))
+                                    () if self.reduced is None else (self.reduced,),
+                                    seen=self.walked)
         stack = [(node, imap)]
         while stack:
             n, m = stack[-1]
@@ -1033,6 +1139,9 @@ class _KernelBuilder:
             return [(o, () if o.ndim == 0 else imap) for o in node.inputs]
         if node.op.kind is Kind.VIEW:
             return [(node.inputs[0], _view_input_map(node, imap))]
+        if node.op is Op.PACK:
+            dep = self._pack_operand(node, imap)
+            return [dep] if dep is not None else []
         if node.op is Op.GATHER:
             axis, nb = node.attrs["axis"], node.inputs[1].ndim
             index_deps = [(ix, imap[axis:axis + nb]) for ix in node.inputs[1:]]
@@ -1081,11 +1190,29 @@ class _KernelBuilder:
             return self._intern(Compute(op, node.dtype, operands, checked))
         if op.kind is Kind.VIEW:
             return memo[(node.inputs[0].index, _view_input_map(node, imap))]
+        if op is Op.PACK:
+            dep = self._pack_operand(node, imap)
+            if dep is not None:
+                return memo[(dep[0].index, dep[1])]
         if op is Op.GATHER:
             self.checked = True
             return memo[(node.inputs[0].index, self._gather_map(node, imap))]
         buf = self.fuser.materialize(node)
         return self.load(buf, address(buf.strides, imap))
+
+    @staticmethod
+    def _pack_operand(node: Node, imap: tuple):
+        """(operand, its index map) that a pack holds at `imap` when the packed trailing
+        indices are constants; None when they depend on the loops (then it is read from
+        memory)."""
+        dims = node.attrs["dims"]
+        nb = node.ndim - len(dims)
+        flat = 0
+        for ix, d in zip(imap[nb:], dims):
+            if ix.terms or not 0 <= ix.const < d:
+                return None
+            flat = flat * d + ix.const
+        return node.inputs[flat], imap[:nb]
 
     def _row_map(self, node: Node, imap: tuple) -> tuple:
         """The index of a row reduction's source: its row must be the kernel's current one."""

@@ -56,6 +56,7 @@ class Kind(enum.Enum):
     UPDATE = "update"            # replaces a strided region of its base
     SORT = "sort"                # orders its operand along one axis
     LIBRARY = "library"          # dense linear algebra over the last two dims (np.linalg)
+    PACK = "pack"                # values of one shape laid side by side along trailing dims
 
 
 class Op(enum.Enum):
@@ -208,6 +209,14 @@ class Op(enum.Enum):
     # then Vh; lstsq(a | b, rcond) (attribute n: a's columns) = x, then s, then the rank
     # (bytecode.ROUTINES gives the packed shapes)
     LINALG = ("linalg", Kind.LIBRARY, -1)
+    # pack(x0, x1, ...) dims=(p, q, ...) stage=...: operands of one shape (the batch) and dtype
+    # side by side, result[..., i, j] = x[i * q + j][...] (C order over `dims`).  How small
+    # matrices are assembled from their entries, each computed as an elementwise value over
+    # the batch (small_linalg.py).  A kernel reading it at constant trailing indices reads
+    # the operand itself (fuse unrolls the trailing dims of a store kernel reading one), so
+    # the entries and what consumes them fuse into one kernel.  stage=True: always
+    # materialised (one kernel stores every operand), a barrier that bounds kernel sizes
+    PACK = ("pack", Kind.PACK, -1)
 
     def __repr__(self):
         return f"Op.{self.name}"

@@ -16,7 +16,8 @@ from .ir import Op, dtype_short
 
 __all__ = ["KernelError", "accumulator_dtype", "Loop", "DivMod", "Pick", "Index", "Load", "Scalar", "Const",
            "IndexValue", "Random", "Compute", "Folded", "Reduced", "Phase", "Store", "Reduction", "Sort",
-           "KernelArg", "Kernel", "walk", "index_picks", "SMALL_SORT", "sort_passes",
+           "KernelArg", "Kernel", "walk", "expression_operands", "index_picks", "SMALL_SORT",
+           "sort_passes",
            "LibraryCall", "is_kernel"]
 
 
@@ -555,9 +556,15 @@ def _children(e) -> list:
     return []
 
 
-def walk(roots):
+def expression_operands(e) -> list:
+    """The expressions `e` reads directly: operands, data-dependent index expressions."""
+    return _children(e)
+
+
+def walk(roots, known=frozenset()):
     """Expressions reachable from roots, operands before users, each once (iterative: long
-    chains of operations are deep)."""
+    chains of operations are deep).  `known`: ids of expressions not to visit, nor what they
+    are computed from (a code generator's already emitted values)."""
     order, seen = [], set()
     for root in roots:
         stack = [(root, False)]
@@ -570,7 +577,8 @@ def walk(roots):
                 continue
             seen.add(id(e))
             stack.append((e, True))
-            stack.extend((c, False) for c in reversed(_children(e)) if id(c) not in seen)
+            stack.extend((c, False) for c in reversed(_children(e))
+                         if id(c) not in seen and id(c) not in known)
     return order
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import complexops, naming, ops, pytree
+from . import complexops, naming, ops, pytree, small_linalg
 from .errors import TracingError
 from .ir import Node, Op, check_shape
 from .trace import (Storage, Tracer, Unreturnable, ViewMap, current_graph, frame, new_tracer,
@@ -609,6 +609,8 @@ def _linalg(fn, shape, inputs, result_dtype, **attrs):
 @implements(np.linalg.inv)
 def linalg_inv(a):
     n, rt = _linalg_operand(a, "inv")
+    if small_linalg.written_out("inv", n.shape[-1]):
+        return wrap(small_linalg.inv(current_graph(), n, rt))
     return wrap(_linalg("inv", n.shape, (n,), rt))
 
 
@@ -635,6 +637,8 @@ def linalg_solve(a, b):
     batch = ops.broadcast_shapes(an.shape[:-2], bn.shape[:-2])
     an = ops.broadcast_to(g, an, batch + an.shape[-2:])
     bn = ops.broadcast_to(g, bn, batch + bn.shape[-2:])
+    if small_linalg.written_out("solve", m, bn.shape[-1]):
+        return wrap(small_linalg.solve(g, an, bn, vector, rt))
     r = _linalg("solve", bn.shape, (an, bn), rt)
     if vector:
         r = ops.reshape(g, r, batch + (m,))
@@ -644,7 +648,10 @@ def linalg_solve(a, b):
 @implements(np.linalg.det)
 def linalg_det(a):
     n, rt = _linalg_operand(a, "det")
-    r = _linalg("det", n.shape[:-2], (n,), rt)
+    if small_linalg.written_out("det", n.shape[-1]):
+        r = small_linalg.det(current_graph(), n, rt)
+    else:
+        r = _linalg("det", n.shape[:-2], (n,), rt)
     return wrap(r, scalar=r.ndim == 0)
 
 
@@ -652,6 +659,9 @@ def linalg_det(a):
 def linalg_slogdet(a):
     g = current_graph()
     n, rt = _linalg_operand(a, "slogdet")
+    if small_linalg.written_out("slogdet", n.shape[-1]):
+        parts = small_linalg.slogdet(g, n, rt)
+        return _SlogdetResult(*(wrap(p, scalar=p.ndim == 0) for p in parts))
     packed = _linalg("slogdet", n.shape[:-2] + (2,), (n,), rt)
     lead = packed.ndim - 1
     parts = [ops.reshape(g, ops.slice_view(g, packed, (0,) * lead + (i,), (1,) * (lead + 1),
@@ -662,10 +672,17 @@ def linalg_slogdet(a):
 
 @implements(np.linalg.cholesky)
 def linalg_cholesky(a, /, *, upper=False):
+    g = current_graph()
     n, rt = _linalg_operand(a, "cholesky")
-    r = _linalg("cholesky", n.shape, (n,), rt)
-    return wrap(r) if not upper else wrap(ops.transpose(
-        current_graph(), r, tuple(range(r.ndim - 2)) + (r.ndim - 1, r.ndim - 2)))
+    if small_linalg.written_out("cholesky", n.shape[-1]):
+        return wrap(small_linalg.cholesky(g, n, bool(upper), rt))
+    if not upper:
+        return wrap(_linalg("cholesky", n.shape, (n,), rt))
+    # NumPy's upper factor reads the upper triangle (potrf 'U'): the lower factor of the
+    # transpose, transposed
+    swap = tuple(range(n.ndim - 2)) + (n.ndim - 1, n.ndim - 2)
+    r = _linalg("cholesky", n.shape, (ops.transpose(g, n, swap),), rt)
+    return wrap(ops.transpose(g, r, swap))
 
 
 @implements(np.linalg.eigh)

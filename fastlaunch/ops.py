@@ -705,6 +705,20 @@ def set_region(g: Graph, base: Node, starts, steps, counts, value: Node) -> Node
 
 
 # ---- sorting -------------------------------------------------------------------------------
+def pack(g: Graph, values: list, dims, stage: bool = False) -> Node:
+    """ir.Op.PACK: `values` (one shape, one dtype; a 0-d value is broadcast to the others'
+    shape) side by side along new trailing dims `dims`, in C order."""
+    dims = tuple(int(d) for d in dims)
+    if len(values) != math.prod(dims) or not values:
+        raise ValueError(f"pack: {len(values)} values for dims {dims}")
+    shape = max((v.shape for v in values), key=len)
+    dtype = values[0].dtype
+    if any(v.dtype != dtype for v in values):
+        raise ValueError("pack: the values must share one dtype")
+    values = [broadcast_to(g, v, shape) for v in values]
+    return g.add(Op.PACK, dtype, shape + dims, values, dims=dims, stage=bool(stage))
+
+
 def sort(g: Graph, n: Node, axis, positions: bool = False) -> Node:
     """n sorted along `axis` (None: the flattened array), ascending, NaNs last, stably; with
     `positions` the int64 positions that sort it (argsort)."""

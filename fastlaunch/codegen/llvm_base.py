@@ -797,7 +797,7 @@ class LLVMEmitter:
         if key in memo:
             return memo[key]
         # operands first, in one iterative walk: expression chains can be thousands deep
-        for sub in walk([e]):
+        for sub in walk([e], memo):
             if id(sub) not in memo:
                 memo[id(sub)] = self._expr(sub, loops, memo)
         return memo[key]

@@ -296,17 +296,27 @@ def test_linalg_results_are_namedtuples_and_fuse_with_neighbours():
           a, a[:, :, :2].copy(), tol=_tol(), atol=1e-10)
 
 
+_SMALL = ("matrices up to 8x8 (cholesky: 16x16; solve: while its right-hand sides keep the "
+          "written-out size within small_linalg.MAX_OPS) are elementwise kernels over the "
+          "batch that fuse with their neighbours, no library call (also on CUDA); larger ones "
+          "a LAPACK call")
 for _n, _notes in [
-        ("np.linalg.inv", "computed in float64 and cast, as NumPy; LAPACK gesv against the "
-                          "identity (as NumPy; matrices up to 16x16: an LU written out); "
-                          "batched leading dims; singular matrices raise LinAlgError at replay "
-                          "with nothing written"),
-        ("np.linalg.solve", "b of shape (m,) or (..., m, k), broadcast batches; LAPACK gesv"),
-        ("np.linalg.det", "LAPACK getrf, sign and log-sum as NumPy; singular: 0"),
-        ("np.linalg.slogdet", "SlogdetResult; singular: (0, -inf)"),
-        ("np.linalg.cholesky", "LAPACK potrf (lower; upper=True); not positive definite "
-                               "raises LinAlgError at replay"),
-        ("np.linalg.eigh", "LAPACK syevd; UPLO 'L'/'U'; eigenvectors equal NumPy's up to sign")]:
+        ("np.linalg.inv", "computed in float64 and cast, as NumPy; gesv against the identity "
+                          "(as NumPy); " + _SMALL + "; batched leading dims; singular matrices "
+                          "(an exactly zero pivot) raise LinAlgError at replay with nothing "
+                          "written; NaN/inf in: no error, NaN out (small matrices: possibly "
+                          "more NaN entries than OpenBLAS gives); a matrix singular only "
+                          "through rounding may be judged otherwise than by NumPy's OpenBLAS"),
+        ("np.linalg.solve", "b of shape (m,) or (..., m, k) (NumPy 2: only a 1-D b is a "
+                            "vector), broadcast batches; getrf + getrs as gesv; " + _SMALL),
+        ("np.linalg.det", "getrf, sign and log-sum as NumPy (det = sign * exp(logdet)); "
+                          "singular: 0; " + _SMALL),
+        ("np.linalg.slogdet", "SlogdetResult; singular: (0, -inf); " + _SMALL),
+        ("np.linalg.cholesky", "potrf (lower; upper=True reads the upper triangle, as NumPy); "
+                               "not positive definite raises LinAlgError at replay; " + _SMALL),
+        ("np.linalg.eigh", "LAPACK syevd at every size (no elementwise version yet: a cyclic "
+                           "Jacobi would be one); UPLO 'L'/'U'; eigenvectors equal NumPy's up "
+                           "to sign")]:
     cover(_n, LA, ["f32", "f64"], note=_notes, test="test_linalg.py")
 # ---- SVD, pinv, lstsq, matrix_rank: LAPACK gesdd / gelsd -------------------------------------
 def _random(shape, dtype, layout="C", key=()):
@@ -589,14 +599,14 @@ def test_svd_lstsq_failures_raise_linalgerror_and_write_nothing(backend):
 
 
 for _n, _notes in [
-        ("np.linalg.svd", "LAPACK gesdd as NumPy calls it (jobz 'A'/'S'/'N', NumPy's workspace "
+        ("np.linalg.svd", "LAPACK gesdd at every size, as NumPy calls it (jobz 'A'/'S'/'N', NumPy's workspace "
                           "query): NumPy's bits with NumPy's LAPACK; SVDResult; batched; "
                           "empty matrices (identity U/Vh); hermitian=True from eigh as NumPy; "
                           "non-convergence (a NaN) raises LinAlgError at replay"),
         ("np.linalg.pinv", "NumPy 2's rule (rcond default 1e-15, rtol=None: max(m, n) * eps, "
                            "rcond arrays per matrix): the reduced SVD, the cutoff and 1/s fused, "
                            "a matrix product; hermitian=True"),
-        ("np.linalg.lstsq", "LAPACK gelsd on [a | b] with rcond, as NumPy (same bits with "
+        ("np.linalg.lstsq", "LAPACK gelsd at every size, on [a | b] with rcond, as NumPy (same bits with "
                             "NumPy's LAPACK); x, rank (int32), s; b 1-D or 2-D; the residuals "
                             "are NumPy's empty array when a has no more rows than columns, else "
                             "data-dependent: a TracingError where they are used or returned "

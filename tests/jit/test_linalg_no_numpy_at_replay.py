@@ -58,7 +58,42 @@ def test_replay_makes_no_numpy_calls(monkeypatch, dtype):
     for got, want in zip(first, expected):
         np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol)
     assert "LIBCALL" in g.lower(*args).program.disassemble()
+    _assert_replays_without_numpy(monkeypatch, g, args, first)
 
+
+def _small_filter(x, P, F, H, R, z):
+    """A batch of small Kalman updates: every np.linalg function that small matrices run as
+    elementwise kernels (fastlaunch/small_linalg.py), no LAPACK call (the products are
+    gemm calls)."""
+    xp = np.einsum("ij,bj->bi", F, x)
+    Pp = F @ P @ F.T
+    S = H @ Pp @ H.T + R
+    K = np.swapaxes(np.linalg.solve(S, H @ Pp), -1, -2)
+    x1 = xp + np.einsum("bij,bj->bi", K, z - np.einsum("ij,bj->bi", H, xp))
+    sign, logdet = np.linalg.slogdet(S)
+    return (x1, np.linalg.inv(S), np.linalg.det(S), sign * logdet, np.linalg.cholesky(S),
+            np.linalg.solve(S, z[..., None])[..., 0], np.linalg.solve(S[0], z[0]))
+
+
+def test_small_matrices_replay_without_numpy_or_library_calls(monkeypatch):
+    rng = np.random.default_rng(4)
+    n, m, b = 4, 3, 64
+    F = np.eye(n) + 0.05 * rng.standard_normal((n, n))
+    H = rng.standard_normal((m, n))
+    P = np.broadcast_to(np.eye(n), (b, n, n)) * (1 + rng.random((b, 1, 1)))
+    args = (rng.standard_normal((b, n)), P, F, H, np.eye(m), rng.standard_normal((b, m)))
+    g = fl.compile(_small_filter)
+    first = g(*args)
+    for got, want in zip(first, _small_filter(*args)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    text = g.lower(*args).program.disassemble()
+    assert [line for line in text.splitlines() if "LIBCALL" in line and "gemm" not in line] == []
+    _assert_replays_without_numpy(monkeypatch, g, args, first)
+
+
+def _assert_replays_without_numpy(monkeypatch, g, args, first):
+    """NumPy's functions counted and a profiler hook on: three replays call none of them and
+    run no NumPy code (the detectors are shown to work first), and give the first results."""
     counts = {}
     for module, name in COUNTED:
         original = getattr(module, name)

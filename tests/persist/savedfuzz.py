@@ -77,7 +77,7 @@ def _linalg(a, b, c):
     """Library calls: a BLAS gemm on a transposed, strided operand with a fused epilogue,
     LAPACK inv / solve / det over a batch, svd (full and reduced) and lstsq (gelsd, rcond)."""
     u, s, vh = np.linalg.svd(c)
-    return (a @ b.T + 1.0, np.linalg.inv(c), np.linalg.solve(c, b[:4, :5]), np.linalg.det(c),
+    return (a @ b.T + 1.0, np.linalg.inv(c), np.linalg.solve(c, b[:12, :5]), np.linalg.det(c),
             u, s, np.linalg.svd(a[:6, :5], full_matrices=False).Vh,
             np.linalg.lstsq(a[:, :5], b[:20, :3], rcond=None)[0])
 
@@ -114,7 +114,7 @@ def _args(name):
         x = rng.random((12, 8))[:, ::2]                     # strided
         return [x, rng.random(40), rng.integers(0, 6, 9), rng.random(9)]
     if name == "linalg":
-        c = rng.random((3, 4, 4)) + 4 * np.eye(4)
+        c = rng.random((3, 12, 12)) + 12 * np.eye(12)   # LAPACK (smaller: kernels)
         return [rng.random((20, 16)), rng.random((24, 32))[:, ::2], c]
     if name == "static":
         return [{"a": rng.random((3, 5)), "b": rng.random((3, 5))[:, ::-1]}, 2.5]

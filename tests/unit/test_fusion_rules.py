@@ -364,3 +364,49 @@ def test_a_term_a_reduction_also_reads_is_still_materialised():
     _, _, plan = fused(f, x)
     assert len(plan.kernels) < 100
     check(f, x, rtol=1e-4)
+
+
+# ---- packs (ir.Op.PACK: small matrices assembled from their entries) -------------------------
+def _mats(b=6, n=3, seed=0):
+    return np.random.default_rng(seed).standard_normal((b, n, n)) + 3 * np.eye(n)
+
+
+def _labels(fn, *args):
+    return [k.label for k in fused(fn, *args)[2].kernels]
+
+
+def test_a_pack_read_at_its_own_index_is_unrolled_into_the_consumer():
+    """inv(a) * 2 + a: one kernel over the batch stores every entry of the result (the
+    entries' computation shared), then the singular-matrix check's two kernels."""
+    fn = lambda a: np.linalg.inv(a) * 2.0 + a          # noqa: E731
+    assert _labels(fn, _mats()) == ["map+unrolled", "all", "map"]
+    check(fn, _mats(), rtol=1e-12)
+
+
+def test_a_pack_read_elsewhere_is_stored_once_by_one_kernel():
+    """Read through a transpose and at its own index (two readers): one pack kernel stores it
+    (into the result it is), never each entry on its own."""
+    def fn(a):
+        x = np.linalg.inv(a)
+        return x.T, x, x[:, 0] * 3.0
+    labels = _labels(fn, _mats())
+    assert labels.count("pack") == 1 and len(labels) <= 6, labels
+    check(fn, _mats(), rtol=1e-12)
+
+
+def test_a_pack_written_in_place_reads_old_values_safely():
+    """y += inv(a) reads each element of y where it stores it (no temporary); y = inv(a) +
+    y.T reads other elements of y, so the unrolled stores go through a temporary."""
+    def add(y, a):
+        y += np.linalg.inv(a)
+
+    def swap(y, a):
+        y[...] = np.linalg.inv(a) + np.swapaxes(y, -1, -2)
+    a = _mats()
+    for fn, temps in ((add, 0), (swap, 1)):
+        plan = fused(fn, _mats(seed=1), a)[2]
+        assert sum(1 for b in plan.buffers if b.role == "temp" and b.shape == a.shape) == temps
+        y, want = _mats(seed=1), _mats(seed=1)
+        fl.compile(fn)(y, a)
+        fn(want, a)
+        np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12)

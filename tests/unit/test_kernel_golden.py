@@ -77,6 +77,14 @@ def row_softmax(x):
     return e / np.sum(e, axis=1, keepdims=True)
 
 
+def small_solve(a, b):
+    """np.linalg.solve of 2 x 2 matrices written out over the batch (small_linalg.py): the
+    elimination, the substitution and the arithmetic around it in one kernel, which unrolls
+    the result's matrix dims (its stores read the pack's entries); then the singular-matrix
+    check (a reduction and its status word)."""
+    return np.linalg.solve(a, b) * 2.0 + 1.0
+
+
 CASES = {
     "elementwise_chain": (chain, (f32(1024), f32(1024))),
     "row_sum": (rowsum, (f32(4, 8),)),
@@ -91,6 +99,7 @@ CASES = {
     "stencil_steps": (stencil_steps, (f32(10, 10),)),
     "cheap_reuse": (cheap_reuse, (f32(16), f32(16))),
     "row_softmax": (row_softmax, (f32(4, 32),)),
+    "small_solve": (small_solve, (f32(8, 2, 2), f32(8, 2, 1))),
 }
 
 
