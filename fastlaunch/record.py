@@ -399,11 +399,17 @@ def record_loop(loop: Loop, leaves: list[LeafSpec], mutated_leaves: list[int],
                 slot_of[b.id] = status
             else:
                 slot_of[b.id] = temp(b.dtype.str, b.size, f"tmp{len(temps)}")
-        for k, name in zip(part.plan.kernels, part.names):
-            launches.append((len(infos), k.launch_size, [slot_of[a.buffer] for a in k.args], k))
-            infos.append(kernel_info(k, name))
+        names = iter(part.names)          # compiled kernels only: library calls have none
+        for k in part.plan.kernels:
+            args = [slot_of[a.buffer] for a in k.args]
+            if is_kernel(k):
+                launches.append((len(infos), k.launch_size, args, k))
+                infos.append(kernel_info(k, next(names)))
+            else:
+                launches.append((None, None, args, k))
     work = n * sum(k.size * max(1, int(np.prod(k.rspace, dtype=np.int64))) *
-                   k.cost_per_iteration() for _, _, _, k in launches)
+                   k.cost_per_iteration() if is_kernel(k) else k.work()
+                   for _, _, _, k in launches)
 
     def arg_slots(args, copy: int) -> list:
         return [value_slot(a, copy) if isinstance(a, tuple) else a for a in args]
@@ -427,7 +433,10 @@ def record_loop(loop: Loop, leaves: list[LeafSpec], mutated_leaves: list[int],
     bound = []                        # per copy, per launch: (args_at, [(offset, slots)])
     for copy in range(3):
         per_launch = []
-        for _, _, args, _ in launches:
+        for _, _, args, k in launches:
+            if not is_kernel(k):          # a LIBCALL names its slots in the code itself
+                per_launch.append(None)
+                continue
             words = arg_slots(args, copy)
             args_at = asm.words(len(words))
             fixed, again = _runs(words, moving)
@@ -475,6 +484,10 @@ def record_loop(loop: Loop, leaves: list[LeafSpec], mutated_leaves: list[int],
             unchecked |= k.status is not None
             if inner_polls and i > 0:
                 asm.poll()
+            if not is_kernel(k):
+                asm.libcall(routine_of(k.name, k.dtype), k.sizes,
+                            [(s,) + tuple(lay) for s, lay in zip(words, k.layouts)])
+                continue
             args_at, again = bound[copy][i]
             for off, run in again:
                 asm.bind(args_at + off, run)

@@ -692,3 +692,37 @@ def test_long_iterations_poll_between_launches_too():
     small = np.ones(16, np.float32)
     prog = fl.iterated(step2, 3, carry="x").lower(small, small).program
     assert not any(op is Opcode.POLL for _, op, _ in prog.instructions())
+
+
+@pytest.mark.parametrize("backend", ["cpu", "devsim"])
+@pytest.mark.parametrize("count", [1, 2, 5])
+def test_steps_with_library_calls_loop(backend, count, tmp_path):
+    """Matrix products large enough for BLAS and LAPACK routines (LIBCALL) inside the loop:
+    the same bits as the Python loop over the compiled step, on both parities of the
+    unrolled loop, and after save/load.  Before: recording the loop raised AttributeError
+    ('LibraryCall' object has no attribute 'launch_size')."""
+    def train(W, X, T, S, lr):
+        h = np.tanh(X @ W)
+        W = W - lr * (X.T @ (h - T)) + 1e-3 * np.linalg.eigh(S)[0].sum()
+        return W, ((h - T) ** 2).mean()
+
+    rng = np.random.default_rng(3)
+    W = rng.random((64, 64)) * 0.01
+    X, T = rng.random((256, 64)), rng.random((256, 64))
+    S = rng.random((20, 20))
+    S = S + S.T
+    f = fl.compile(train, backend=backend)
+    it = fl.iterated(f, count, carry="W")
+    program = it.lower(W, X, T, S, 0.01).bytecode
+    assert program.count("LIBCALL") >= 3 * 2      # each copy of the step calls them itself
+    want, losses = W, []
+    for _ in range(count):
+        want, loss = f(want, X, T, S, 0.01)
+        losses.append(loss)
+    got_w, got_losses = it(W, X, T, S, 0.01)
+    assert same(got_w, want) and same(got_losses, np.array(losses))
+    path = tmp_path / "loop.flp"
+    it.save(path, W, X, T, S, 0.01)
+    loaded = fl.load(path)
+    got_w, got_losses = loaded(W, X, T, S, 0.01)
+    assert same(got_w, want) and same(got_losses, np.array(losses))
