@@ -3,6 +3,7 @@ distances), then per-cluster sums and counts with np.bincount(labels, weights, m
 
     python bench/kmeans_bincount.py                   # 2M points, k=8, d=3, float64
     python bench/kmeans_bincount.py --n 200000 --k 16 --d 2
+    python bench/kmeans_bincount.py --dtype float32
 
 Runners (each checked against NumPy before timing):
   numpy            the NumPy code below
@@ -10,9 +11,11 @@ Runners (each checked against NumPy before timing):
   numba            @njit of an explicit loop over the points (serial), if numba is installed
 Two formulations of the distances are timed: "broadcast" sums ((x[:, None] - c)**2) over the
 last axis (NumPy materialises an (n, k, d) array); "unrolled" adds the d squared differences
-of (n, k) arrays in a Python loop (fastlaunch then fuses the distances into the argmin; the
-broadcast form's sum over d is a reduction feeding a reduction, which the fuser materialises
-as an (n, k) temporary).  Times are medians of interleaved batches
+of (n, k) arrays in a Python loop.  fastlaunch fuses the distances into the argmin in both:
+a sum of at most ops.SMALL_REDUCE (8) elements per result is unrolled by the fuser into
+elementwise additions in NumPy's order (fuse.unroll_small_reductions), so the broadcast form's
+sum over d no longer makes an (n, k) temporary between two reductions, and its labels are
+NumPy's bit for bit, float32 included.  Times are medians of interleaved batches
 (fastlaunch.benchtools.interleaved); the machine's load average is printed with them.
 """
 from __future__ import annotations

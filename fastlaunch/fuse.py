@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import ops
 from .ir import Graph, Kind, Node, Op
 from .leaves import contiguous_strides
 from .kernel import (RANDOM_COST, TRANSCENDENTAL, TRANSCENDENTAL_COST, Compute, Const, DivMod,
@@ -97,7 +98,93 @@ class Plan:
 
 def plan(graph: Graph, arg_layouts: dict) -> Plan:
     """arg_layouts: input position -> element strides of that argument."""
-    return _Fuser(graph, arg_layouts).run()
+    return _Fuser(unroll_small_reductions(graph), arg_layouts).run()
+
+
+# ---- small reductions ----------------------------------------------------------------------
+def unroll_small_reductions(graph: Graph) -> Graph:
+    """The graph with its small reductions (REDUCE nodes that ops.reduce marked `unroll`: at
+    most ops.SMALL_REDUCE elements per result, from np.sum and friends) built from
+    elementwise operations over slices in NumPy's order (ops.unrolled_reduce), which fuse into
+    their users like any map: squared distances summed over 3 coordinates feeding an argmin
+    over the centroids are one kernel, not an (n, k) temporary between two reductions.
+    A reduction stays where a kernel over its operand's shape takes it in anyway
+    (`_row_fused`); the graph itself is left as it is (a new one is returned)."""
+    live = graph.live_nodes()
+    marked = [n for n in live if n.op.kind is Kind.REDUCE and n.attrs.get("unroll")]
+    if not marked:
+        return graph
+    users: dict = {}
+    for n in live:
+        for i in set(n.inputs):
+            users.setdefault(i.index, []).append(n)
+    result_shapes = {o.shape for o in graph.outputs}
+    kept: set = set()                 # marked reductions that stay (decided operands first)
+    for n in marked:
+        if _row_fused(n, users, result_shapes, kept):
+            kept.add(n.index)
+    chosen = {n.index for n in marked} - kept
+    if not chosen:
+        return graph
+    g = Graph()
+    g.consts = list(graph.consts)
+    g.random_streams = graph.random_streams
+    g.check_errors = list(graph.check_errors)      # (g.checks: already sealed into g.check)
+    new: dict = {}
+    for n in graph.nodes:     # all of them: the fuser finds an argument written in place here
+        inputs = [new[i.index] for i in n.inputs]
+        if n.index in chosen:
+            value = ops.unrolled_reduce(g, n.op, inputs[0], n.attrs["axes"])
+            new[n.index] = ops.cast(g, value, n.dtype)
+        else:
+            new[n.index] = g.add(n.op, n.dtype, n.shape, inputs, **n.attrs)
+    g.outputs = [new[n.index] for n in graph.outputs]
+    g.writebacks = [(pos, new[n.index]) for pos, n in graph.writebacks]
+    g.check = new[graph.check.index] if graph.check is not None else None
+    return g
+
+
+def _row_fused(node: Node, users: dict, result_shapes: set, kept: set) -> bool:
+    """Whether a reduction over trailing axes (of more than one element per result) shares a
+    kernel over its operand's shape with other work, which takes it in as it is:
+      - its result is broadcast back over the rows it folds (a row softmax, x - x.mean(-1,
+        keepdims=True)): row fusion folds it in that kernel's prelude;
+      - it folds rows that another reduction staying a REDUCE folds too, whose result its
+        operand reads (the sum of (x - mean)**2): row fusion, into this reduction's kernel;
+      - a result has its operand's shape: sibling fusion, one loop.
+    Unrolled there, each row's few elements would be a short loop of its own, per-row work
+    redone per element or the operand materialised for two readers: 1 kernel became 2, or
+    ran 2-4x slower, where measured."""
+    src = node.inputs[0]
+    axes = tuple(sorted(node.attrs["axes"]))
+    if axes != tuple(range(src.ndim - len(axes), src.ndim)) or node.size == src.size:
+        return False
+    if src.shape in result_shapes:
+        return True
+    seen, stack = set(), [node]
+    while stack:                       # users, through maps and views
+        n = stack.pop()
+        for u in users.get(n.index, ()):
+            if u.index in seen or u.op.kind not in (Kind.VIEW, Kind.ELEMENTWISE):
+                continue
+            if u.shape == src.shape:
+                return True
+            seen.add(u.index)
+            stack.append(u)
+    seen, stack = set(), [src]
+    while stack:                       # operands, through maps and views
+        n = stack.pop()
+        if n.index in seen:
+            continue
+        seen.add(n.index)
+        if n.op.kind is Kind.REDUCE:
+            if (n.inputs[0].shape == src.shape and n.size < src.size
+                    and (not n.attrs.get("unroll") or n.index in kept)
+                    and tuple(sorted(n.attrs["axes"])) == axes):
+                return True
+        elif n.op.kind in (Kind.VIEW, Kind.ELEMENTWISE):
+            stack.extend(n.inputs)
+    return False
 
 
 class _Fuser:

@@ -310,7 +310,10 @@ def _no_extra(name, **kwargs):
 
 
 def _reduce(op: Op, a, axis=None, keepdims=False, dtype=None) -> Tracer:
-    n = ops.reduce(current_graph(), op, node_of(a), axis, bool(keepdims), dtype)
+    """np.sum/prod/max/min/any/all (functions, methods, ufunc.reduce): small ones may be
+    unrolled into elementwise operations by the fuser (ops.SMALL_REDUCE)."""
+    n = ops.reduce(current_graph(), op, node_of(a), axis, bool(keepdims), dtype,
+                   unroll_small=True)
     return wrap(n, scalar=n.ndim == 0)
 
 
@@ -392,7 +395,8 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
     g = current_graph()
     n = node_of(a)
     acc, res = _mean_dtype(n.dtype, dtype)
-    total = ops.reduce(g, Op.SUM, ops.cast(g, n, acc), axis, bool(keepdims), acc)
+    total = ops.reduce(g, Op.SUM, ops.cast(g, n, acc), axis, bool(keepdims), acc,
+                       unroll_small=True)
     count = ops.count(n, ops.normalize_axes(axis, n.ndim))
     r = ops.elementwise(g, Op.DIV, acc, [total, ops.literal(g, count, acc)])
     return wrap(ops.cast(g, r, res), scalar=r.ndim == 0)
@@ -410,7 +414,8 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None, 
     axes = ops.normalize_axes(axis, n.ndim)
     count = ops.count(n, axes)
     x = ops.cast(g, n, acc)
-    mu = ops.elementwise(g, Op.DIV, acc, [ops.reduce(g, Op.SUM, x, axes, True, acc),
+    mu = ops.elementwise(g, Op.DIV, acc, [ops.reduce(g, Op.SUM, x, axes, True, acc,
+                                                     unroll_small=True),
                                           ops.literal(g, count, acc)])
     d = ops.elementwise(g, Op.SUB, acc, [x, mu])
     if acc.kind == "c":
@@ -421,7 +426,7 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None, 
                                               ops.elementwise(g, Op.MUL, acc, [di, di])])
     else:
         sq = ops.elementwise(g, Op.MUL, acc, [d, d])
-    ss = ops.reduce(g, Op.SUM, sq, axes, bool(keepdims), acc)
+    ss = ops.reduce(g, Op.SUM, sq, axes, bool(keepdims), acc, unroll_small=True)
     r = ops.elementwise(g, Op.DIV, acc, [ss, ops.literal(g, max(count - ddof, 0), acc)])
     return wrap(ops.cast(g, r, res), scalar=r.ndim == 0)
 

@@ -539,7 +539,13 @@ def reduce_dtype(op: Op, dtype: np.dtype) -> np.dtype:
         return _REDUCE_UFUNC[op].reduce(np.zeros(1, dtype)).dtype
 
 
-def reduce(g: Graph, op: Op, n: Node, axis=None, keepdims=False, dtype=None) -> Node:
+def reduce(g: Graph, op: Op, n: Node, axis=None, keepdims=False, dtype=None,
+           unroll_small: bool = False) -> Node:
+    """op (SUM, PROD, MAX, MIN, ANY, ALL, ARGMAX, ARGMIN) over `axis`, as NumPy's reduction.
+    unroll_small: the NumPy reductions themselves (np.sum and friends) mark a reduction of at
+    most SMALL_REDUCE elements per result `unroll=True`: the fuser may then build it from
+    elementwise operations (`unrolled_reduce`).  Contractions, complex sums and the library's
+    internal folds leave it unmarked: their REDUCE nodes stay (BLAS gemm, row fusion)."""
     axes = normalize_axes(axis, n.ndim)
     if dtype is not None:
         n = cast(g, n, check_dtype(dtype, f"np.{op.value}(dtype=...)"))
@@ -560,11 +566,100 @@ def reduce(g: Graph, op: Op, n: Node, axis=None, keepdims=False, dtype=None) -> 
         out = COMPLEX["reduce"](g, op, n, axes, out_dtype)
     elif not axes and op not in (Op.ARGMAX, Op.ARGMIN):
         out = cast(g, n, out_dtype)
+    elif unroll_small and _unrollable(op, n, axes):
+        out = g.add(op, out_dtype, kept, (n,), axes=axes, unroll=True)
     else:
         out = g.add(op, out_dtype, kept, (n,), axes=axes)
     if keepdims:
         out = reshape(g, out, tuple(1 if i in axes else s for i, s in enumerate(n.shape)))
     return out
+
+
+# Reductions of at most this many elements per result may be written as elementwise
+# operations over slices (`unrolled_reduce`), which fuse into their users like any map, where
+# a REDUCE node is always materialised: squared distances summed over 3 coordinates feeding
+# an argmin over the centroids are one pass, not an (n, k) temporary between two reductions.
+SMALL_REDUCE = 8
+_ELEMENTWISE_OF = {Op.SUM: Op.ADD, Op.PROD: Op.MUL, Op.MAX: Op.MAXIMUM, Op.MIN: Op.MINIMUM,
+                   Op.ANY: Op.LOGICAL_OR, Op.ALL: Op.LOGICAL_AND}
+
+
+def _unrollable(op: Op, n: Node, axes) -> bool:
+    """Whether `unrolled_reduce` applies: a reduction with 1 to SMALL_REDUCE elements per
+    result (an empty one keeps its REDUCE node, which gives the identity).  A float16 sum or
+    product only where its reduced axes are one run ending at the last axis: NumPy's inner
+    loop then accumulates in float32, as the REDUCE kernel's sums do; over an outer axis NumPy
+    rounds every step to float16 for a C-ordered operand but accumulates in float32 for a
+    Fortran-ordered one (the inner loop follows memory), where a step's overflow to inf
+    would be a difference far beyond rounding: the REDUCE keeps float32 there."""
+    if op not in _ELEMENTWISE_OF or not axes or n.size == 0:
+        return False
+    m = count(n, axes)
+    if m > SMALL_REDUCE:
+        return False
+    return not (n.dtype == np.float16 and op in (Op.SUM, Op.PROD) and _inner_run(n, axes) != m)
+
+
+def _inner_run(n: Node, axes) -> int:
+    """Elements of the run of reduced axes NumPy's reduce loop walks innermost for a C-ordered
+    operand: those after the last kept axis of size > 1 (1: none, whole rows added in turn)."""
+    run = 1
+    for d in reversed(range(n.ndim)):
+        if n.shape[d] > 1 and d not in axes:
+            break
+        run *= n.shape[d]
+    return run
+
+
+def unrolled_reduce(g: Graph, op: Op, n: Node, axes) -> Node:
+    """op over `axes` (at most SMALL_REDUCE elements per result) as elementwise operations in
+    NumPy's order for a C-ordered operand: the same bits as NumPy's reduction of it (and of
+    any operand where the order cannot matter: integers, booleans, max/min, one reduced axis
+    of fewer than 8 float elements, not float16; NumPy's own result depends on the memory
+    layout elsewhere).
+
+    NumPy's iterator walks the reduced elements in C order (size-1 axes do not count).  The
+    trailing run of reduced axes, where the last axis is reduced, is the inner loop of the
+    ufunc's reduce loop, called once per combination of the outer reduced axes, each call
+    adding its result to the output:
+      - a float sum adds a run of fewer than 8 elements one by one, exactly 8 pairwise as
+        ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)); the output starts at +0.0 (a sum
+        of -0.0s is +0.0, as NumPy's);
+      - float16 sums and products accumulate a run in float32, rounded to float16 as each
+        call stores it (`_unrollable` leaves float16 here only one run).
+    Without such a run NumPy adds (multiplies) whole rows in turn, each step rounded to the
+    dtype.  max/min fold np.maximum/np.minimum from the first element (the first NaN
+    propagates; ties between signed zeros as NumPy's)."""
+    kept_axes = [i for i in range(n.ndim) if i not in axes]
+    kept = tuple(n.shape[i] for i in kept_axes)
+    m = count(n, axes)
+    t = reshape(g, transpose(g, n, kept_axes + list(axes)), kept + (m,))
+    parts = [reshape(g, slice_view(g, t, (0,) * len(kept) + (j,), (1,) * (len(kept) + 1),
+                                   kept + (1,)), kept) for j in range(m)]
+    dt = n.dtype
+    eop = _ELEMENTWISE_OF[op]
+
+    def fold(acc, values, dtype):
+        for p in values:
+            acc = elementwise(g, eop, dtype, [acc, p]) if acc is not None else p
+        return acc
+    if op not in (Op.SUM, Op.PROD) or dt.kind != "f":
+        return fold(None, parts, dt)
+    run = _inner_run(n, axes)
+    if run == 1:                       # rows in turn
+        return fold(literal(g, 0.0, dt) if op is Op.SUM else None, parts, dt)
+    acc_dt = np.dtype(np.float32) if dt == np.float16 else dt
+    acc = literal(g, 0.0, dt) if op is Op.SUM else None
+    for b in range(0, m, run):
+        block = [cast(g, p, acc_dt) for p in parts[b:b + run]]
+        if op is Op.SUM and run == 8:
+            pairs = [elementwise(g, eop, acc_dt, block[i:i + 2]) for i in range(0, 8, 2)]
+            block = [elementwise(g, eop, acc_dt, [elementwise(g, eop, acc_dt, pairs[0:2]),
+                                                  elementwise(g, eop, acc_dt, pairs[2:4])])]
+        if op is Op.SUM:     # the run's sum (from +0.0 in NumPy: the same value) to the output
+            block = [fold(None, block, acc_dt)]
+        acc = cast(g, fold(None if acc is None else cast(g, acc, acc_dt), block, acc_dt), dt)
+    return acc
 
 
 def count(n: Node, axes) -> int:

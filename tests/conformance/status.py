@@ -32,7 +32,15 @@ BUGS: dict = {}
 for _d in ("uint64",):
     BUGS[("Python scalar operands (NEP 50)", f"{_d} vs out-of-range int")] = _INTCMP
 
+_NANTIES = ("of tied +0.0 and -0.0, np.nanmax/np.nanmin give what np.max/np.min give (NumPy's "
+            "are fmax/fmin reductions: the first of the tied zeros). Repro: "
+            "fl.compile(lambda r: np.nanmax(r, axis=0))(np.array([[-0.0], [0.0]])) -> [0.0], "
+            "NumPy [-0.0]")
+for _n in ("np.nanmax", "np.nanmin"):
+    BUGS[(_n, "signed-zero ties")] = _NANTIES
+
 _WRONG = AssertionError                     # conformance.harness.Mismatch
 BUG_RAISES: dict = {
     _INTCMP: OverflowError,
+    _NANTIES: _WRONG,
 }

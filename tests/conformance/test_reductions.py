@@ -3,14 +3,23 @@ reductions; np.linalg.norm; cumsum / cumprod.
 
 Float sums are compared with a tolerance scaled by the data (NumPy sums pairwise, fastlaunch
 in vectorised partial sums: both are right, they round differently): |got - expected| <=
-8 * n * eps * max|x| for sum-like results, the square of that scale for var.
+8 * n * eps * max|x| for sum-like results, the square of that scale for var.  Reductions of at
+most ops.SMALL_REDUCE (8) elements per result that the fuser unrolls into elementwise
+operations follow NumPy's order and are compared bit for bit, signed zeros included
+(test_small_reduction*).
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from .harness import (ALL, FLOATS, check, check_many, cover, make, param, short)
+import fastlaunch as fl
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from .harness import (ALL, FLOATS, SOME, assert_same, check, check_many, cover, make, param,
+                      run_numpy, short)
 
 RED, NANRED, CUM = "reductions", "nan-reductions", "cumulative"
 
@@ -156,6 +165,207 @@ def test_reduction_dtype_argument(dtype):
 cover("np.sum(dtype=...)", RED, [np.int8, np.uint8, np.bool_, np.float32, np.int32],
       test="test_reductions.py::test_reduction_dtype_argument",
       note="also np.add.reduce / np.maximum.reduce / np.logical_or.reduce")
+
+
+# ---- small reductions: unrolled, NumPy's bits ----------------------------------------------------
+# At most ops.SMALL_REDUCE elements per result: the fuser builds np.sum and friends from
+# elementwise operations in the order NumPy's iterator adds them for a C-ordered operand
+# (fewer than 8 elements of a last-axis run one by one, exactly 8 pairwise, float16 runs in
+# float32; rows of an outer axis added in turn; runs split by a kept axis added run by run),
+# so the results are NumPy's bit for bit.  Strided and negative-stride views are walked in
+# index order by NumPy too; a transposed (Fortran-ordered) operand only where the order
+# cannot matter (one reduced axis of fewer than 8 elements, not float16): elsewhere NumPy's
+# own result depends on the memory layout.
+SMALL = "small reductions (<= 8 elements per result): NumPy's bits"
+SMALL_OPS = ["sum", "prod", "max", "min", "any", "all", "mean"]
+_SMALL_LAYOUTS = ["C", "neg", "step", "negstep"]
+
+# (shape, axis) of reductions of 1..8 elements whose order NumPy walks differently
+_SMALL_CASES = (
+    [((5, m), -1) for m in range(1, 9)]                # the inner, pairwise loop
+    + [((m, 5), 0) for m in range(1, 9)]               # whole rows in turn
+    + [((3, m, 2), 1) for m in (2, 3, 8)]              # a middle axis
+    + [((4, 2, 3), (1, 2)), ((4, 2, 4), (1, 2)),       # adjacent trailing axes: one run
+       ((2, 3, 4), (0, 1)),                            # adjacent leading axes: rows in turn
+       ((2, 5, 3), (0, 2)), ((2, 3, 2, 2), (0, 2, 3)),  # runs split by a kept axis
+       ((6, 2, 1, 2), (1, 3)), ((4, 1, 3), (1, 2)), ((4, 3, 1), 1),   # size-1 axes
+       ((2, 2, 2), None), ((2, 3), None), ((1, 7), None), ((8,), None), ((3,), 0)])
+
+
+def _small_args(dt):
+    """One C-family layout per case, and Fortran-ordered operands for the layout-proof cases."""
+    arrays = [make(shape, dt, _SMALL_LAYOUTS[i % len(_SMALL_LAYOUTS)], key=(i,))
+              for i, (shape, _) in enumerate(_SMALL_CASES)]
+    transposed = [make(shape, dt, "T", key=("T", shape)) for shape in ((6, 3), (4, 7), (5, 2))]
+    return tuple(arrays), tuple(transposed)
+
+
+def _last_axis_run(shape, axis) -> bool:
+    """Whether the reduced axes of size > 1 all come after the kept ones of size > 1."""
+    axes = range(len(shape)) if axis is None else np.atleast_1d(axis) % len(shape)
+    kept = [d for d in range(len(shape)) if d not in axes and shape[d] > 1]
+    return all(d > max(kept, default=-1) for d in axes if shape[d] > 1)
+
+
+def _small_variants(f, dt):
+    # float16 sums and products over an outer axis stay reductions accumulating in float32
+    # (NumPy's result depends on the layout there: ops._unrollable): test_reduction's
+    # tolerance covers them
+    half = dt == np.float16 and f in (np.sum, np.prod)
+    cases = [(i, shape, axis) for i, (shape, axis) in enumerate(_SMALL_CASES)
+             if not half or _last_axis_run(shape, axis)]
+    v = {f"{shape} ax={axis}": (lambda xs, ts, i=i, axis=axis: f(xs[i], axis=axis))
+         for i, shape, axis in cases}
+    for i, shape, axis in cases[2::8]:
+        v[f"keep {shape} ax={axis}"] = lambda xs, ts, i=i, axis=axis: f(xs[i], axis=axis,
+                                                                         keepdims=True)
+    if dt != np.float16:
+        for j, (shape, axis) in enumerate([((6, 3), 1), ((4, 7), 1), ((5, 2), 0)]):
+            v[f"T{shape} ax={axis}"] = lambda xs, ts, j=j, axis=axis: f(ts[j], axis=axis)
+    return v
+
+
+# order- and dtype-sensitive sums, products and means over every dtype; max/min/any/all
+# (the same unrolling, order-free but for NaN and signed zeros) over a spread of dtypes
+_SMALL_DTYPES = {"sum": ALL, "prod": ALL, "mean": ALL, "max": FLOATS + SOME[3:],
+                 "min": FLOATS + SOME[3:], "any": SOME, "all": SOME}
+
+
+def _small_params():
+    out = []
+    for name in SMALL_OPS:
+        for dt in _SMALL_DTYPES[name]:
+            out.append(param(name, dt, name=SMALL, dtype=dt, id=f"{name}-{short(dt)}"))
+    return out
+
+
+cover(SMALL, RED, ALL, test="test_reductions.py::test_small_reduction",
+      note="np.sum/prod/max/min/any/all/mean (functions, methods, ufunc.reduce, nan-variants) "
+           "of at most 8 elements per result, unrolled by the fuser where no row or sibling "
+           "fusion takes them: NumPy's order for C-ordered operands, bit for bit (float16 "
+           "sums and products only over trailing axes, in float32 as NumPy's inner loop: "
+           "over an outer axis NumPy's float16 result depends on the memory layout and the "
+           "float32 reduction stays); for a Fortran-ordered operand NumPy's own result "
+           "differs for float16 and for exactly 8 elements, and fastlaunch's is that of the "
+           "C-ordered copy")
+
+
+@pytest.mark.parametrize(("name", "dtype"), _small_params())
+def test_small_reduction(name, dtype):
+    """np.<name> over 1..8 elements per result, every kind of axis set, with keepdims and as
+    a method: NumPy's bits (NaN, inf, signed zeros, integer wrap-around included)."""
+    dt = np.dtype(dtype)
+    f = getattr(np, name)
+    xs, ts = _small_args(dt)
+    variants = _small_variants(f, dt)
+    variants["method"] = lambda xs, ts: getattr(xs[2], name)(axis=-1)
+    with np.errstate(all="ignore"):
+        check_many(variants, xs, ts, tol="exact", signed_zero=True)
+
+
+@pytest.mark.parametrize("dtype", [param(d, name=SMALL, dtype=d, id=short(d)) for d in FLOATS])
+def test_small_reduction_special_values(dtype):
+    """Rows of signed zeros, NaN and inf in every position: a sum of -0.0s is +0.0 (NumPy's
+    sum starts from +0.0), max/min ties between signed zeros and the first NaN as NumPy's."""
+    rows = np.array([[-0.0, -0.0, -0.0], [0.0, -0.0, 0.0], [-0.0, 0.0, -0.0], [np.nan, 1.0, 2.0],
+                     [1.0, np.nan, np.inf], [np.inf, -np.inf, 1.0], [-0.0, np.nan, -0.0],
+                     [1e30, 1e30, -1e30]], dtype)
+    ops_ = (np.sum, np.prod, np.max, np.min, np.mean, np.nansum)
+    # (float16 sums and products over an outer axis: see _small_variants)
+    outer = [f for f in ops_ if np.dtype(dtype) != np.float16 or f in (np.max, np.min, np.mean)]
+    with np.errstate(all="ignore"):
+        check(lambda r: ([(f(r, axis=1), f(r[:, :1], axis=1)) for f in ops_],
+                         [(f(r, axis=0), f(r[:2], axis=0)) for f in outer]),
+              rows, tol="exact", signed_zero=True)
+
+
+cover(SMALL, RED, FLOATS, test="test_reductions.py::test_small_reduction_special_values")
+
+NANTIES = "signed-zero ties"
+
+
+@pytest.mark.parametrize("name", [param(n, name=f"np.{n}", dtype=NANTIES, id=n)
+                                  for n in ("nanmax", "nanmin")])
+def test_nan_extreme_signed_zero_ties(name):
+    """NumPy's nanmax/nanmin are fmax/fmin reductions: of tied signed zeros the first wins."""
+    rows = np.array([[-0.0, 0.0, -0.0], [0.0, -0.0, 0.0], [0.0, 0.0, -0.0]])
+    f = getattr(np, name)
+    check(lambda r: (f(r, axis=0), f(r, axis=1), f(r)), rows, tol="exact", signed_zero=True)
+
+
+@pytest.mark.parametrize("dtype", [param(d, name=SMALL, dtype=d, id=short(d))
+                                   for d in (np.int8, np.uint8, np.bool_, np.float16,
+                                             np.float32, np.int64)])
+def test_small_reduction_dtypes(dtype):
+    """Result dtypes and the dtype= argument: small ints sum to int64 (wrapping), dtype=int8
+    wraps in int8, bool sums count, float16 sums to float16, dtype=float64 adds in float64;
+    ufunc.reduce and the nan-reductions take the same path."""
+    dt = np.dtype(dtype)
+    # values a float -> int cast defines (specials: the other tests); int8 sums still wrap
+    x = make((6, 3), dt, domain=(0, 100), special=False, key=("x",))
+    y = make((3, 5), dt, "neg", domain=(0, 100), special=False, key=("y",))
+    # float16 sums and products over an outer axis: see _small_variants
+    ax, y = (0, y) if dt != np.float16 else (-1, np.ascontiguousarray(y.T))
+    with np.errstate(all="ignore"):
+        check(lambda x, y: (x.sum(-1), y.sum(ax), x.prod(-1), y.prod(ax),
+                            x.sum(-1, dtype=np.int8), x.sum(-1, dtype=np.float64),
+                            y.prod(ax, dtype=np.int16), x.sum(-1, dtype=dt), x.mean(-1),
+                            y.mean(ax, dtype=np.float32), np.add.reduce(x, axis=1),
+                            np.multiply.reduce(y, axis=ax), np.maximum.reduce(x, axis=1),
+                            np.minimum.reduce(y, axis=ax), np.logical_or.reduce(x, axis=1),
+                            np.logical_and.reduce(y, axis=ax), np.nansum(x, axis=1),
+                            np.nanmax(y, axis=ax), np.nanmean(x, axis=1),
+                            np.count_nonzero(x, axis=1),
+                            np.linalg.norm(y, axis=ax) if dt.kind == "f" else y.sum(ax)),
+              x, y, tol="exact", signed_zero=True)
+
+
+cover(SMALL, RED, [np.int8, np.uint8, np.bool_, np.float16, np.float32, np.int64],
+      test="test_reductions.py::test_small_reduction_dtypes")
+
+
+@st.composite
+def _small_reduction_programs(draw):
+    """A random small reduction: shape, axes with 1..8 elements per result, op, dtype, layout
+    (Fortran order only where NumPy's order does not depend on it), keepdims."""
+    ndim = draw(st.integers(1, 4))
+    shape = tuple(draw(st.lists(st.integers(1, 4), min_size=ndim, max_size=ndim)))
+    axes = draw(st.lists(st.sampled_from(range(ndim)), min_size=1, max_size=ndim, unique=True))
+    if int(np.prod([shape[a] for a in axes])) > 8:
+        axes = axes[:1]
+        if shape[axes[0]] > 8:
+            shape = shape[:axes[0]] + (8,) + shape[axes[0] + 1:]
+    op = draw(st.sampled_from(SMALL_OPS + ["nansum", "nanmax"]))
+    dt = draw(st.sampled_from(ALL))
+    big = [a for a in axes if shape[a] > 1]
+    layout_proof = len(big) <= 1 and np.prod([shape[a] for a in axes]) < 8 and dt != np.float16
+    if dt == np.float16 and op in ("sum", "prod", "nansum") and \
+            not _last_axis_run(shape, tuple(axes)):
+        dt = np.dtype(np.float32)            # (see _small_variants)
+    layout = draw(st.sampled_from(_SMALL_LAYOUTS + (["T"] if layout_proof else [])))
+    keepdims = draw(st.booleans())
+    axis = draw(st.sampled_from([tuple(sorted(axes)), tuple(a - ndim for a in axes)]))
+    if len(axes) == 1 and draw(st.booleans()):
+        axis = axis[0]
+    return shape, axis, op, dt, layout, keepdims, draw(st.integers(0, 2**32 - 1))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_small_reduction_programs())
+def test_small_reductions_random(program):
+    """Hypothesis: random small reductions compiled and compared with NumPy bit for bit."""
+    shape, axis, op, dt, layout, keepdims, seed = program
+    x = make(shape, dt, layout, rng=np.random.default_rng(seed))
+    f = getattr(np, op)
+
+    def body(x):
+        return f(x, axis=axis, keepdims=keepdims)
+    expected, err, _ = run_numpy(body, (x,))
+    if err is not None:
+        return                         # (nanmax of an all-NaN slice warns only: no error)
+    with np.errstate(all="ignore"):
+        got = fl.compile(body)(x)
+    assert_same(expected, got, tol="exact", signed_zero=True)
 
 
 # ---- nan-reductions ----------------------------------------------------------------------------

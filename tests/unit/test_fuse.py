@@ -50,9 +50,10 @@ def test_broadcasting_chain_is_one_kernel():
     assert temp_slots(low) == []
 
 
-@pytest.mark.parametrize("n", [7, 1000, 4096])
+@pytest.mark.parametrize("n", [9, 1000, 4096])
 def test_sum_of_squares_is_one_pass(n):
-    """The elementwise x*x feeds the reduction inside one kernel: no separate map kernel."""
+    """The elementwise x*x feeds the reduction inside one kernel: no separate map kernel
+    (n > ops.SMALL_REDUCE: a reduction; the next test has the unrolled sums)."""
     x = np.ones(n, np.float32)
     low = lower(lambda x: np.sum(x * x), x)
     ks = low.plan.kernels
@@ -63,6 +64,21 @@ def test_sum_of_squares_is_one_pass(n):
     assert temp_slots(low) == []
     # one read of x plus the 0-d result: no intermediate buffer traffic
     assert k.bytes_moved() <= n * x.itemsize + 8
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 8])
+def test_small_sum_of_squares_is_one_map(n):
+    """At most ops.SMALL_REDUCE elements: the sum is unrolled into the kernel that computes
+    x*x (a map over the 0-d result), still one pass, the same bits as NumPy's sum."""
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    low = lower(lambda x: np.sum(x * x), x)
+    (k,) = low.plan.kernels
+    assert k.label == "map" and k.space == () and k.rspace == () and k.reduction is None
+    assert temp_slots(low) == []
+    assert k.bytes_moved() <= n * x.itemsize + 8
+    got = fl.compile(lambda x: np.sum(x * x))(x)
+    want = np.sum(x * x)
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
 
 
 def test_large_full_reduction_has_no_map_kernel():

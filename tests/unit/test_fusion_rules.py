@@ -410,3 +410,123 @@ def test_a_pack_written_in_place_reads_old_values_safely():
         fl.compile(fn)(y, a)
         fn(want, a)
         np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12)
+
+
+# ---- small reductions: unrolled into their users (ops.SMALL_REDUCE) ------------------------
+def f64(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def kmeans_labels(x, c):
+    return ((x[:, None, :] - c[None, :, :]) ** 2).sum(-1).argmin(1)
+
+
+def temps(plan):
+    return [b for b in plan.buffers if b.role == "temp"]
+
+
+def exp_count(plan):
+    """exp evaluations per call, over all kernels (a Compute per element of the space)."""
+    total = 0
+    for k in plan.kernels:
+        n = sum(isinstance(e, Compute) and e.op is Op.EXP for e in walk(k._roots()))
+        total += n * int(np.prod(k.space)) * int(np.prod(k.rspace or (1,)))
+    return total
+
+
+def test_small_sum_fuses_into_the_next_reduction():
+    """k-means (issue 12): squared distances summed over d=3 feed the argmin over the k=8
+    centroids in one kernel, no (n, k) temporary between two reductions; NumPy's labels."""
+    x, c = f64(1000, 3), f64(8, 3, seed=1)
+    _, _, plan = fused(kmeans_labels, x, c)
+    (k,) = plan.kernels
+    assert k.reduction.op is Op.ARGMIN and k.rspace == (8,) and not temps(plan)
+    loads = [e for e in walk(k._roots()) if isinstance(e, Load)]
+    assert len(loads) == 6                       # x[i, :3] and c[j, :3]
+    for dt in (np.float64, np.float32):
+        np.testing.assert_array_equal(fl.compile(kmeans_labels)(x.astype(dt), c.astype(dt)),
+                                      kmeans_labels(x.astype(dt), c.astype(dt)))
+
+
+def test_small_sum_fuses_into_a_map():
+    def dist(x, y):
+        return np.sqrt(((x - y) ** 2).sum(-1))
+    x, y = f64(1000, 3), f64(1000, 3, seed=1)
+    _, _, plan = fused(dist, x, y)
+    (k,) = plan.kernels
+    assert k.reduction is None and k.space == (1000,) and not temps(plan)
+    assert fl.compile(dist)(x, y).tobytes() == dist(x, y).tobytes()
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a, b: a @ b, lambda a, b: np.dot(a, b), lambda a, b: np.matmul(a, b[:, 0]),
+    lambda a, b: np.einsum("ij,jk->ik", a, b), lambda a, b: np.einsum("ij->i", a) + b[0, 0]],
+    ids=["@", "dot", "matvec", "einsum", "einsum-1"])
+@pytest.mark.parametrize("kdim", [3, 8])
+def test_contractions_keep_their_reduction(fn, kdim):
+    """Small products are contractions (BLAS gemm on the CPU where large), never unrolled:
+    ops.contract and einsum leave their REDUCE unmarked."""
+    a, b = f32(16, kdim), f32(kdim, 4, seed=1)
+    traced, _, plan = fused(fn, a, b)
+    reductions = [n for n in traced.graph.live_nodes() if n.op in (Op.SUM, Op.ANY)]
+    assert reductions and not any(n.attrs.get("unroll") for n in reductions)
+    assert any(k.reduction is not None and k.reduction.op is Op.SUM for k in plan.kernels)
+    check(fn, a, b)
+
+
+@pytest.mark.parametrize("fn, phases", [
+    (softmax, [Op.MAX, Op.SUM]),
+    (lambda x: x - x.mean(axis=1, keepdims=True), [Op.SUM]),
+    (lambda x: x / np.sqrt((x * x).sum(axis=1))[:, None], [Op.SUM]),
+    (row_var, [Op.SUM])], ids=["softmax", "center", "normalise", "var"])
+@pytest.mark.parametrize("m", [3, 8])
+def test_small_row_reductions_stay_row_fused(fn, phases, m):
+    """A small reduction whose rows a kernel over the same rows reads (its result broadcast
+    back over them; a sum of (x - mean)**2) stays a reduction, folded in that kernel's
+    prelude: one kernel, as for long rows (unrolled: two kernels, or 2-4x slower)."""
+    x = f32(64, m)
+    _, _, plan = fused(fn, x)
+    (k,) = plan.kernels
+    assert [ph.op for ph in k.prelude] == phases and not temps(plan)
+    check(fn, x, rtol=2e-6)
+
+
+def test_small_reduction_with_a_sibling_stays_sibling_fused():
+    def f(x):
+        e = np.exp(np.sin(x) * np.cos(x))
+        return e.sum(-1), e * 2.0
+    x = f32(100, 8)
+    _, _, plan = fused(f, x)
+    (k,) = plan.kernels
+    assert k.reduction is not None and k.stores and exp_count(plan) == 800
+    check(f, x)
+
+
+def test_expensive_operand_of_small_reductions_is_computed_once():
+    """No recomputation cliff: exp(x) read by three unrolled reductions (one kernel, each exp
+    computed once), or also by a long reduction over another axis (materialised once)."""
+    def three(x):
+        e = np.exp(x)
+        return e.sum(-1), e.max(-1), e.min(-1)
+
+    def with_columns(x):
+        e = np.exp(x)
+        return e.sum(-1), e.sum(0)
+    x = f32(1000, 8)
+    _, _, plan = fused(three, x)
+    assert len(plan.kernels) == 1 and exp_count(plan) == x.size
+    _, _, plan = fused(with_columns, x)
+    assert exp_count(plan) == x.size and [t.shape for t in temps(plan)] == [(1000, 8)]
+    check(three, x)
+    check(with_columns, x, rtol=1e-6)
+
+
+def test_unrolling_leaves_the_traced_graph_alone():
+    from fastlaunch import fuse
+    traced, leaves, plan = fused(kmeans_labels, f64(100, 3), f64(8, 3, seed=1))
+    marked = [n for n in traced.graph.live_nodes() if n.attrs.get("unroll")]
+    assert [n.op for n in marked] == [Op.SUM]         # still the REDUCE the trace made
+    unrolled = fuse.unroll_small_reductions(traced.graph)
+    assert not any(n.attrs.get("unroll") for n in unrolled.live_nodes())
+    traced, _, _ = fused(lambda x: x.sum(-1), f64(100, 9))      # nothing marked: the same graph
+    assert fuse.unroll_small_reductions(traced.graph) is traced.graph

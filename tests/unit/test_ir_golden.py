@@ -42,8 +42,16 @@ def rowsum(x):
 
 
 ROWSUM = golden("""
-    %0:f32[4,8] = arg 0
+    %0:f32[4,16] = arg 0
     %1:f32[4] = sum %0 axes=(1,)
+    %2:f32[4,1] = reshape %1
+    return %2
+""")
+
+# at most ops.SMALL_REDUCE elements per result: marked for the fuser to unroll
+SMALL_ROWSUM = golden("""
+    %0:f32[4,8] = arg 0
+    %1:f32[4] = sum %0 axes=(1,) unroll=True
     %2:f32[4,1] = reshape %1
     return %2
 """)
@@ -96,7 +104,8 @@ def _f32(*shape):
 
 GOLDEN_CASES = [
     pytest.param(chain, (_f32(1024), _f32(1024)), CHAIN, id="elementwise-weak-scalar"),
-    pytest.param(rowsum, (_f32(4, 8),), ROWSUM, id="reduce-keepdims"),
+    pytest.param(rowsum, (_f32(4, 16),), ROWSUM, id="reduce-keepdims"),
+    pytest.param(rowsum, (_f32(4, 8),), SMALL_ROWSUM, id="small-reduce-keepdims"),
     pytest.param(view, (np.ones((4, 6), np.float64),), VIEW, id="transpose-slice-view"),
     pytest.param(select, (_f32(8), _f32(8)), SELECT, id="where-comparison"),
     pytest.param(scaled, (_f32(16), 0.5), SCALED, id="python-float-parameter"),

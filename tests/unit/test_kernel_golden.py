@@ -87,7 +87,8 @@ def small_solve(a, b):
 
 CASES = {
     "elementwise_chain": (chain, (f32(1024), f32(1024))),
-    "row_sum": (rowsum, (f32(4, 8),)),
+    "row_sum": (rowsum, (f32(4, 16),)),       # more than ops.SMALL_REDUCE: a reduction kernel
+    "small_row_sum": (rowsum, (f32(4, 8),)),  # unrolled: 8 loads added pairwise, as NumPy's
     "column_sum": (colsum, (f32(64, 128),)),
     "gather": (gather, (f32(10), np.array([1, 3, 5], np.int64))),
     "scatter_add": (scatter_add, (f32(10), np.array([1, 3, 3], np.int64), f32(3))),
