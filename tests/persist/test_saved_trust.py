@@ -189,8 +189,9 @@ def test_description_rules(gather_desc):
 
 @pytest.fixture(scope="module")
 def mean_desc():
-    """A row mean: the sum's kernel stores sum / 8 (its epilogue)."""
-    return _desc(lambda x: x.mean(axis=-1), np.ones((4, 8), np.float32))
+    """A row mean: the sum's kernel stores sum / 16 (its epilogue; rows longer than
+    ops.SMALL_REDUCE, which would be unrolled into a map)."""
+    return _desc(lambda x: x.mean(axis=-1), np.ones((4, 16), np.float32))
 
 
 def test_epilogue_round_trips_and_its_rules(mean_desc):
@@ -213,7 +214,7 @@ def test_epilogue_round_trips_and_its_rules(mean_desc):
     _bad(d, lambda d: d["reduction"].__setitem__("value", reduced), "outside a reduction's")
     # a format-1 description has no reduced values; format 1 without them is still read
     _bad(d, lambda d: d.__setitem__("format", 1), "unknown kind 'reduced'")
-    old = json.loads(json.dumps(_desc(lambda x: x.sum(axis=-1), np.ones((4, 8), np.float32))))
+    old = json.loads(json.dumps(_desc(lambda x: x.sum(axis=-1), np.ones((4, 16), np.float32))))
     old["format"] = 1
     del old["reduction"]["then"]
     assert kernel_from_json(old).reduction.then is None
