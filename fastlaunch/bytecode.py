@@ -970,6 +970,22 @@ class _CodeVerifier:
     def err(self, msg: str):
         self.errors[msg] = None
 
+    def counter_step(self, st, ctr: int, count: int, where: str):
+        """LOOP's and NEXT's shared checks: (lo, hi), the range the counter has after its
+        increment, or None (an error is recorded) for a slot that is no set counter or a count
+        out of range."""
+        v = st.vals.get(ctr)
+        if self.role(ctr) != SlotRole.COUNTER:
+            self.err(f"{where}: slot {ctr} is not a counter")
+            return None
+        if v is None or v[0] != "ctr":
+            self.err(f"{where}: counter slot {ctr} is read before it is set")
+            return None
+        if not -MAX_COUNT <= count <= MAX_COUNT:
+            self.err(f"{where}: count {count} out of range")
+            return None
+        return v[1] + 1, v[2] + 1
+
     def role(self, s: int):
         return self.slots[s].role if 0 <= s < self.nslots else None
 
@@ -1258,17 +1274,10 @@ class _CodeVerifier:
                 st.vals[slot] = ("ctr", value, value)
         elif op is Opcode.LOOP:
             ctr, count, target = ops
-            v = st.vals.get(ctr)
-            if self.role(ctr) != SlotRole.COUNTER:
-                self.err(f"{where}: slot {ctr} is not a counter")
+            stepped = self.counter_step(st, ctr, count, where)
+            if stepped is None:
                 return [], False
-            if v is None or v[0] != "ctr":
-                self.err(f"{where}: counter slot {ctr} is read before it is set")
-                return [], False
-            if not -MAX_COUNT <= count <= MAX_COUNT:
-                self.err(f"{where}: count {count} out of range")
-                return [], False
-            lo, hi = v[1] + 1, v[2] + 1
+            lo, hi = stepped
             jumps = []
             if lo < count:
                 # every value the counter has when it jumps back is below the count: the
@@ -1282,17 +1291,10 @@ class _CodeVerifier:
             return jumps, True
         elif op is Opcode.NEXT:
             ctr, count, target = ops
-            v = st.vals.get(ctr)
-            if self.role(ctr) != SlotRole.COUNTER:
-                self.err(f"{where}: slot {ctr} is not a counter")
+            stepped = self.counter_step(st, ctr, count, where)
+            if stepped is None:
                 return [], False
-            if v is None or v[0] != "ctr":
-                self.err(f"{where}: counter slot {ctr} is read before it is set")
-                return [], False
-            if not -MAX_COUNT <= count <= MAX_COUNT:
-                self.err(f"{where}: count {count} out of range")
-                return [], False
-            lo, hi = v[1] + 1, v[2] + 1
+            lo, hi = stepped
             jumps = []
             if hi >= count:
                 out = st.copy()

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
+from fastlaunch.__main__ import step as _step   # the DESIGN.md optimisation step
 from fastlaunch import fuse
 
 rng = np.random.default_rng(7)
@@ -17,15 +18,6 @@ def _x(shape, dtype=np.float32):
     return (rng.standard_normal(shape) * 10).astype(dtype)
 
 
-def _step(p, m, v, target, lr):
-    y = np.sin(p) + p * p
-    r = y - target
-    loss = np.mean(r * r)
-    g = 2 * r * (np.cos(p) + 2 * p) / p.size
-    m = 0.9 * m + 0.1 * g
-    v = 0.999 * v + 0.001 * g * g
-    p = p - lr * m / (np.sqrt(v) + 1e-8)
-    return p, m, v, loss
 
 
 # name -> (function, arguments); each has at least one epilogue, over the reductions'
