@@ -496,7 +496,9 @@ cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, i
                 state.pc = ins - code
                 return STATUS_INTERRUPTED
         elif op == LIBCALL:
-            # the routine runs here, on the interpreter's thread (BLAS has its own threads)
+            # the routine runs here, on the interpreter's thread; BLAS has its own threads,
+            # so the pool's workers stop spinning for it
+            fl_pool_park()
             rc = libs[ins[1]](&ins[2], slots)
             if rc != 0:
                 state.pc = ins - code

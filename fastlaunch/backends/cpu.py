@@ -23,6 +23,7 @@ compiler-rt's conversion routines, which the process does not have: _core provid
 from __future__ import annotations
 
 import collections
+import dataclasses
 import ctypes
 import ctypes.util
 import hashlib
@@ -38,7 +39,7 @@ import llvmlite.binding as llvm
 from .._version import __version__
 from ..cache import DiskCache, default_cache_dir, kernel_key
 from ..codegen.llvm import (MATH_ALIAS_PREFIX, MATH_FUNCTIONS, PLACEHOLDER_NAME, MathTarget,
-                            generate)
+                            generate, mark_nontemporal)
 from .. import _core, env
 from ..kernel import Kernel
 from . import cpu_schedule, elf
@@ -149,6 +150,8 @@ class CPUBackend:
         self._context = llvm.create_context()
         _register_runtime_symbols()
         self.math = _load_math(self.features, mode)
+        if self.triple.startswith("x86_64"):
+            self.math = dataclasses.replace(self.math, streaming_stores=True)
         self.math_mode = mode if self.math.inline else "libm"
         self.target_key = "|".join([f"math={self.math_mode}",
             f"fastlaunch={__version__}", f"llvmlite={llvmlite.__version__}",
@@ -298,6 +301,13 @@ class CPUBackend:
             # the vector variants of vmath's fallbacks are called by the vectorised loops
             # only after O3's inliner has run: inline them now (see CPUEmitter.big_call)
             self._optimizer.passes(mod, lambda mpm: mpm.add_always_inliner_pass())
+        if self.math.streaming_stores:
+            text = str(mod)
+            marked = mark_nontemporal(text)
+            if marked is not text:
+                mod.close()
+                mod = llvm.parse_assembly(marked, context=context)
+                mod.verify()
         return mod
 
     def _emit(self, source: str, emit):

@@ -32,6 +32,14 @@ SPLIT_MAX_OUTPUTS = 16
 # operand is shared by the rows (a matrix product's right-hand side)
 TILE_COLUMNS = 64
 TILE_ROWS = 4
+# A kernel that moves more than STREAM_BYTES (its buffers' extents, read and written) stores
+# its outputs with non-temporal stores (CPUSchedule.stream; codegen/llvm_cpu.py): what it
+# writes would leave the last-level cache before anyone read it back, and a plain store
+# first reads each line it writes (write-allocate), a third of a copy's traffic.  A quarter
+# above a 32 MiB cache (measured on this host: a 32 MiB kernel whose input the kernel before
+# left in the cache, a normalisation, is faster with plain stores; at 48 MiB and up, the
+# non-temporal ones win, up to 2x on an elementwise chain at 8M elements).
+STREAM_BYTES = 40 << 20
 
 _COMBINE = {Op.SUM: Op.SUM, Op.PROD: Op.PROD, Op.MAX: Op.MAX, Op.MIN: Op.MIN,
             Op.ANY: Op.ANY, Op.ALL: Op.ALL}
@@ -44,6 +52,7 @@ class CPUSchedule:
     launch_size: int
     work_per_item: int
     tile: tuple | None = None
+    stream: bool = False
 
     @property
     def params(self) -> tuple:
@@ -51,7 +60,8 @@ class CPUSchedule:
 
     def describe(self) -> str:
         tile = f" tile={list(self.tile)}" if self.tile else ""
-        return f"n={self.launch_size} work={self.work_per_item}{tile}"
+        stream = " stream" if self.stream else ""
+        return f"n={self.launch_size} work={self.work_per_item}{tile}{stream}"
 
 
 def schedule(plan, reduce_chunk: int = REDUCE_CHUNK):
@@ -157,8 +167,19 @@ def schedule_kernel(k: Kernel) -> Kernel:
         raise ValueError(f"kernel {k.label!r} is already scheduled ({k.schedule.describe()})")
     tile = _tiling(k)
     size = _tiled_launch_size(k.space, tile) if tile else k.size
+    work = _work_per_item(k, tile)
     return replace(k, args=list(k.args), stores=list(k.stores), checks=list(k.checks),
-                   schedule=CPUSchedule(size, _work_per_item(k, tile), tile))
+                   schedule=CPUSchedule(size, work, tile, _streams(k, tile, work)))
+
+
+def _streams(k: Kernel, tile, work: int) -> bool:
+    """Whether the kernel's stores bypass the caches (see STREAM_BYTES): a parallel 1-D
+    launch storing at regular indices that moves more than the last-level cache holds."""
+    if tile is not None or work < 0 or len(k.space) != 1 or not k.stores or k.sort:
+        return False
+    moved = sum((a.extent[1] - a.extent[0] + 1) * a.dtype.itemsize for a in k.args
+                if a.kind == "buffer" and isinstance(a.extent, tuple))
+    return moved > STREAM_BYTES
 
 
 # ---- reduction splitting -------------------------------------------------------------------

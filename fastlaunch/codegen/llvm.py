@@ -6,7 +6,7 @@ reductions, the loop body) behind a small set of target hooks; llvm_cpu.py is th
 writes the IR text.
 """
 from .llvm_base import MATH_FUNCTIONS, PLACEHOLDER_NAME, LLVMEmitter
-from .llvm_cpu import MATH_ALIAS_PREFIX, CPUEmitter, MathTarget, generate
+from .llvm_cpu import MATH_ALIAS_PREFIX, CPUEmitter, MathTarget, generate, mark_nontemporal
 
 __all__ = ["MATH_FUNCTIONS", "PLACEHOLDER_NAME", "LLVMEmitter", "MATH_ALIAS_PREFIX", "CPUEmitter",
-           "MathTarget", "generate"]
+           "MathTarget", "generate", "mark_nontemporal"]

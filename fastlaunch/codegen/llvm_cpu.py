@@ -11,11 +11,13 @@ the schedule: `CPUSchedule.tile`) folds a tile of outputs per launch index.
 """
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..kernel import Kernel
+from ..kernel import Kernel, Loop
 from . import vmath
 from .llvm_base import PLACEHOLDER_NAME, LLVMEmitter, llvm_type, memory_type, word_type
 
@@ -35,12 +37,15 @@ class MathTarget:
     and every function when False, are libm/libmvec calls.  `inline_all`: also those whose
     inline code is slower than libmvec here (vmath.SLOWER_INLINE: sin, cos, tanh, evaluated in
     float64 for accuracy); without it they stay libmvec calls ("auto" mode).
+    `streaming_stores`: aligned vector stores may be non-temporal (x86-64: movntps and kin,
+    ordered by an sfence): see CPUEmitter.entry_function.
     """
     isas: tuple = ()
     available: frozenset = field(default_factory=frozenset)
     vector_bits: int = 0
     inline: bool = False
     inline_all: bool = False
+    streaming_stores: bool = False
 
     def lane_counts(self, dtype: np.dtype) -> list:
         """The vector widths (lanes) the vectoriser may choose for dtype on this target."""
@@ -64,6 +69,63 @@ def generate(kernel: Kernel, math: MathTarget = MathTarget(), name: str = PLACEH
     return CPUEmitter(kernel, math, name).module()
 
 
+STREAM_ALIGN = 64        # bytes: a cache line, and the widest vector a non-temporal store takes
+STREAM_MARK = "!fastlaunch.stream = !{}"   # tells the backend to mark the aligned stores
+
+
+_VECTOR_STORE = re.compile(r"^\s*store <(\d+) x (float|double|half|i\d+)> [^,]+, ptr (%[\w.]+), "
+                           r"align (\d+)")
+_POINTER_DEF = re.compile(r"^\s*(%[\w.]+) = (?:getelementptr|phi ptr|select)\b(.*)$")
+_ELEMENT_BYTES = {"float": 4, "double": 8, "half": 2}
+STORED_WORD = "out"      # the entry's name prefix for the words of buffers a kernel stores to
+
+
+def mark_nontemporal(optimized: str) -> str:
+    """A streaming kernel's optimised module text with `!nontemporal` on each vector store
+    into a stored buffer (an address computed from an entry word `%out<i>`, never a stack
+    buffer: a row kept on the stack is read again at once) whose alignment LLVM proved: at
+    least the vector's size, or a whole STREAM_ALIGN block.  Those are the stores of the
+    entry's aligned copy of the body (see CPUEmitter.entry_function).
+
+    After O3, because the loop vectoriser refuses a loop whose scalar store is marked
+    non-temporal but only element-aligned; the mark is a hint, never a change of what is
+    stored or where."""
+    if STREAM_MARK not in optimized:
+        return optimized
+    lines = optimized.split("\n")
+    derived = set()
+    seeds = re.compile(rf"%{STORED_WORD}\d+\b")
+    changed = True
+    while changed:               # to a fixed point: phis name values defined further down
+        changed = False
+        for line in lines:
+            m = _POINTER_DEF.match(line)
+            if m and m.group(1) not in derived and (
+                    seeds.search(m.group(2))
+                    or any(op in derived for op in re.findall(r"%[\w.]+", m.group(2)))):
+                derived.add(m.group(1))
+                changed = True
+    ids = [int(m) for m in re.findall(r"^!(\d+) = ", optimized, re.M)]
+    md = f"!{max(ids, default=-1) + 1}"
+    marked = 0
+    for n, line in enumerate(lines):
+        m = _VECTOR_STORE.match(line)
+        if not m or "!nontemporal" in line:
+            continue
+        lanes, elem, ptr, align = int(m.group(1)), m.group(2), m.group(3), int(m.group(4))
+        if ptr not in derived and not seeds.fullmatch(ptr):
+            continue
+        size = lanes * (_ELEMENT_BYTES[elem] if elem in _ELEMENT_BYTES
+                        else max(1, int(elem[1:]) // 8))
+        if size >= 16 and size & (size - 1) == 0 and align >= min(size, STREAM_ALIGN):
+            lines[n] = f"{line}, !nontemporal {md}"
+            marked += 1
+    if not marked:
+        return optimized
+    lines.append(f"{md} = !{{i32 1}}")
+    return "\n".join(lines)
+
+
 def reduction_tile(kernel: Kernel):
     """The CPU schedule's tile (rows, columns) of a tiled reduction, or None (also for an
     unscheduled kernel): the only schedule decision that changes the CPU's code."""
@@ -81,6 +143,7 @@ class CPUEmitter(LLVMEmitter):
         self.keep: list = []           # vector variants kept alive for the vectoriser
         self.inline_math = vmath.InlineMath(self.fw, self.mod, self.big_call)
         self.big_used = False          # big_call defined helpers (attribute groups #3, #4)
+        self.grain = self.stream_grain()
 
     # ---- module / functions ------------------------------------------------------------
     def module(self) -> str:
@@ -88,17 +151,73 @@ class CPUEmitter(LLVMEmitter):
         return "\n".join([f"; fastlaunch kernel: {self.k.label}", self.entry_function(), body,
                           self.footer(), ""])
 
+    def stream_grain(self):
+        """Launch indices per aligned step of a streaming kernel (CPUSchedule.stream), or None.
+
+        From a launch index that is a multiple of the grain, each store's address moves in
+        whole STREAM_ALIGN blocks (for a 1-D map of float32: 16).  A store whose address
+        LLVM cannot then prove aligned stays an ordinary store."""
+        if not (self.math.streaming_stores and getattr(self.k.schedule, "stream", False)) \
+                or self.tile is not None or len(self.k.space) != 1:
+            return None
+        grain = 1
+        for st in self.k.stores:
+            step = abs(sum(c for atom, c in st.index.terms if atom == Loop(0)))
+            step *= self.k.args[st.arg].dtype.itemsize
+            grain = math.lcm(grain, STREAM_ALIGN // math.gcd(STREAM_ALIGN, step) if step else 1)
+        return grain
+
     def entry_function(self) -> str:
         lines = [f"define void @{self.name}(i64 %start, i64 %end, ptr noalias nocapture readonly "
                  f"%args) #2 {{", "entry:"]
-        call_args = ["i64 %start", "i64 %end"]
+        words = []
+        stored = sorted({st.arg for st in self.k.stores}) if self.grain is not None else []
         for i, a in enumerate(self.k.args):
             wt = word_type(a)
+            w = f"%{STORED_WORD}{i}" if i in stored else f"%w{i}"
             lines.append(f"  %w{i}.p = getelementptr inbounds i64, ptr %args, i64 {i}")
-            lines.append(f"  %w{i} = load {wt}, ptr %w{i}.p, align 8")
-            call_args.append(f"{wt} %w{i}")
-        lines.append(f"  call void @{self.name}.body({', '.join(call_args)})")
-        lines += ["  ret void", "}"]
+            lines.append(f"  {w} = load {wt}, ptr %w{i}.p, align 8")
+            words.append(f"{wt} {w}")
+        body = f"@{self.name}.body"
+        if self.grain is None:
+            lines.append(f"  call void {body}(i64 %start, i64 %end, {', '.join(words)})")
+            lines += ["  ret void", "}"]
+            return "\n".join(lines)
+        # Streaming: launch indices [start, mid) run as usual; [mid, end) run a second copy
+        # of the body in which LLVM knows every stored buffer is STREAM_ALIGN-aligned and mid
+        # a multiple of the grain, so the vectorised loop's stores carry their full alignment
+        # and the backend marks them non-temporal.  mid = end when a buffer is not aligned
+        # (a caller's array): then everything runs as usual.  The sfence orders the
+        # non-temporal stores before the pool reports the chunk done.
+        g = self.grain
+        bits = "0"
+        for j, i in enumerate(stored):
+            lines.append(f"  %a{j} = ptrtoint ptr %{STORED_WORD}{i} to i64")
+            lines.append(f"  %o{j} = or i64 {bits}, %a{j}")
+            bits = f"%o{j}"
+        lines += [f"  %low = and i64 {bits}, {STREAM_ALIGN - 1}",
+                  "  %aligned = icmp eq i64 %low, 0",
+                  f"  %up = add i64 %start, {g - 1}",
+                  f"  %round = and i64 %up, {-g}",
+                  "  %cut = call i64 @llvm.smin.i64(i64 %round, i64 %end)",
+                  "  %mid = select i1 %aligned, i64 %cut, i64 %end",
+                  f"  call void {body}(i64 %start, i64 %mid, {', '.join(words)})",
+                  "  %more = icmp slt i64 %mid, %end",
+                  "  br i1 %more, label %stream, label %done",
+                  "stream:"]
+        for i in stored:
+            lines.append(f'  call void @llvm.assume(i1 true) '
+                         f'["align"(ptr %{STORED_WORD}{i}, i64 {STREAM_ALIGN})]')
+        lines += [f"  %midlow = and i64 %mid, {g - 1}",
+                  "  %whole = icmp eq i64 %midlow, 0",
+                  "  call void @llvm.assume(i1 %whole)",
+                  f"  call void {body}(i64 %mid, i64 %end, {', '.join(words)})",
+                  "  call void @llvm.x86.sse.sfence()",
+                  "  br label %done",
+                  "done:", "  ret void", "}", STREAM_MARK]
+        self.mod.declare("llvm.smin.i64", "declare i64 @llvm.smin.i64(i64, i64)")
+        self.mod.declare("llvm.assume", "declare void @llvm.assume(i1 noundef)")
+        self.mod.declare("llvm.x86.sse.sfence", "declare void @llvm.x86.sse.sfence()")
         return "\n".join(lines)
 
     def body_function(self) -> str:

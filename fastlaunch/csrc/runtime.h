@@ -28,6 +28,7 @@ int fl_pool_threads(void);
 void fl_set_parallel_threshold(int64_t work);
 int64_t fl_get_parallel_threshold(void);
 void fl_set_spin_us(int64_t us);
+void fl_pool_park(void);                  /* spinning workers sleep until the next launch */
 
 /* Run fn over [0, n): serially when n * work_per_item is below the threshold (or the pool is
  * busy with another caller's launch), else split in chunks over the pool and the caller.
