@@ -16,7 +16,8 @@ What is inline, and how (the measured errors are in docs/math-accuracy.md):
                       that denormal results are rounded once
   float32 log         fdlibm's structure: x = 2^k m, m in [sqrt(1/2), sqrt(2)), s = f/(2+f),
                       log(1+f) = f - (hfsq - s (hfsq + R(s^2)))
-  float32 sin, cos    x = j pi/2 + r (three-part Cody-Waite with FMA) for |x| <= SINCOS_LIMIT_F32;
+  float32 sin, cos    x = j pi/2 + rh + rl (three-part Cody-Waite, FMA products and 2Sum) in
+                      float32 for |x| <= SINCOS_LIMIT_F32, the polynomials compensated for rl;
                       lanes beyond it (and inf, NaN) take libm's sinf/cosf (`big_call` hook)
   float32 tanh, expm1, log1p, log2, log10
                       computed in float64 with the float64 exp/log below, then rounded once:
@@ -62,10 +63,10 @@ LN2 = sum(Fraction(float.fromhex(h)) for h in
 PIO2 = sum(Fraction(float.fromhex(h)) for h in
            ("0x1.921fb54442d18p+0", "0x1.1a62633145c07p-54", "-0x1.f1976b7ed8fbcp-110"))
 
-# |x| beyond which float32 sin/cos lanes are libm's.  The reduction runs in float64 with a
-# three-part pi/2: r = x - j pi/2 is then good to far more than float32's precision for all
-# |x| below this (every float32 checked by bench/vmath_accuracy.py)
-SINCOS_LIMIT_F32 = float(2 ** 24)
+# |x| beyond which float32 sin/cos lanes are libm's.  Below it the float32 reduction
+# (three-part pi/2, the first two products exact) leaves r = rh + rl good to far more than
+# float32's precision (every float32 checked by bench/vmath_accuracy.py)
+SINCOS_LIMIT_F32 = float(2 ** 17)
 
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
@@ -78,8 +79,10 @@ INLINE = {
 }
 
 
-# Inline, but slower than libmvec in bench/vmath.py (computed in float64 to be as accurate as
-# NumPy): only in "inline" mode, libmvec calls in the default "auto" mode.
+# Inline, but slower than libmvec in bench/vmath.py: only in "inline" mode, libmvec calls in the
+# default "auto" mode.  As accurate as NumPy costs more instructions than libmvec's sinf, cosf
+# and tanhf spend (~30 per 16 lanes, 1.8-1.9 ULP for sin/cos): tanh is computed in float64, and
+# sin/cos in compensated float32 (~70 per 16 lanes, 0.74 ULP) still measured ~1.4x slower.
 SLOWER_INLINE = frozenset({"sin", "cos", "tanh"})
 
 
@@ -273,30 +276,48 @@ class InlineMath:
 
     # ---- sin, cos ------------------------------------------------------------------------
     def _sincos_f32(self, b: _Builder, x: str, cos: bool) -> str:
-        """sin or cos of float32 x, reduced and evaluated in float64 and rounded once.  The
-        reduction and both polynomials are the same instructions for sin(x) and cos(x) (CSE
+        """sin or cos of float32 x in float32 arithmetic (full-width vectors), for
+        |x| <= SINCOS_LIMIT_F32; other lanes (and inf, NaN) take libm's sinf/cosf.
+
+        Why this much care: a plain three-part Cody-Waite reduction rounds r twice and the
+        polynomials round again, which costs ~1.4 ULP (NumPy's own SIMD sinf).  Here the
+        reduced argument is kept as rh + rl (error-free transformations: FMA products and
+        2Sum), and both polynomials add rl's first-order effect and the rounding error of their
+        leading terms, so only the final addition rounds visibly (bench/vmath_accuracy.py).
+        sin(x) and cos(x) of one x emit the same reduction and polynomial instructions (CSE
         shares them); only the final choice differs."""
-        d = _Builder(self.fw, self.mod, F64)
-        p1, p2, p3 = _split(PIO2, F64, 0, parts=3)
+        c1, c2, c3 = _split(PIO2, F32, 0, parts=3)
         ax = b.intr("fabs", x)
         fast = b.cmp("ole", ax, b.c(SINCOS_LIMIT_F32))          # false for NaN, inf
         xf = b.sel(fast, x, b.c(0.0))                           # keeps fptosi defined
-        xd = self.fw.op(f"fpext float {xf} to double")
-        j = d.intr("rint", d.mul(xd, d.c(float(1 / PIO2))))
-        nj = d.op(f"fneg double {j}")
-        r = d.fma(nj, d.c(p1), xd)                              # exact
-        r = d.fma(nj, d.c(p2), r)
-        r = d.fma(nj, d.c(p3), r)
-        z = d.mul(r, r)
-        # the float32 fits are good to 2^-35 relative: ample in double before the rounding
-        sin_r = d.fma(d.mul(r, z), d.poly(z, SINF_S), r)
-        cos_r = d.fma(d.mul(z, z), d.poly(z, COSF_C), d.fma(z, d.c(-0.5), d.c(1.0)))
-        q = self.fw.op(f"fptosi double {j} to i32")
+        j = b.intr("rint", b.mul(xf, b.c(float(1 / PIO2))))
+        nj = b.op(f"fneg float {j}")
+        # x - j c1 is exact: a multiple of ulp(c1) (or x itself) below pi/2 in magnitude
+        r1 = b.fma(nj, b.c(c1), xf)
+        ph = b.mul(nj, b.c(c2))
+        pl = b.fma(nj, b.c(c2), b.op(f"fneg float {ph}"))      # -j c2 = ph + pl exactly
+        s = b.add(r1, ph)                                       # 2Sum: s + e = r1 + ph
+        bb = b.sub(s, r1)
+        e = b.add(b.sub(r1, b.sub(s, bb)), b.sub(ph, bb))
+        t = b.add(b.fma(nj, b.c(c3), pl), e)
+        rh = b.add(s, t)                                        # Fast2Sum: |t| << |s|
+        rl = b.add(b.sub(s, rh), t)
+        z = b.mul(rh, rh)
+        # sin(rh + rl) = rh + rh^3 S(z) + rl (1 - z/2)
+        u = b.fma(b.mul(rh, z), b.poly(z, SINF_S), b.mul(rl, b.fma(z, b.c(-0.5), b.c(1.0))))
+        sin_r = b.add(rh, u)
+        # cos(rh + rl) = 1 - (z + zl)/2 - rh rl + z^2 C(z), with 1 - z/2 = w + tail exactly
+        zl = b.fma(rh, rh, b.op(f"fneg float {z}"))
+        hz = b.mul(z, b.c(0.5))
+        w = b.sub(b.c(1.0), hz)
+        tail = b.sub(b.sub(b.c(1.0), w), hz)
+        small = b.fma(rh, rl, b.mul(zl, b.c(0.5)))
+        cos_r = b.add(w, b.fma(b.mul(z, z), b.poly(z, COSF_C), b.sub(tail, small)))
+        q = b.to_int(j)
         if cos:
             q = b.ibin("add", q, "1")
         odd = b.op(f"icmp ne i32 {b.ibin('and', q, '1')}, 0")
-        v = d.sel(odd, cos_r, sin_r)
-        v = self.fw.op(f"fptrunc double {v} to float")
+        v = b.sel(odd, cos_r, sin_r)
         sign = b.ibin("shl", b.ibin("and", q, "2"), "30")      # quadrants 2, 3: negate
         v = b.from_bits(b.ibin("xor", b.bits(v), sign))
         if not cos:

@@ -74,7 +74,8 @@ def f32_sample(stride=65521):
     x = bits.view(np.float32)
     extra = np.concatenate([np.linspace(-100, 100, 200001), np.linspace(-1, 1, 100001),
                             np.linspace(0.5, 2, 100001), np.geomspace(1e-40, 1e38, 100001),
-                            np.linspace(71000, 72000, 20001)]).astype(np.float32)
+                            np.linspace(71000, 72000, 20001),
+                            np.linspace(130000, 132000, 20001)]).astype(np.float32)
     return np.concatenate([x, extra])
 
 
@@ -115,6 +116,7 @@ def specials(dt):
             -745.1332191019412, 1023.99, 1024.0, -1074.0, -1075.0,
             # huge arguments for sin/cos, and the edge of the fast reduction
             1e5, -3e7, 1e20, 3.4e38, float(2 ** 24), float(2 ** 24) + 2, 71476.0625,
+            float(2 ** 17), -float(2 ** 17), float(2 ** 17) + 0.015625,
             np.pi / 2, np.pi, 1e-8, -1e-8, 9.0, 9.1, 20.0, -20.0, 0.0625, -1.0 + 2 ** -20]
     with np.errstate(over="ignore"):
         return np.array(vals * 3, dtype=dt)     # three copies: vector and scalar code
