@@ -13,9 +13,17 @@ import numpy as np
 from . import _bench
 
 
+# Pause before each timed batch.  Runners in one process share the cores, and some keep their
+# worker threads spinning after their own calls return (Dr.Jit's nanothread pool spins ~30 ms;
+# OpenMP runtimes spin too): without a pause, the batch after theirs ran with a core taken
+# (fastlaunch's step at 4M: 3.5 ms after an idle pause, 4.1-7.4 ms right after a Dr.Jit batch).
+SETTLE_SECONDS = 0.1
+
+
 def interleaved(runners: dict, min_batch_seconds: float = 0.02, batches: int = 7,
-                max_calls: int = 200_000) -> dict:
-    """{name: callable()} -> {name: median seconds per call}, timed in alternating batches."""
+                max_calls: int = 200_000, settle_seconds: float = SETTLE_SECONDS) -> dict:
+    """{name: callable()} -> {name: median seconds per call}, timed in alternating batches,
+    each after `settle_seconds` of idle time (see SETTLE_SECONDS)."""
     sizes = {}
     for name, run in runners.items():
         run()                                     # warm up (and trace, for compiled runners)
@@ -33,6 +41,8 @@ def interleaved(runners: dict, min_batch_seconds: float = 0.02, batches: int = 7
     for _ in range(batches):
         for name, run in runners.items():
             n = sizes[name]
+            if settle_seconds > 0:
+                time.sleep(settle_seconds)
             t0 = time.perf_counter()
             for _ in range(n):
                 run()
