@@ -752,10 +752,30 @@ class _Fuser:
         self.materialize_cone([x for u in chain for x in u.inputs[1:]], stop=own)
         chain = self._update_chain(top)
         node = chain[0].inputs[0]
-        if not _covers(chain, node.shape):
+        box = _overwritten_box(chain, node.shape)
+        if box is not None:
+            self.emit_border(node, out, box)
+        elif not _covers(chain, node.shape):
             self.emit_store_groups([(out, out.strides, node)])
         for update in chain:
             self.emit_update(update, out)
+
+    def emit_border(self, node: Node, out: Buffer, box):
+        """Store node into out everywhere but `box` (which an update then overwrites): the
+        complement as up to 2 ndim disjoint slabs, one small kernel each.  `out = u.copy();
+        out[1:-1, 1:-1] = f(u)` then writes each element of out once, not twice."""
+        shape = node.shape
+        for d, (lo, hi) in enumerate(box):
+            for a, b in ((0, lo), (hi, shape[d])):
+                if a == b:
+                    continue
+                # dims before d: inside the box; d: one side of it; dims after d: all
+                ranges = ([r for r in box[:d]] + [(a, b)] +
+                          [(0, n) for n in shape[d + 1:]])
+                kb = _KernelBuilder(self, tuple(y - x for x, y in ranges), (), "map-border")
+                region = tuple(Index.loop(i).shift(x) for i, (x, _) in enumerate(ranges))
+                kb.store(out, address(out.strides, region), kb.build(node, region))
+                self.add_kernel(kb)
 
     def _update_chain(self, node: Node) -> list:
         """The updates from `node` down to the first value that is not one (or is in memory),
@@ -1087,6 +1107,29 @@ def _merge_batch(batch, strides_list):
     if any(s == 0 for s in batch):
         sizes = [0, 1]
     return sizes, per
+
+
+# A lone region update overwriting at least this fraction of a base of at least this many bytes
+# has the rest of the base stored around it (emit_border) rather than the whole base stored
+# first and then overwritten.  Below the size, one copy kernel costs less than 2 ndim launches.
+BORDER_MIN_FRACTION = 0.5
+BORDER_MIN_BYTES = 16384
+
+
+def _overwritten_box(chain: list, shape):
+    """[(lo, hi) per dim] of a chain that is one unit-step SETSLICE overwriting at least
+    BORDER_MIN_FRACTION (but not all) of a base of `shape` of BORDER_MIN_BYTES, else None."""
+    if len(chain) != 1 or chain[0].op is not Op.SETSLICE or not shape or \
+            any(s != 1 for s in chain[0].attrs["step"]):
+        return None
+    start, sizes = chain[0].attrs["start"], chain[0].inputs[1].shape
+    box = [(s0, s0 + n) for s0, n in zip(start, sizes)]
+    total = int(np.prod(shape, dtype=np.int64))
+    inside = int(np.prod(sizes, dtype=np.int64))
+    if inside >= total or inside < BORDER_MIN_FRACTION * total or len(box) != len(shape) or \
+            total * chain[0].dtype.itemsize < BORDER_MIN_BYTES:
+        return None
+    return box
 
 
 def _covers(chain: list, shape) -> bool:

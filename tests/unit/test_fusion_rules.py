@@ -224,6 +224,63 @@ def test_stencil_steps_are_materialised_once_each(fn):
     check(fn, u, rtol=1e-5)
 
 
+def heat_copy_update(u):
+    out = u.copy()
+    out[1:-1, 1:-1] = u[1:-1, 1:-1] + 0.1 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2]
+                                             + u[1:-1, 2:] - 4.0 * u[1:-1, 1:-1])
+    return out
+
+
+def box_update_3d(u):
+    out = u * 2.0
+    out[2:-1, 1:, :-3] = np.sin(u[2:-1, 1:, :-3])
+    return out
+
+
+def _border_elements(plan):
+    return sum(k.size for k in plan.kernels if k.label == "map-border")
+
+
+def test_copy_then_update_stores_only_the_border():
+    """`out = u.copy(); out[1:-1, 1:-1] = ...`: the copy is stored around the interior (four
+    slabs), not in full and then overwritten: each element of out is written once."""
+    u = f32(64, 64)
+    _, _, plan = fused(heat_copy_update, u)
+    assert [k.label for k in plan.kernels].count("map-border") == 4
+    assert [k.label for k in plan.kernels].count("map") == 0
+    assert _border_elements(plan) == 64 * 64 - 62 * 62
+    check(heat_copy_update, u, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(40, 30, 20), (41, 7, 64)])
+def test_border_slabs_of_a_3d_box_are_disjoint_and_complete(shape):
+    u = f32(*shape)
+    _, _, plan = fused(box_update_3d, u)
+    inside = (shape[0] - 3) * (shape[1] - 1) * (shape[2] - 3)
+    assert _border_elements(plan) == u.size - inside
+    check(box_update_3d, u, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fn, shape", [(heat_copy_update, (7, 9)), (box_update_3d, (6, 5, 8))])
+def test_small_or_mostly_kept_bases_are_copied_whole(fn, shape):
+    """Below BORDER_MIN_BYTES one copy kernel beats 2 ndim slab launches."""
+    u = f32(*shape)
+    _, _, plan = fused(fn, u)
+    assert not any(k.label == "map-border" for k in plan.kernels)
+    check(fn, u, rtol=1e-5)
+
+
+def test_a_small_region_update_copies_the_base_whole():
+    def corner(u):
+        out = np.exp(u)
+        out[:10, :10] = 0.0
+        return out
+    u = f32(100, 100)
+    _, _, plan = fused(corner, u)
+    assert not any(k.label == "map-border" for k in plan.kernels)
+    check(corner, u, rtol=1e-5)
+
+
 # ---- row fusion: reductions feeding elementwise work on the same rows --------------------
 def softmax(x):
     e = np.exp(x - np.max(x, axis=1, keepdims=True))
