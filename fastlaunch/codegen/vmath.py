@@ -81,8 +81,8 @@ INLINE = {
 
 # Inline, but slower than libmvec in bench/vmath.py: only in "inline" mode, libmvec calls in the
 # default "auto" mode.  As accurate as NumPy costs more instructions than libmvec's sinf, cosf
-# and tanhf spend (~30 per 16 lanes, 1.8-1.9 ULP for sin/cos): tanh is computed in float64, and
-# sin/cos in compensated float32 (~70 per 16 lanes, 0.74 ULP) still measured ~1.4x slower.
+# and tanhf spend (~30 per 16 lanes, 2.0-2.1 ULP for sin/cos): tanh is computed in float64, and
+# sin/cos in compensated float32 (~70 per 16 lanes, 0.76 ULP) still measured ~1.3x slower.
 SLOWER_INLINE = frozenset({"sin", "cos", "tanh"})
 
 
