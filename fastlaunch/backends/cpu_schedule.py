@@ -14,6 +14,8 @@ Decides, per kernel of a fuse.Plan:
 """
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -32,14 +34,39 @@ SPLIT_MAX_OUTPUTS = 16
 # operand is shared by the rows (a matrix product's right-hand side)
 TILE_COLUMNS = 64
 TILE_ROWS = 4
+
+
+def last_level_cache_bytes(default: int = 32 << 20,
+                           root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """The size of this machine's largest data cache (Linux sysfs), else `default`."""
+    best = 0
+    try:
+        for entry in os.listdir(root):
+            try:
+                with open(os.path.join(root, entry, "type")) as fh:
+                    if fh.read().strip() == "Instruction":
+                        continue
+                with open(os.path.join(root, entry, "size")) as fh:
+                    text = fh.read().strip().upper()
+            except OSError:
+                continue
+            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            digits = text[:-1] if text[-1:] in "KMG" else text
+            if digits.isdigit():
+                best = max(best, int(digits) * scale)
+    except OSError:
+        pass
+    return best or default
+
+
 # A kernel that moves more than STREAM_BYTES (its buffers' extents, read and written) stores
 # its outputs with non-temporal stores (CPUSchedule.stream; codegen/llvm_cpu.py): what it
 # writes would leave the last-level cache before anyone read it back, and a plain store
 # first reads each line it writes (write-allocate), a third of a copy's traffic.  A quarter
-# above a 32 MiB cache (measured on this host: a 32 MiB kernel whose input the kernel before
-# left in the cache, a normalisation, is faster with plain stores; at 48 MiB and up, the
-# non-temporal ones win, up to 2x on an elementwise chain at 8M elements).
-STREAM_BYTES = 40 << 20
+# above the last-level cache (measured on a 32 MiB one: a 32 MiB kernel whose input the
+# kernel before left in the cache, a normalisation, is faster with plain stores; at 48 MiB
+# and up, the non-temporal ones win, up to 2x on an elementwise chain at 8M elements).
+STREAM_BYTES = last_level_cache_bytes() * 5 // 4
 
 _COMBINE = {Op.SUM: Op.SUM, Op.PROD: Op.PROD, Op.MAX: Op.MAX, Op.MIN: Op.MIN,
             Op.ANY: Op.ANY, Op.ALL: Op.ALL}

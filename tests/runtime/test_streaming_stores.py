@@ -162,3 +162,21 @@ def test_large_pool_blocks_are_cache_line_aligned_and_reused():
     again = f(x)
     assert again.ctypes.data == addr            # the freed block came back from the pool
     np.testing.assert_array_equal(again, x + 1.0)
+
+
+def test_stream_threshold_follows_the_last_level_cache(tmp_path):
+    from fastlaunch.backends.cpu_schedule import last_level_cache_bytes
+    for name, level, kind, size in (("index0", 1, "Data", "48K"), ("index1", 1, "Instruction",
+                                                                     "32K"),
+                                    ("index2", 2, "Unified", "1024K"),
+                                    ("index3", 3, "Unified", "96M")):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert last_level_cache_bytes(root=str(tmp_path)) == 96 << 20
+    assert last_level_cache_bytes(root=str(tmp_path / "missing")) == 32 << 20
+    (tmp_path / "index3" / "size").write_text("garbage\n")
+    assert last_level_cache_bytes(root=str(tmp_path)) == 1 << 20
+    assert STREAM_BYTES == last_level_cache_bytes() * 5 // 4
