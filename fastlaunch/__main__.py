@@ -98,7 +98,10 @@ def demo(sizes=DEMO_SIZES, dtype=np.float32, quick=False, plot: str | None = "fa
             "empty call": lambda: floor(z, z, z, z, 1e-2),
             "np.copyto, same bytes": lambda: np.copyto(dst, src),
         }
-        t = interleaved(runners, min_batch_seconds=batch, batches=5 if quick else 7)
+        # no foreign thread pools here (the pause is for peers' spinning workers); ours
+        # spin 0.2 ms after a job
+        t = interleaved(runners, min_batch_seconds=batch, batches=5 if quick else 7,
+                        settle_seconds=0.002)
         _progress(f" {time.perf_counter() - t0:.1f} s")
         for name in series:
             series[name].append(t[name])
