@@ -38,8 +38,8 @@ import llvmlite.binding as llvm
 
 from .._version import __version__
 from ..cache import DiskCache, default_cache_dir, kernel_key
-from ..codegen.llvm import (MATH_ALIAS_PREFIX, MATH_FUNCTIONS, PLACEHOLDER_NAME, MathTarget,
-                            generate, mark_nontemporal)
+from ..codegen.llvm import (MATH_ALIAS_PREFIX, MATH_FUNCTIONS, PLACEHOLDER_NAME, STREAM_MARK,
+                            MathTarget, generate, mark_nontemporal)
 from .. import _core, env
 from ..kernel import Kernel
 from . import cpu_schedule, elf
@@ -301,7 +301,9 @@ class CPUBackend:
             # the vector variants of vmath's fallbacks are called by the vectorised loops
             # only after O3's inliner has run: inline them now (see CPUEmitter.big_call)
             self._optimizer.passes(mod, lambda mpm: mpm.add_always_inliner_pass())
-        if self.math.streaming_stores:
+        if self.math.streaming_stores and STREAM_MARK in source:
+            # only a streaming kernel's module is printed and re-parsed: every other one
+            # skips the text round trip
             text = str(mod)
             marked = mark_nontemporal(text)
             if marked is not text:

@@ -6,7 +6,8 @@ reductions, the loop body) behind a small set of target hooks; llvm_cpu.py is th
 writes the IR text.
 """
 from .llvm_base import MATH_FUNCTIONS, PLACEHOLDER_NAME, LLVMEmitter
-from .llvm_cpu import MATH_ALIAS_PREFIX, CPUEmitter, MathTarget, generate, mark_nontemporal
+from .llvm_cpu import (MATH_ALIAS_PREFIX, STREAM_MARK, CPUEmitter, MathTarget, generate,
+                       mark_nontemporal)
 
 __all__ = ["MATH_FUNCTIONS", "PLACEHOLDER_NAME", "LLVMEmitter", "MATH_ALIAS_PREFIX", "CPUEmitter",
-           "MathTarget", "generate", "mark_nontemporal"]
+           "MathTarget", "generate", "mark_nontemporal", "STREAM_MARK"]
