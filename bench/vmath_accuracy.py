@@ -34,15 +34,13 @@ F32_FUNCS = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "co
 F64_FUNCS = ["exp", "log"]
 
 
-def _libm_backend():
-    from fastlaunch.backends.cpu import CPUBackend
-    return CPUBackend(math="libm")
-
-
-def _inline_backend():
-    # explicitly inline: the default "auto" mode calls libmvec for sin, cos and tanh
-    from fastlaunch.backends.cpu import CPUBackend
-    return CPUBackend(math="inline")
+def _backend(math):
+    """A CPU backend in one math mode: "libm", or explicitly "inline" (the default "auto"
+    mode calls libmvec for sin, cos and tanh)."""
+    def make():
+        from fastlaunch.backends.cpu import CPUBackend
+        return CPUBackend(math=math)
+    return make
 
 
 def compiled(name, backend):
@@ -123,8 +121,8 @@ def main(argv=None):
     ap.add_argument("--f64-samples", type=int, default=4_000_000)
     ap.add_argument("--markdown", help="write the table to this file")
     args = ap.parse_args(argv)
-    register_backend("cpu-libm-bench", _libm_backend)
-    register_backend("cpu-inline-bench", _inline_backend)
+    register_backend("cpu-libm-bench", _backend("libm"))
+    register_backend("cpu-inline-bench", _backend("inline"))
     funcs = [f for f in args.funcs.split(",") if f]
     rows = []
     for name in funcs:

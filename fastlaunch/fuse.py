@@ -770,7 +770,7 @@ class _Fuser:
                 if a == b:
                     continue
                 # dims before d: inside the box; d: one side of it; dims after d: all
-                ranges = ([r for r in box[:d]] + [(a, b)] +
+                ranges = (list(box[:d]) + [(a, b)] +
                           [(0, n) for n in shape[d + 1:]])
                 kb = _KernelBuilder(self, tuple(y - x for x, y in ranges), (), "map-border")
                 region = tuple(Index.loop(i).shift(x) for i, (x, _) in enumerate(ranges))

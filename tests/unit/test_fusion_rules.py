@@ -225,10 +225,7 @@ def test_stencil_steps_are_materialised_once_each(fn):
 
 
 def heat_copy_update(u):
-    out = u.copy()
-    out[1:-1, 1:-1] = u[1:-1, 1:-1] + 0.1 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2]
-                                             + u[1:-1, 2:] - 4.0 * u[1:-1, 1:-1])
-    return out
+    return heat_inplace(u, steps=1)
 
 
 def box_update_3d(u):
