@@ -240,7 +240,12 @@ class CPUEmitter(LLVMEmitter):
         width = (f' "prefer-vector-width"="{self.math.vector_bits}"'
                  if self.math.vector_bits else "")
         lines.append("attributes #0 = { alwaysinline nounwind" + width + " }")
-        lines.append("attributes #2 = { nounwind" + width + " }")
+        # stackrealign: the entry aligns its frame to the widest vector, so that vector
+        # spills (all registers are lost around a libmvec call) are never split across cache
+        # lines.  Without it they are misaligned in 3 of 4 processes or threads (the stack is
+        # 16-byte aligned; where it lands is random): the optimisation step ran 1.2-3.5x
+        # slower there (bench/README.md, "Stack alignment").
+        lines.append("attributes #2 = { nounwind \"stackrealign\"" + width + " }")
         lines.append("attributes #1 = { nounwind willreturn memory(none) }")
         if self.big_used:
             lines.append("attributes #3 = { noinline nounwind willreturn memory(none) }")
