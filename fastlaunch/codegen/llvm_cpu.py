@@ -242,8 +242,8 @@ class CPUEmitter(LLVMEmitter):
         lines.append("attributes #0 = { alwaysinline nounwind" + width + " }")
         # stackrealign: the entry aligns its frame to the widest vector, so that vector
         # spills (all registers are lost around a libmvec call) are never split across cache
-        # lines.  Without it they are misaligned in 3 of 4 processes or threads (the stack is
-        # 16-byte aligned; where it lands is random): the optimisation step ran 1.2-3.5x
+        # lines.  Without it 64-byte spills are split in 3 of 4 processes or threads (the stack
+        # is 16-byte aligned; where it lands is random): the optimisation step ran 1.4-4x
         # slower there (bench/README.md, "Stack alignment").
         lines.append("attributes #2 = { nounwind \"stackrealign\"" + width + " }")
         lines.append("attributes #1 = { nounwind willreturn memory(none) }")

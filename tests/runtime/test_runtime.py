@@ -202,15 +202,16 @@ def test_large_outputs_come_from_the_pool_and_go_back_when_dropped():
 def test_kernel_entry_aligns_its_frame_for_vector_spills():
     # the step's partial kernel calls libmvec (sin, cos) in the default mode, so vector
     # registers are spilled around the calls; a 16-byte aligned frame would split them across
-    # cache lines in 3 of 4 processes (measured: the step 1.2-3.5x slower there)
+    # cache lines in most processes (measured: the step 1.4-4x slower there)
     p = np.ones(4096, np.float32)
     kernels = [k for k in fl.compile(step).lower(p, p, p, p, 1e-2).plan.kernels
                if hasattr(k, "stores")]
     assert kernels
     for k in kernels:
         asm = HOST.assembly(k)
-        assert "andq\t$-64, %rsp" in asm or "andq\t$-32, %rsp" in asm
-        spills = [ln for ln in asm.split("\n")
-                  if "(%rsp)" in ln and ("mm" in ln) and ln.strip().startswith("vmov")]
+        spills = [ln for ln in asm.split("\n") if "(%rsp)" in ln and
+                  ("ymm" in ln or "zmm" in ln) and ln.strip().startswith("vmov")]
         assert not [ln for ln in spills if "vmovups" in ln or "vmovupd" in ln or
                     "vmovdqu" in ln], spills[:5]
+        if spills:
+            assert "andq\t$-64, %rsp" in asm or "andq\t$-32, %rsp" in asm
