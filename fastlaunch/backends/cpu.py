@@ -23,9 +23,9 @@ compiler-rt's conversion routines, which the process does not have: _core provid
 from __future__ import annotations
 
 import collections
-import dataclasses
 import ctypes
 import ctypes.util
+import dataclasses
 import hashlib
 import logging
 import os

@@ -243,6 +243,9 @@ void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args)
  * far fewer TLB misses when a kernel streams through it. */
 #define HUGE_BYTES ((int64_t)4 << 20)
 #define HUGE_ALIGN ((int64_t)2 << 20)
+/* A huge block's data starts 3136 bytes into a 4 KiB page, not at its start: NumPy's large
+ * arrays start 16 bytes into a page, and a kernel storing at the same page offset as it loads
+ * stalls on 4K aliasing (measured: the chain at 4M elements, 2.9 ms vs 0.76 ms). */
 #ifndef HUGE_DATA
 #define HUGE_DATA ((int64_t)3072 + 64)
 #endif
