@@ -9,9 +9,10 @@ and given back unless the module rebound them meanwhile."""
 from __future__ import annotations
 
 import contextlib
-import threading
 import types
 from typing import Callable, Iterable
+
+from . import forking
 
 _ABSENT = object()
 
@@ -23,7 +24,7 @@ class Interception:
         class; an attribute the target does not have itself (a method it inherits) is
         deleted again afterwards."""
         self._entries = entries
-        self._lock = threading.Lock()
+        self._lock = forking.lock(forking.TABLE)
         self._users = 0
         self._swapped: list = []        # (target, attribute, original or _ABSENT)
         self._by_original: dict = {}    # id(original module function) -> (original, entry)

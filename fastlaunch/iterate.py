@@ -23,12 +23,11 @@ and putting the results together; the loop itself is record.py's and the interpr
 """
 from __future__ import annotations
 
-import threading
 import weakref
 
 import numpy as np
 
-from . import _core, bytecode
+from . import _core, bytecode, forking
 from ._launch import ResultKind
 from .backends.base import CallLayout
 from .fuse import Plan
@@ -74,7 +73,7 @@ def iterate(step, n, *args, carry=(), collect=True, until=None, inplace=False):
 # the one made for an equal lambda: same code, same captured values)
 _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _PLAIN: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # plain function -> Compiled
-_CACHE_LOCK = threading.Lock()
+_CACHE_LOCK = forking.lock(forking.TABLE)
 MAX_CACHED = 64
 
 
@@ -183,7 +182,7 @@ class Iterated:
         self.until = until
         self.inplace = bool(inplace)
         self._entries: dict = {}         # signature bytes -> [_LoopEntry]
-        self._lock = threading.RLock()
+        self._lock = forking.trace_lock()
         self.__name__ = f"iterate({self.step.__name__}, {self.n})"
 
     def __repr__(self):

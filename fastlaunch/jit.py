@@ -23,8 +23,8 @@ import numpy as np
 
 # numpy_api, numpy_funcs, creation, rng, scipy_funcs: the tracer's NumPy API (registered on
 # import) and the calls intercepted while tracing
-from . import (_core, bytecode, creation, env, fuse, numpy_api, numpy_funcs, ops,  # noqa: F401
-               record, rng, scipy_funcs)
+from . import (_core, bytecode, creation, env, forking, fuse, numpy_api,  # noqa: F401
+               numpy_funcs, ops, record, rng, scipy_funcs)
 from .backends import get_backend
 from ._launch import ResultKind, Space
 from .backends.base import CallLayout
@@ -154,7 +154,7 @@ class Compiled(_core.Dispatcher):
         self.trace_seconds = 0.0
         self.retraces = 0                  # replay=False: calls traced without caching
         self.programs_loaded = 0           # entries installed from shipped program bytes
-        self._lock = threading.RLock()
+        self._lock = forking.trace_lock()
         self._aliased: dict = {}        # (signature, aliases) -> [(keys, statics, Entry)]
         self._warned_at = 0
 
@@ -870,7 +870,7 @@ def _function_payload(fn, qualname):
 
 
 _REBUILT: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
-_REBUILT_LOCK = threading.Lock()
+_REBUILT_LOCK = forking.lock(forking.TABLE)
 
 
 def _rebuild(fn, options, programs=()):

@@ -29,7 +29,6 @@ import dataclasses
 import hashlib
 import logging
 import os
-import threading
 import time
 import weakref
 
@@ -40,7 +39,7 @@ from .._version import __version__
 from ..cache import DiskCache, default_cache_dir, kernel_key
 from ..codegen.llvm import (MATH_ALIAS_PREFIX, MATH_FUNCTIONS, PLACEHOLDER_NAME, STREAM_MARK,
                             MathTarget, generate, mark_nontemporal)
-from .. import _core, env
+from .. import _core, env, forking
 from ..kernel import Kernel
 from . import cpu_schedule, elf
 from .base import HOST_MEMORY, CompiledKernel
@@ -158,7 +157,7 @@ class CPUBackend:
             "llvm=" + ".".join(map(str, llvm.llvm_version_info)), self.triple, self.cpu_name,
             self.features, f"O{OPT_LEVEL}"])
         self.disk = DiskCache(default_cache_dir() if cache_dir is ... else cache_dir)
-        self._lock = threading.RLock()
+        self._lock = forking.lock(forking.BACKEND)
         self._loaded = weakref.WeakValueDictionary()       # key -> KernelCode still in use
         self._recent: collections.OrderedDict = collections.OrderedDict()  # ... and kept
         self._graveyard: list = []                         # engines no kernel uses any more
