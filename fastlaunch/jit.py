@@ -770,7 +770,8 @@ def compile(fn: Callable | None = None, *, static_argnums: int | Sequence[int] =
         None: the FASTLAUNCH_BACKEND environment variable, else "cpu".
     replay=False re-traces on every call (hitting the kernel cache): the "before" baseline.
     seed: random numbers drawn inside fn (np.random.*, default_rng()) come from this seed
-        (each traced signature counts its calls from it); None: a fresh seed per signature.
+        (each traced signature counts its calls from it; a forked child's draws are salted
+        with its place among the forks); None: a fresh seed per signature.
     max_entries: signatures kept (least recently used dropped past it); default 512.
     pickle_programs: a pickled copy carries the programs traced so far (see
         Compiled.with_programs), so that the receiving process neither traces nor compiles them.
