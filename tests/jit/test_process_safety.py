@@ -242,11 +242,12 @@ def test_fork_while_another_thread_holds_each_lock():
 
 
 FORK_WHILE_COMPILING = r"""
-import os, signal, sys, threading, time
+import os, signal, sys, threading, time, types
 import multiprocessing as mp
 import numpy as np
 import fastlaunch as fl
 
+zeros = np.zeros
 stop = threading.Event()
 inside = threading.Event()
 
@@ -272,7 +273,8 @@ def in_child(k):
     g = fl.compile(lambda x: np.sin(x) * (3.0 + k))
     ok = np.allclose(g(np.ones(3)), np.sin(np.ones(3)) * (3.0 + k))
     ok = ok and np.allclose(slow(np.ones(2)), np.cos(np.ones(2)))
-    return ok
+    # the other thread's trace (its interception of np.zeros & co.) is gone with it
+    return ok and type(np) is types.ModuleType and np.zeros is zeros
 
 def mp_target(k):
     sys.exit(0 if in_child(k) else 3)
@@ -324,7 +326,8 @@ print(failure or "forks ok")
 def test_fork_while_another_thread_compiles():
     """A thread traces and compiles new functions without a pause (and now and then one whose
     trace sleeps) while the main thread forks, with os.fork and multiprocessing's fork context:
-    every child traces and compiles a new function and the one whose trace was under way.
+    every child traces and compiles a new function and the one whose trace was under way, and
+    sees NumPy itself once its own traces end.
     Before: children hung for ever on the backend's lock (3 forks of 6)."""
     proc = run_child(FORK_WHILE_COMPILING.replace("FORKS", "12"), timeout=500)
     check_child(proc, "forks ok")
