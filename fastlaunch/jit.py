@@ -871,23 +871,28 @@ def _function_payload(fn, qualname):
 
 
 _REBUILT: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+_REBUILT_RECENT: collections.OrderedDict = collections.OrderedDict()   # key -> Compiled
 _REBUILT_LOCK = forking.lock(forking.TABLE)
+KEEP_REBUILT = 32
 
 
 def _rebuild(fn, options, programs=()):
     """Unpickle: a compiled function with the same options (and the shipped entries).
 
-    The same pickled bytes unpickled again in this process give the same object while it is
-    alive, as a function pickled by reference would: a worker that receives the function with
-    every task (Dask's process pool) traces each signature once, not once per task."""
+    The same pickled bytes unpickled again in this process give the same object, as a
+    function pickled by reference would: a worker that receives the function with every task
+    (a process pool's map, Dask) traces each signature once, not once per task.  A pool
+    drops each task's arguments once it ran, so the KEEP_REBUILT most recently unpickled
+    functions are held here (the others while something else holds them)."""
     kind, payload = fn
     key = None
     if kind == "cloudpickle":
         key = (payload, tuple(sorted(options.items())), tuple(programs))
         with _REBUILT_LOCK:
             found = _REBUILT.get(key)
-        if found is not None:
-            return found
+            if found is not None:
+                _keep_rebuilt(key, found)
+                return found
         payload = pickle.loads(payload)
     compiled = Compiled(payload, **options)
     for data in programs:
@@ -895,7 +900,15 @@ def _rebuild(fn, options, programs=()):
     if key is not None:
         with _REBUILT_LOCK:
             compiled = _REBUILT.setdefault(key, compiled)
+            _keep_rebuilt(key, compiled)
     return compiled
+
+
+def _keep_rebuilt(key, compiled) -> None:
+    _REBUILT_RECENT[key] = compiled
+    _REBUILT_RECENT.move_to_end(key)
+    while len(_REBUILT_RECENT) > KEEP_REBUILT:
+        _REBUILT_RECENT.popitem(last=False)
 
 
 _IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, np.generic, np.dtype, type,
