@@ -717,12 +717,35 @@ def _constant_values(g: Graph, n: Node):
     return None
 
 
+def _check_unread_indices(g: Graph, nodes: list, src_shape, axis: int, strict: bool,
+                          elements: int) -> None:
+    """NumPy checks every index however many elements it selects.  A gather or scatter
+    kernel checks the indices it reads at the points it runs over: where it has none
+    (`elements` == 0: an empty result, region or base) the indices are a runtime check of
+    their own; so are those into an empty axis, which the kernel reads from no memory."""
+    empty_axis = any(src_shape[axis + j] == 0 for j in range(len(nodes)))
+    if (elements and not empty_axis) or not nodes or nodes[0].size == 0:
+        return
+    for j, i in enumerate(nodes):
+        size = src_shape[axis + j]
+        low = literal(g, 0 if strict else -size, np.intp)
+        ok = elementwise(g, Op.LOGICAL_AND, np.bool_, [
+            elementwise(g, Op.GE, np.bool_, [i, low]),
+            elementwise(g, Op.LT, np.bool_, [i, literal(g, size, np.intp)])])
+        if strict:
+            add_check(g, ok, ValueError, f"a value is outside the range [0, {size})")
+        else:
+            add_check(g, ok, IndexError, f"an index array holds a value out of bounds for "
+                                         f"axis {axis + j} with size {size}")
+
+
 def gather(g: Graph, src: Node, indices: list, axis: int, strict: bool = False) -> Node:
     """src[..., idx0, ..., idxk-1, ...] with the index arrays at axes [axis, axis+k).
     strict: the indices are values that must lie in [0, size) (no negative indices); any other
     raises ValueError at run time (KernelError.RANGE) instead of IndexError."""
     nodes, bshape = _index_nodes(g, src.shape, indices, axis, strict)
     shape = src.shape[:axis] + bshape + src.shape[axis + len(nodes):]
+    _check_unread_indices(g, nodes, src.shape, axis, strict, math.prod(shape))
     if strict:
         return g.add(Op.GATHER, src.dtype, shape, (src, *nodes), axis=axis, strict=True)
     return g.add(Op.GATHER, src.dtype, shape, (src, *nodes), axis=axis)
@@ -736,7 +759,8 @@ def scatter(g: Graph, base: Node, values: Node, indices: list, axis: int, mode: 
     nodes, bshape = _index_nodes(g, base.shape, indices, axis, strict)
     region = base.shape[:axis] + bshape + base.shape[axis + len(nodes):]
     values = broadcast_to(g, cast(g, values, base.dtype), region)
-    if any(s == 0 for s in region):
+    _check_unread_indices(g, nodes, base.shape, axis, strict, math.prod(region) * base.size)
+    if any(s == 0 for s in region) or base.size == 0:
         return base
     if base.dtype.kind == "c" and mode != "set":
         return COMPLEX["scatter"](g, base, values, nodes, axis, mode, strict)
