@@ -324,6 +324,10 @@ def apply_ufunc(g: Graph, ufunc, operands: list[tuple[Node, type | None]],
             return exact
         loop = _wide_compare_loop(operands, loop)
     cast_in = [cast(g, n, dt, w) for (n, w), dt in zip(operands, loop[:nin])]
+    if op is Op.POW and loop[nin].kind == "i" and not python_ints:
+        # NumPy's integer power loops refuse a negative exponent (the result is no integer)
+        add_check(g, elementwise(g, Op.GE, np.bool_, [cast_in[1], literal(g, 0, loop[1])]),
+                  ValueError, "Integers to negative integer powers are not allowed.")
     if rewrite is not None:
         shape = broadcast_shapes(*(o.shape for o in cast_in))
         cast_in = [o if o.ndim == 0 else broadcast_to(g, o, shape) for o in cast_in]

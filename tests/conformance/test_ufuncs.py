@@ -114,8 +114,8 @@ BINARY = [
     B("remainder", A, "arith", note="integer x % 0 == 0, as NumPy"),
     B("fmod", A, "arith"),
     B("power", A, "transc", b_domain=(0, 70),
-      note="integer arrays are tested with non-negative exponents; see test_power_negative_"
-           "integer_exponent for the documented difference"),
+      note="integer arrays are tested with non-negative exponents here; negative ones in "
+           "test_power_negative_integer_exponent"),
     B("float_power", A, "transc"),
     B("arctan2", T, "transc"), B("hypot", T, "transc"),
     B("logaddexp", E, "transc", abs_ulps=4), B("logaddexp2", E, "transc", abs_ulps=4),
@@ -410,20 +410,28 @@ def test_int_overflow_wraps(dtype):
 
 @pytest.mark.parametrize("dtype", SINTS, ids=ids(SINTS))
 def test_power_negative_integer_exponent(dtype):
-    """NumPy raises ValueError for integer ** negative integer.  With a literal exponent the
-    compiled function raises too; with a runtime (argument) exponent the check would need the
-    data: fastlaunch returns 0 instead of raising.  Documented, and tested not to crash."""
+    """NumPy raises ValueError for integer ** negative integer, whichever element holds it.
+    With a literal exponent the compiled function raises while tracing; with an array or a
+    runtime scalar exponent on every call whose exponent holds a negative value."""
     a = make((5,), dtype, domain=(1, 5))
     check(lambda a: a ** -2, a)                      # literal: ValueError, both
     f = __import__("fastlaunch").compile(lambda a, e: a ** e)
-    with np.errstate(all="ignore"):
-        got = f(a, np.full(5, -2, dtype))
-    assert got.dtype == a.dtype and got.shape == a.shape
+    e = np.array([0, 1, 2, 3, 1], dtype)
+    np.testing.assert_array_equal(f(a, e), a ** e)
+    for bad in (np.full(5, -2, dtype), np.array([0, 1, -1, 3, 1], dtype)):
+        with pytest.raises(ValueError, match="negative integer powers"):
+            a ** bad
+        with pytest.raises(ValueError, match="negative integer powers"):
+            f(a, bad)
+    g = __import__("fastlaunch").compile(lambda a, e: np.power(a, e))
+    np.testing.assert_array_equal(g(a, 3), np.power(a, 3))
+    with pytest.raises(ValueError, match="negative integer powers"):
+        g(a, -3)                                     # the traced signature, a new value
+    np.testing.assert_array_equal(g(a, 2), np.power(a, 2))
 
 
-cover("np.power", A, note="integer ** negative integer: NumPy raises ValueError; fastlaunch raises "
-      "it for a literal exponent only, and returns 0 (a**-n for |a|>1) when the exponent is an "
-      "array or a runtime argument", test="test_ufuncs.py::test_power_negative_integer_exponent")
+cover("np.power", A, note="integer ** negative integer: ValueError, as NumPy, for a literal, "
+      "array or runtime scalar exponent", test="test_ufuncs.py::test_power_negative_integer_exponent")
 
 
 def test_divmod_function():
