@@ -677,6 +677,7 @@ _KINDS = {k.value for k in ArgKind}
 CHECK_EXCEPTIONS = {"AssertionError": AssertionError, "ValueError": ValueError,
                     "ZeroDivisionError": ZeroDivisionError, "RuntimeError": RuntimeError,
                     "TypeError": TypeError, "IndexError": IndexError,
+                    "OverflowError": OverflowError,
                     "LinAlgError": np.linalg.LinAlgError}
 FIRST_CHECK_BIT, LAST_CHECK_BIT = 8, 1 << 62     # ir.FIRST_CHECK_BIT, ir.LAST_CHECK_BIT
 

@@ -1390,6 +1390,9 @@ def _is_advanced(k) -> bool:
     return is_tracer(k) or isinstance(k, (np.ndarray, list))
 
 
+_INTP_OVERFLOW = "Python int too large to convert to C long"
+
+
 def _normalize_key(key, ndim: int) -> tuple:
     """Expand a key to one entry per dim (plus Nones): ints, slices, None, and index arrays."""
     if not isinstance(key, tuple):
@@ -1401,6 +1404,8 @@ def _normalize_key(key, ndim: int) -> tuple:
         elif isinstance(k, (bool, np.bool_)):
             raise TracingError("indexing with a boolean scalar is not supported by fastlaunch")
         elif isinstance(k, (int, np.integer)):
+            if 2**63 <= int(k) < 2**64:
+                raise OverflowError(_INTP_OVERFLOW)
             out.append(int(k))
         elif is_tracer(k) and k.dtype == np.bool_:
             raise TracingError(
@@ -1412,6 +1417,18 @@ def _normalize_key(key, ndim: int) -> tuple:
             arr = k if is_tracer(k) else np.asarray(k)
             if arr.dtype.kind not in "iu" and not (isinstance(k, list) and len(k) == 0):
                 raise IndexError("arrays used as indices must be of integer (or boolean) type")
+            if not is_tracer(k) and arr.ndim == 0 and arr.dtype == np.uint64 and arr >= 2**63:
+                raise OverflowError(_INTP_OVERFLOW)
+            if is_tracer(k) and k.ndim == 0 and k.dtype == np.uint64:
+                # NumPy takes a 0-d index as a Python int (operator.index): one of 2**63 or
+                # more overflows intp, where an index array's values wrap.  The gather reads
+                # element 0 then, so that the overflow is the error raised
+                g = current_graph()
+                fits = ops.elementwise(g, Op.LT, np.bool_, [
+                    node_of(k), ops.literal(g, 2**63, np.uint64)])
+                ops.add_check(g, fits, OverflowError, _INTP_OVERFLOW)
+                k = wrap(ops.where(g, (fits, None), (node_of(k), None),
+                                   (ops.literal(g, 0, np.uint64), None)), scalar=k.scalar)
             out.append(k if is_tracer(k) else arr.astype(np.intp))
         else:
             raise TracingError(f"indexing with {type(k).__name__} is not supported by fastlaunch")

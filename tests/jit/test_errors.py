@@ -310,3 +310,29 @@ def test_index_arrays_into_empty_or_broadcast_axes_are_checked(fn, x, bad, good)
     further = [b + 1 if b >= 0 else b - 1 for b in bad]
     with pytest.raises(IndexError):              # a replay with new values
         cf(x.copy(), np.array(further, dtype=np.intp))
+
+
+def _set_uint(x, i):
+    x[i] = -1.0
+    return x
+
+
+@pytest.mark.parametrize("fn", [lambda x, i: x[i], lambda x, i: x[:, i], lambda x, i: x[[0, 1], i],
+                                _set_uint])
+@pytest.mark.parametrize("wrap", [np.uint64, lambda v: np.array(v, np.uint64)],
+                         ids=["scalar", "0-d array"])
+def test_uint64_scalar_index_of_2_63_or_more_overflows(fn, wrap):
+    """NumPy takes a 0-d index as a Python int: a uint64 of 2**63 or more is an
+    OverflowError (an index *array*'s uint64 values wrap to intp instead, as in NumPy)."""
+    x = np.arange(25.0).reshape(5, 5)
+    cf = fl.compile(fn)
+    np.testing.assert_array_equal(cf(x.copy(), wrap(3)), fn(x.copy(), wrap(3)))
+    for big in (2**64 - 1, 2**63):
+        with pytest.raises(OverflowError):
+            fn(x.copy(), wrap(big))
+        with pytest.raises(OverflowError):
+            cf(x.copy(), wrap(big))
+    np.testing.assert_array_equal(cf(x.copy(), wrap(4)), fn(x.copy(), wrap(4)))
+    # index arrays wrap, in NumPy and here
+    big = np.array([2**64 - 1], np.uint64)
+    np.testing.assert_array_equal(cf(x.copy(), big), fn(x.copy(), big))
