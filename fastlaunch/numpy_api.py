@@ -246,12 +246,12 @@ def _special_power(ufunc, operands):
     if exp.ndim != 0:
         return None
     # NumPy's fast paths for a Python scalar exponent: int 2 -> square (bool ** 2 is int8),
-    # and for float arrays int -1 -> reciprocal, float 0.5 -> sqrt
+    # and for float and complex arrays int -1 -> reciprocal, float 0.5 -> sqrt
     if ew is int and value == 2:
         return ops.apply_ufunc(g, np.square, [(base, bw)])
-    if ew is float and value == 0.5 and base.dtype.kind == "f":
+    if ew is float and value == 0.5 and base.dtype.kind in "fc":
         return ops.apply_ufunc(g, np.sqrt, [(base, bw)])
-    if ew is int and value == -1 and loop[0].kind == "f":
+    if ew is int and value == -1 and loop[0].kind in "fc":
         return ops.apply_ufunc(g, np.reciprocal, [(base, bw)])
     return None
 
