@@ -237,10 +237,18 @@ def _special_power(ufunc, operands):
     """NumPy's fast paths for array ** python-scalar: square, sqrt, reciprocal, identity."""
     (base, bw), (exp, ew) = operands
     value = ops.literal_value(exp)
-    if value is None or base.ndim == 0 and bw is not None:
+    if base.ndim == 0 and bw is not None:
         return None
     g = current_graph()
     loop = ops.resolve_loop(ufunc, [bw or base.dtype, ew or exp.dtype])
+    if value is None:
+        if exp.ndim == 0 and ew is float and base.dtype.kind in "fc":
+            # a Python float known at run time: NumPy's operator takes sqrt where it is 0.5
+            # (the other fast paths give pow's values)
+            half = ops.elementwise(g, Op.EQ, np.bool_, [exp, ops.literal(g, 0.5, exp.dtype)])
+            return ops.where(g, (half, None), (ops.apply_ufunc(g, np.sqrt, [(base, bw)]), None),
+                             (ops.apply_ufunc(g, ufunc, operands), None))
+        return None
     if loop[0].kind in "iu" and value < 0 and exp.ndim == 0:
         raise ValueError("Integers to negative integer powers are not allowed.")
     if exp.ndim != 0:

@@ -328,6 +328,18 @@ def apply_ufunc(g: Graph, ufunc, operands: list[tuple[Node, type | None]],
         # NumPy's integer power loops refuse a negative exponent (the result is no integer)
         add_check(g, elementwise(g, Op.GE, np.bool_, [cast_in[1], literal(g, 0, loop[1])]),
                   ValueError, "Integers to negative integer powers are not allowed.")
+    if op is Op.POW and loop[nin] in (np.float32, np.float64) and cast_in[1].size == 1:
+        # NumPy's float32/64 power loop takes a scalar (stride-0) exponent of 0.5 as sqrt,
+        # which differs from pow at -inf (NaN) and -0.0 (-0.0); an exponent array of
+        # several elements is pow's throughout
+        x, e = cast_in
+        value = literal_value(e)
+        root = elementwise(g, Op.SQRT, loop[nin], [x])
+        if value is not None:
+            return root if value == 0.5 else elementwise(g, op, loop[nin], cast_in)
+        half = elementwise(g, Op.EQ, np.bool_, [e, literal(g, 0.5, loop[1])])
+        return elementwise(g, Op.WHERE, loop[nin], [half, root, elementwise(g, op, loop[nin],
+                                                                            cast_in)])
     if rewrite is not None:
         shape = broadcast_shapes(*(o.shape for o in cast_in))
         cast_in = [o if o.ndim == 0 else broadcast_to(g, o, shape) for o in cast_in]

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from .harness import (ALL, INTS, SINTS, accepted, check, check_many, cover, grid, ids, make,
-                      param, rejected, scalar, short, specials, unary_inputs)
+from .harness import (ALL, FLOATS, INTS, SINTS, accepted, check, check_many, cover, grid, ids,
+                      make, param, rejected, scalar, short, specials, unary_inputs)
 
 
 @dataclass
@@ -432,6 +432,34 @@ def test_power_negative_integer_exponent(dtype):
 
 cover("np.power", A, note="integer ** negative integer: ValueError, as NumPy, for a literal, "
       "array or runtime scalar exponent", test="test_ufuncs.py::test_power_negative_integer_exponent")
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=ids(FLOATS))
+def test_power_of_a_scalar_half_is_sqrt(dtype):
+    """NumPy's float32/64 power loop computes x ** e as sqrt(x) where e is a scalar 0.5 (a
+    literal, a runtime scalar, a one-element array): NaN at -inf and -0.0 at -0.0, where
+    pow gives inf and +0.0; an exponent array of several elements, and float16, are pow's.
+    The operator's own fast path (x ** 0.5) is sqrt for every float dtype."""
+    import fastlaunch as fl
+    x = np.array([-np.inf, -0.0, 0.0, np.inf, -1.0, 4.0, np.nan, 2.0], dtype)
+
+    def body(x, p):
+        return (np.power(x, 0.5), x ** 0.5, np.power(x, p), x ** p,
+                np.power(x, np.array([0.5], x.dtype)), np.power(x, np.full(8, 0.5, x.dtype)),
+                np.power(x, 2.0), np.power(x, -0.5))
+    cf = fl.compile(body)
+    with np.errstate(all="ignore"):
+        for p in (0.5, 2.0, 0.5, -0.5):                 # replays with new exponents
+            for got, want in zip(cf(x, p), body(x, p)):
+                assert got.dtype == want.dtype
+                np.testing.assert_array_equal(got, want)
+                np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    assert len(cf.traces) == 1
+
+
+cover("np.power", A, note="a scalar exponent of 0.5 (literal, runtime scalar or one-element "
+      "array) is sqrt for float32/64, as NumPy's loop computes it",
+      test="test_ufuncs.py::test_power_of_a_scalar_half_is_sqrt")
 
 
 def test_divmod_function():
