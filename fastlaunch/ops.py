@@ -584,6 +584,11 @@ def reduce(g: Graph, op: Op, n: Node, axis=None, keepdims=False, dtype=None,
         out = cast(g, n, out_dtype)
     elif unroll_small and _unrollable(op, n, axes):
         out = g.add(op, out_dtype, kept, (n,), axes=axes, unroll=True)
+    elif op is Op.PROD and n.dtype == np.float16 and _inner_run(n, axes) == count(n, axes):
+        # NumPy's half loop multiplies a run of its reduce loop in float32 and rounds the
+        # run's product once: here every reduced element is in one run (C order)
+        out = cast(g, g.add(op, np.dtype(np.float32), kept, (cast(g, n, np.float32),),
+                            axes=axes), out_dtype)
     else:
         out = g.add(op, out_dtype, kept, (n,), axes=axes)
     if keepdims:

@@ -637,8 +637,14 @@ class LLVMEmitter:
         if dt.kind == "b":
             return fw.op(f"{'or' if op in (Op.SUM, Op.MAX, Op.ANY) else 'and'} i1 {acc}, {v}")
         if op in (Op.SUM, Op.PROD):
-            if dt.kind == "f":  # reassociation lets LLVM keep several partial sums in vectors
-                return fw.op(f"{'fadd' if op is Op.SUM else 'fmul'} reassoc {ty} {acc}, {v}")
+            if dt.kind == "f" and op is Op.SUM:
+                # reassociation lets LLVM keep several partial sums in vectors
+                return fw.op(f"fadd reassoc {ty} {acc}, {v}")
+            if dt.kind == "f":
+                # one product at a time, in order, as NumPy's multiply.reduce: where a
+                # partial product overflows or underflows, the order decides between inf, 0
+                # and NaN (inf * 0), not only the last bits
+                return fw.op(f"fmul {ty} {acc}, {v}")
             return fw.op(f"{'add' if op is Op.SUM else 'mul'} {ty} {acc}, {v}")
         if op in (Op.MAX, Op.MIN):
             if dt.kind == "f":

@@ -133,6 +133,50 @@ def test_reduction_special_values(name, dtype):
           tol="reduce")
 
 
+PRODORDER = "np.prod (NumPy's order)"
+
+
+@pytest.mark.parametrize("dtype", [param(d, name=PRODORDER, dtype=d, id=short(d)) for d in FLOATS])
+def test_prod_in_numpys_order(dtype):
+    """NumPy multiplies a float product's elements one at a time, in C order (float16: a
+    run over trailing reduced axes in float32, rounded once).  Where a partial product
+    overflows or underflows, the order decides between inf, 0 and NaN (inf * 0), so the
+    compiled product must take the same order: bit for bit, NaN and signed zeros included,
+    for short and long products (long ones were split over threads), rows and columns."""
+    dt = np.dtype(dtype)
+    rng = np.random.default_rng(25)
+    big, small = (1e200, 1e-200) if dt == np.float64 else \
+        ((1e30, 1e-30) if dt == np.float32 else (300.0, 0.002))
+    choices = np.array([big, small, 0.0, 1.5, -2.0, np.inf, big * 10], dt)
+    cf = fl.compile(lambda x, y: (np.prod(x), np.prod(y, axis=0), np.prod(y, axis=1),
+                                  np.prod(y), y.prod(axis=1, keepdims=True)))
+    for n in (9, 17, 1000, 300_000):
+        for _ in range(3):                               # the trace, then replays
+            x = rng.choice(choices, n)
+            _prod_both(cf, x, rng.choice(choices, (n // 8 + 1, 8 if n < 1000 else 300)))
+    # finite values: the same bits as NumPy, not only the same class
+    _prod_both(cf, rng.uniform(0.5, 1.5, 100_000).astype(dt),
+               rng.uniform(0.5, 1.5, (301, 257)).astype(dt))
+
+
+def _prod_both(cf, x, y):
+    with np.errstate(all="ignore"):
+        want = (np.prod(x), np.prod(y, axis=0), np.prod(y, axis=1), np.prod(y),
+                y.prod(axis=1, keepdims=True))
+        for got, w in zip(cf(x, y), want):
+            np.testing.assert_array_equal(got, w)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(w))
+
+
+cover("np.prod", RED, FLOATS, test="test_reductions.py::test_prod_in_numpys_order",
+      note="float products in NumPy's order (one element at a time, in C order of the reduced "
+           "axes; float16 runs over trailing reduced axes in float32): NumPy's bits, inf/0/NaN "
+           "included, for C-ordered operands; a float product is not split over threads, so "
+           "it runs at NumPy's speed (about 1 ns an element). float16 products of other "
+           "layouts (NumPy's run follows memory: a transposed operand) or over axes mixing "
+           "the last with outer ones round where NumPy's do not")
+
+
 def test_reduction_empty_errors():
     """max/min/argmax/argmin of an empty axis raise ValueError, as NumPy."""
     e = np.zeros((3, 0), np.float32)
