@@ -510,6 +510,17 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
     return wrap(r, scalar=total.scalar)
 
 
+def _max_from_zero(a, axis, keepdims):
+    """max(a, axis, initial=0) of values >= 0 (NumPy's norms of the largest kind): 0 for an
+    empty reduction, where max alone raises."""
+    axes = ops.normalize_axes(axis, a.ndim)
+    if all(a.shape[d] for d in axes):
+        return max_(a, axis, None, keepdims)
+    shape = tuple(1 if d in axes else n for d, n in enumerate(a.shape) if keepdims or d not in axes)
+    g = current_graph()
+    return wrap(ops.broadcast_to(g, ops.literal(g, 0, a.dtype), shape), scalar=not shape)
+
+
 def norm(x, ord=None, axis=None, keepdims=False):
     """np.linalg.norm for vectors (any ord) and the Frobenius/1/inf norms of matrices."""
     t = _as_tracer(x)
@@ -539,8 +550,10 @@ def norm(x, ord=None, axis=None, keepdims=False):
         a = np.abs(t) if a is None else a
         if ord is None or ord == 2:
             return np.sqrt(sq(axes, keepdims))
+        if isinstance(ord, str):
+            raise ValueError(f"Invalid norm order '{ord}' for vectors")
         if ord == np.inf:
-            return max_(a, axes, None, keepdims)
+            return _max_from_zero(a, axes, keepdims)
         if ord == -np.inf:
             return min_(a, axes, None, keepdims)
         if ord == 0:
@@ -553,19 +566,21 @@ def norm(x, ord=None, axis=None, keepdims=False):
         a = np.abs(t) if a is None else a
         if ord in (None, "fro"):
             return np.sqrt(sq(axes, keepdims))
+        # the largest-kind norms start from 0 (NumPy's initial=0): 0 for an empty matrix
+        largest = lambda v, ax, _, keep: _max_from_zero(v, ax, keep)  # noqa: E731
         if ord in (1, -1):
             col = sum_(a, r0, None, None, True)
-            red = max_ if ord == 1 else min_
+            red = largest if ord == 1 else min_
             return red(col, r1, None, True) if keepdims else squeeze(red(col, r1, None, True), axes)
         if ord in (np.inf, -np.inf):
             row = sum_(a, r1, None, None, True)
-            red = max_ if ord == np.inf else min_
+            red = largest if ord == np.inf else min_
             return red(row, r0, None, True) if keepdims else squeeze(red(row, r0, None, True), axes)
         if ord in (2, -2, "nuc"):
             # NumPy's _multi_svd_norm: the largest / smallest / sum of the singular values
             sv = linalg_svd(moveaxis(t, (r0, r1), (-2, -1)), compute_uv=False)
-            red = {2: max_, -2: min_}.get(ord)
-            r = red(sv, -1) if red is not None else sum_(sv, -1)
+            red = {2: largest, -2: min_}.get(ord)
+            r = red(sv, -1, None, False) if red is not None else sum_(sv, -1)
             if keepdims:
                 shape = list(t.shape)
                 shape[r0] = shape[r1] = 1

@@ -490,6 +490,22 @@ def test_norm(dtype):
             np.max(np.abs(np.asarray(e, np.float64)), initial=0)))
 
 
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (0, 0), (2, 0, 3), (2, 3, 0), (0,), (4, 0)])
+def test_norm_of_empty_arrays(shape):
+    """NumPy's largest-kind norms (vector inf, matrix 1, inf, 2, nuc, fro) start from 0: an
+    empty vector or matrix has norm 0.0; the smallest-kind ones (-inf, -1, -2) raise
+    ValueError, as does a matrix order named for a vector."""
+    x = np.zeros(shape)
+    axis = (-2, -1) if len(shape) > 1 else -1
+    ords = [None, 2, 1, np.inf, -np.inf, 0, 3, "fro"] if len(shape) == 1 or shape == (4, 0) \
+        else [None, "fro", "nuc", 1, -1, 2, -2, np.inf, -np.inf]
+    if shape == (4, 0):
+        axis = -1
+    for o in ords:
+        for keepdims in (False, True):
+            check(lambda x: np.linalg.norm(x, o, axis=axis, keepdims=keepdims), x, tol="exact")
+
+
 cover("np.linalg.norm", RED, NORM_DTYPES, test="test_reductions.py::test_norm",
       note="vector norms (ord None/1/2/inf/-inf/0/3), along an axis, keepdims; matrix "
            "Frobenius/1/inf norms, 2/-2/'nuc' from the singular values (LAPACK gesdd)")
