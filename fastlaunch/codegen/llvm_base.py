@@ -1058,7 +1058,13 @@ def lower_op(em: LLVMEmitter, op: Op, out: np.dtype, args: list, dts: list) -> s
     if op is Op.RECIPROCAL:
         if kind == "f":
             return fw.op(f"fdiv {ty} {fconst(1)}, {a}")
-        return _int_divide(em, dt, "1" if kind != "b" else "true", a, floor=False)
+        q = _int_divide(em, dt, "1" if kind != "b" else "true", a, floor=False)
+        if kind == "i" and dt.itemsize >= 4:
+            # NumPy's integer loop converts 1.0 / x: of 0, inf, which x86-64's conversion
+            # makes INT_MIN (float_to_int; the narrower types and unsigned ones get 0)
+            low = _signed(1 << (dt.itemsize * 8 - 1), dt.itemsize * 8)
+            return select(fw.op(f"icmp eq {ty} {a}, 0"), str(low), q)
+        return q
     if op is Op.SIGN:
         if kind == "f":
             pos = fw.op(f"fcmp ogt {ty} {a}, {fconst(0)}")
