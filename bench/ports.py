@@ -44,8 +44,9 @@ def drjit_namespace():
 
     return types.SimpleNamespace(
         sin=dr.sin, cos=dr.cos, sqrt=dr.sqrt, exp=dr.exp, log=dr.log, tanh=dr.tanh,
-        abs=dr.abs, maximum=dr.maximum, where=dr.select,
-        sum=_reduce(dr.sum), max=_reduce(dr.max), mean=_reduce(dr.mean))
+        abs=dr.abs, maximum=dr.maximum, where=dr.select, clip=dr.clip,
+        sum=_reduce(dr.sum), max=_reduce(dr.max), mean=_reduce(dr.mean),
+        linalg=types.SimpleNamespace(norm=dr.norm))
 
 
 def step_drjit(p, m, v, target, lr):
@@ -61,7 +62,16 @@ def step_drjit(p, m, v, target, lr):
     return p, m, v, loss
 
 
-DRJIT_PORTS = {"step": step_drjit}
+def softmax_user_drjit(x):
+    """workloads.softmax_user with the array methods as Dr.Jit functions (TensorXf has no
+    .max/.sum methods) and `e /= s` as `e = e / s`."""
+    import drjit as dr
+    z = x - dr.max(x, axis=1, keepdims=True)
+    e = dr.exp(z)
+    return e / dr.sum(e, axis=1, keepdims=True)
+
+
+DRJIT_PORTS = {"step": step_drjit, "softmax_user": softmax_user_drjit}
 # workloads Dr.Jit's array types cannot express (no matrix product of tensors, no scatter-add
 # of rows written as np.add.at): the runner reports them n/a with this reason
 DRJIT_UNSUPPORTED = {"mlp_layer": "no matrix product of TensorXf in Dr.Jit's NumPy-like API",
@@ -99,8 +109,9 @@ def torch_namespace():
 
     return types.SimpleNamespace(
         sin=torch.sin, cos=torch.cos, sqrt=torch.sqrt, exp=torch.exp, log=torch.log,
-        tanh=torch.tanh, abs=torch.abs, maximum=maximum, where=torch.where,
-        sum=_reduce(torch.sum), max=_reduce(torch.amax), mean=_reduce(torch.mean))
+        tanh=torch.tanh, abs=torch.abs, maximum=maximum, where=torch.where, clip=torch.clip,
+        sum=_reduce(torch.sum), max=_reduce(torch.amax), mean=_reduce(torch.mean),
+        linalg=types.SimpleNamespace(norm=torch.linalg.vector_norm))
 
 
 def step_torch(p, m, v, target, lr):
@@ -127,7 +138,16 @@ def kmeans_torch(x, c):
     return sums / torch.clamp(counts, min=1.0)[:, None]
 
 
-TORCH_PORTS = {"step": step_torch, "kmeans": kmeans_torch}
+def softmax_user_torch(x):
+    """workloads.softmax_user with x.max(axis=, keepdims=) -> x.amax(dim=, keepdim=) (torch's
+    .max returns values and indices)."""
+    z = x - x.amax(dim=-1, keepdim=True)
+    e = z.exp()
+    e /= e.sum(dim=-1, keepdim=True)
+    return e
+
+
+TORCH_PORTS = {"step": step_torch, "kmeans": kmeans_torch, "softmax_user": softmax_user_torch}
 
 
 # ----------------------------------------------------------------------------------- Numba
@@ -220,6 +240,40 @@ def black_scholes_loop(S, K, T, r, sigma):
     return out
 
 
+def black_scholes_poly_loop(S, K, T, r, sigma):
+    r32 = F(r)
+    s32 = F(sigma)
+    out = np.empty_like(S)
+    for i in prange(S.size):
+        sqrt_t = np.sqrt(T[i])
+        d1 = (np.log(S[i] / K[i]) + (r32 + s32 * s32 / F(2)) * T[i]) / (s32 * sqrt_t)
+        d2 = d1 - s32 * sqrt_t
+        c = F(0.0)
+        for j in range(2):
+            d = d1 if j == 0 else d2
+            k = F(1) / (F(1) + F(0.2316419) * abs(d))
+            poly = k * (F(0.319381530) + k * (F(-0.356563782) + k * (F(1.781477937) + k * (
+                F(-1.821255978) + k * F(1.330274429)))))
+            w = F(1) - F(0.3989422804014327) * np.exp(-d * d / F(2)) * poly
+            w = F(1) - w if d < F(0) else w
+            c = S[i] * w if j == 0 else c - K[i] * np.exp(-r32 * T[i]) * w
+        out[i] = c
+    return out
+
+
+def chain_user_loop(x, y):
+    out = np.empty_like(x)
+    for i in prange(x.size):
+        xi = x[i]
+        yi = y[i]
+        t = F(2.0) * xi - yi
+        u = t * t + F(0.25) * yi
+        u = min(max(u, F(-4.0)), F(4.0))
+        s = u / np.sqrt(F(1.0) + u * u)
+        out[i] = s * F(0.5) + F(0.5) * xi
+    return out
+
+
 def mlp_layer_loop(x, W, b):
     rows, k = x.shape
     cols = W.shape[1]
@@ -261,6 +315,8 @@ def kmeans_loop(x, c):
 
 NUMBA_LOOPS = {"step": step_loop, "chain": chain_loop, "softmax": softmax_loop,
                "normalise": normalise_loop, "black_scholes": black_scholes_loop,
+               "black_scholes_poly": black_scholes_poly_loop, "chain_user": chain_user_loop,
+               "softmax_user": softmax_loop, "normalise_norm": normalise_loop,
                "mlp_layer": mlp_layer_loop, "kmeans": kmeans_loop}
 
 

@@ -55,6 +55,47 @@ def black_scholes(S, K, T, r, sigma):
     return np.where(T > 0.0, price, np.maximum(S - K, 0.0))
 
 
+# ---- the same computations as users write them (issue 31): no one tuned these for fastlaunch
+
+def black_scholes_poly(S, K, T, r, sigma):
+    """Black-Scholes as textbooks write it: the normal CDF is Abramowitz & Stegun 26.2.17, a
+    polynomial in k = 1 / (1 + 0.2316419 |d|) times the density exp(-d*d/2), reflected by
+    np.where on the sign of d (abs. error < 7.5e-8)."""
+    def cnd(d):
+        k = 1.0 / (1.0 + 0.2316419 * np.abs(d))
+        poly = k * (0.319381530 + k * (-0.356563782 + k * (1.781477937 + k * (
+            -1.821255978 + k * 1.330274429))))
+        w = 1.0 - 0.3989422804014327 * np.exp(-d * d / 2) * poly
+        return np.where(d < 0, 1.0 - w, w)
+    sqrt_t = np.sqrt(T)
+    d1 = (np.log(S / K) + (r + sigma ** 2 / 2) * T) / (sigma * sqrt_t)
+    d2 = d1 - sigma * sqrt_t
+    return S * cnd(d1) - K * np.exp(-r * T) * cnd(d2)
+
+
+def chain_user(x, y):
+    """An elementwise chain of 14 operations (a soft-clipped blend) written with temporaries
+    and np.clip: one fused kernel, 2 inputs read, 1 output written."""
+    t = 2.0 * x - y
+    u = t * t + 0.25 * y
+    u = np.clip(u, -4.0, 4.0)
+    s = u / np.sqrt(1.0 + u * u)
+    return s * 0.5 + 0.5 * x
+
+
+def softmax_user(x):
+    """Row softmax with array methods and an in-place division, as often written."""
+    z = x - x.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    e /= e.sum(axis=-1, keepdims=True)
+    return e
+
+
+def normalise_norm(x):
+    """The normalisation through np.linalg.norm."""
+    return x / np.linalg.norm(x)
+
+
 FEATURES = 128       # MLP layer width
 CLUSTERS = 16        # k-means clusters
 
@@ -136,6 +177,14 @@ WORKLOADS = {w.name: w for w in [
     Workload("black_scholes", black_scholes, _black_scholes_args,
              "Black-Scholes call price (S, K, T arrays; r, sigma Python floats; exp, log, "
              "sqrt, tanh, where)"),
+    Workload("black_scholes_poly", black_scholes_poly, _black_scholes_args,
+             "Black-Scholes, textbook form: polynomial normal CDF of exp(-d*d/2) under np.where "
+             "on the sign (exp, log, sqrt, where)"),
+    Workload("chain_user", chain_user, _chain_args,
+             "14-op elementwise chain with temporaries and np.clip"),
+    Workload("softmax_user", softmax_user, _softmax_args,
+             f"row softmax via x.max / e.sum methods and e /= ..., rows of {ROW}"),
+    Workload("normalise_norm", normalise_norm, _normalise_args, "x / np.linalg.norm(x)"),
     Workload("mlp_layer", mlp_layer, _mlp_args,
              f"tanh(x @ W + b), x of (n/{FEATURES}, {FEATURES}), W {FEATURES}x{FEATURES}"),
     Workload("kmeans", kmeans_assign, _kmeans_args,
