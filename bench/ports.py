@@ -269,8 +269,8 @@ def chain_user_loop(x, y):
         t = F(2.0) * xi - yi
         u = t * t + F(0.25) * yi
         u = min(max(u, F(-4.0)), F(4.0))
-        s = u / np.sqrt(F(1.0) + u * u)
-        out[i] = s * F(0.5) + F(0.5) * xi
+        v = np.sqrt(abs(u - xi))
+        out[i] = max(v, yi) * F(1.5) - F(0.125) * t
     return out
 
 

@@ -74,13 +74,13 @@ def black_scholes_poly(S, K, T, r, sigma):
 
 
 def chain_user(x, y):
-    """An elementwise chain of 14 operations (a soft-clipped blend) written with temporaries
-    and np.clip: one fused kernel, 2 inputs read, 1 output written."""
+    """An elementwise chain of 14 operations written with temporaries and np.clip, no division
+    (Numba's loop vectorises): one fused kernel, 2 inputs read, 1 output written."""
     t = 2.0 * x - y
     u = t * t + 0.25 * y
     u = np.clip(u, -4.0, 4.0)
-    s = u / np.sqrt(1.0 + u * u)
-    return s * 0.5 + 0.5 * x
+    v = np.sqrt(np.abs(u - x))
+    return np.maximum(v, y) * 1.5 - 0.125 * t
 
 
 def softmax_user(x):
