@@ -1272,6 +1272,14 @@ def _half_nextafter(em, a, b) -> str:
     return fw.op(f"select i1 {nan}, half 0xH7E00, half {r}")
 
 
+def _ordinary_constant(text: str) -> bool:
+    """Whether an operand is a float constant (const_text's hex double) other than NaN, +-0."""
+    if not (text.startswith("0x") and len(text) == 18):
+        return False
+    value = struct.unpack("<d", struct.pack("<Q", int(text, 16)))[0]
+    return value == value and value != 0.0
+
+
 def _min_max(em, op, dt, a, b) -> str:
     """NumPy's rules: minimum/maximum propagate NaN; fmin/fmax ignore it; ties return b."""
     fw = em.fw
@@ -1282,6 +1290,15 @@ def _min_max(em, op, dt, a, b) -> str:
         sign = "s" if dt.kind == "i" else "u"
         word = "min" if op in (Op.MINIMUM, Op.FMIN) else "max"
         return em.mod.intrinsic(fw, f"llvm.{sign}{word}.{ty}", ty, [(ty, a), (ty, b)])
+    if dt != np.float16 and (_ordinary_constant(a) or _ordinary_constant(b)):
+        # against a constant that is neither NaN nor zero, ties are equal values and only the
+        # other operand can be NaN: LLVM's NaN-propagating (minimum/maximum) or NaN-ignoring
+        # (minnum/maxnum) intrinsics then give NumPy's result, and x86 selects one vminps/
+        # vmaxps with the operands ordered to propagate or drop that NaN, where the select
+        # below costs four instructions (np.clip in a 14-op chain: 26 -> 20 per vector)
+        word = {Op.MINIMUM: "minimum", Op.MAXIMUM: "maximum", Op.FMIN: "minnum",
+                Op.FMAX: "maxnum"}[op]
+        return em.mod.intrinsic(fw, f"llvm.{word}.{_suffix(dt)}", ty, [(ty, a), (ty, b)])
     pred = "olt" if op in (Op.MINIMUM, Op.FMIN) else "ogt"
     if dt == np.float16:    # float16: NumPy's half loops compare with <= / >=, ties return a
         pred = "ole" if op in (Op.MINIMUM, Op.FMIN) else "oge"
