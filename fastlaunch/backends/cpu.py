@@ -87,12 +87,13 @@ def _load_math(features: str, mode: str) -> MathTarget:
     wide = 512 if "+avx512f" in flags else 0
     inline = mode != "libm" and "+fma" in flags
     inline_all = inline and mode == "inline"
+    scalef = "+avx512f" in flags
     if os.environ.get("FASTLAUNCH_NO_LIBMVEC"):
-        return MathTarget(vector_bits=wide, inline=inline, inline_all=inline_all)
+        return MathTarget(vector_bits=wide, inline=inline, inline_all=inline_all, scalef=scalef)
     try:
         llvm.load_library_permanently("libmvec.so.1")
     except RuntimeError:
-        return MathTarget(vector_bits=wide, inline=inline, inline_all=inline_all)
+        return MathTarget(vector_bits=wide, inline=inline, inline_all=inline_all, scalef=scalef)
     isas = []
     if "+sse4.1" in flags or "+sse2" in flags:
         isas.append(("b", 128))
@@ -108,7 +109,8 @@ def _load_math(features: str, mode: str) -> MathTarget:
                     name = f"_ZGV{letter}N{bits // lane_bits}{'v' * arity}_{cname}{suffix}"
                     if llvm.address_of_symbol(name):
                         available.add(name)
-    return MathTarget(tuple(isas), frozenset(available), wide, inline, inline_all)
+    return MathTarget(tuple(isas), frozenset(available), wide, inline, inline_all,
+                      scalef=scalef)
 
 
 class KernelCode:

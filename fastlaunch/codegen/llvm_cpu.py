@@ -39,6 +39,8 @@ class MathTarget:
     float64 for accuracy); without it they stay libmvec calls ("auto" mode).
     `streaming_stores`: aligned vector stores may be non-temporal (x86-64: movntps and kin,
     ordered by an sfence): see CPUEmitter.entry_function.
+    `scalef`: scaling by a power of two is one instruction (AVX-512's vscalef, selected for
+    `llvm.ldexp`), which the inline exp family uses (vmath.InlineMath).
     """
     isas: tuple = ()
     available: frozenset = field(default_factory=frozenset)
@@ -46,6 +48,7 @@ class MathTarget:
     inline: bool = False
     inline_all: bool = False
     streaming_stores: bool = False
+    scalef: bool = False
 
     def lane_counts(self, dtype: np.dtype) -> list:
         """The vector widths (lanes) the vectoriser may choose for dtype on this target."""
@@ -141,7 +144,8 @@ class CPUEmitter(LLVMEmitter):
         self.tile = reduction_tile(kernel)
         self.vector_attrs: list = []   # "vector-function-abi-variant" attribute groups
         self.keep: list = []           # vector variants kept alive for the vectoriser
-        self.inline_math = vmath.InlineMath(self.fw, self.mod, self.big_call)
+        self.inline_math = vmath.InlineMath(self.fw, self.mod, self.big_call,
+                                            scalef=math.scalef)
         self.big_used = False          # big_call defined helpers (attribute groups #3, #4)
         self.grain = self.stream_grain()
 

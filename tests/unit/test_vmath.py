@@ -206,6 +206,40 @@ def test_no_math_calls_in_the_hot_loop():
     assert "@fastlaunch_" not in text and "_ZGV" not in text
 
 
+def _no_scalef_backend():
+    import dataclasses
+    from fastlaunch.backends.cpu import CPUBackend
+    be = CPUBackend(math="inline")
+    be.math = dataclasses.replace(be.math, scalef=False)
+    return be
+
+
+@pytest.mark.skipif(not get_backend("cpu").math.scalef, reason="no AVX-512 (vscalef) here")
+@pytest.mark.parametrize("name", ["exp", "exp2", "expm1", "tanh"])
+def test_scalef_scaling_gives_the_same_bits(name):
+    """exp's 2^k through ldexp (vscalefps) rounds denormal results once, as the two normal
+    factors do: the same bits everywhere, overflow, underflow and NaN included (every float32
+    was compared when it was written)."""
+    register_backend("cpu-no-scalef-test", _no_scalef_backend)
+    try:
+        x = np.concatenate([f32_sample(stride=4099), specials(np.float32).astype(np.float32),
+                            np.linspace(-110, 95, 400001, dtype=np.float32)])
+        with np.errstate(all="ignore"):
+            got = compiled(name)(x)
+            want = compiled(name, "cpu-no-scalef-test")(x)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+        kernel = fl.compile(lambda a: getattr(np, name)(a)).lower(x).plan.kernels[0]
+        assert "@llvm.ldexp" in get_backend(INLINE).source(kernel)
+        assert "@llvm.ldexp" not in get_backend("cpu-no-scalef-test").source(kernel)
+        x64 = np.concatenate([np.linspace(-750, 712, 400001), specials(np.float64)])
+        with np.errstate(all="ignore"):
+            got, want = compiled("exp")(x64), compiled("exp", "cpu-no-scalef-test")(x64)
+        assert np.array_equal(got.view(np.uint64), want.view(np.uint64))
+    finally:
+        backends._FACTORIES.pop("cpu-no-scalef-test", None)
+        backends._INSTANCES.pop("cpu-no-scalef-test", None)
+
+
 # ---- the libm mode -------------------------------------------------------------------------
 def test_libm_mode_is_a_target_key():
     inline, libm = get_backend(INLINE), get_backend("cpu-libm-test")
