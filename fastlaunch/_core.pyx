@@ -463,7 +463,8 @@ cdef int interrupt_pending() noexcept nogil:
 # ---- the host interpreter ----------------------------------------------------------------
 cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, int64_t *slots,
                   int64_t *argwords, fl_kernel_fn *kernels, const int64_t *work,
-                  const fl_library_fn *libs, RunState *state) except -1 nogil:
+                  const int64_t *threads, const fl_library_fn *libs,
+                  RunState *state) except -1 nogil:
     """Execute host bytecode from state.start.  Returns a Status (state.pc: where it stopped);
     never touches Python objects.  The verifier has proved every index below in range.
     BIND and the loop's slot instructions are csrc/slotops.h's, shared with the other
@@ -478,7 +479,7 @@ cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, i
         op = ins[0]
         if op == LAUNCH:
             k = ins[1]
-            fl_launch_inline(kernels[k], ins[2], work[k], &argwords[ins[3]])
+            fl_launch_inline(kernels[k], ins[2], work[k], threads[k], &argwords[ins[3]])
         elif op == BIND:
             fl_op_bind(ins, lists, slots, argwords)
         elif op == ALLOC:
@@ -1039,11 +1040,15 @@ cdef class HostExecutable(Executable):
     ABI, memory comes from the host pool."""
     cdef fl_kernel_fn *kernels
     cdef int64_t *work
+    cdef int64_t *threads
     cdef fl_library_fn *libs
 
-    def __init__(self, layout, kernel_addresses, kernel_work, library_addresses=()):
-        """library_addresses: one routine address per _launch.Routine (the LIBCALL table;
-        0 where the program calls none), resolved by the backend at link time."""
+    def __init__(self, layout, kernel_addresses, kernel_work, kernel_threads,
+                 library_addresses=()):
+        """kernel_work, kernel_threads: per kernel, its work per launch index and the threads
+        its schedule gives it (runtime.h: fl_launch).  library_addresses: one routine address
+        per _launch.Routine (the LIBCALL table; 0 where the program calls none), resolved by
+        the backend at link time."""
         cdef Py_ssize_t i
         Executable.__init__(self, layout)
         self.kernels = <fl_kernel_fn *>malloc(max(1, len(kernel_addresses)) * sizeof(fl_kernel_fn))
@@ -1054,16 +1059,18 @@ cdef class HostExecutable(Executable):
                 raise ValueError(f"kernel {i} has no address")
             self.kernels[i] = <fl_kernel_fn><intptr_t>addr
         self.work = _copy_words(kernel_work)
+        self.threads = _copy_words(kernel_threads)
         self.libs = library_table(layout.program, library_addresses)
 
     def __dealloc__(self):
         free(self.kernels)
         free(self.work)
+        free(self.threads)
         free(self.libs)
 
     cdef int execute(self, int64_t *slots, int64_t *argwords, RunState *state) except -1 nogil:
         return run_code(self.code, self.ncode, self.lists, slots, argwords, self.kernels,
-                        self.work, self.libs, state)
+                        self.work, self.threads, self.libs, state)
 
     cdef int release(self, int64_t *slots) except -1:
         cdef Py_ssize_t i

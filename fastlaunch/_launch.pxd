@@ -144,8 +144,10 @@ cdef extern from "csrc/runtime.h" nogil:
     int64_t fl_get_parallel_threshold()
     void fl_set_spin_us(int64_t us)
     void fl_pool_park()
-    void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args)
-    void fl_launch_inline(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args)
+    void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t threads,
+                   int64_t *args)
+    void fl_launch_inline(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t threads,
+                          int64_t *args)
     void *fl_mem_alloc(int64_t nbytes)
     void fl_mem_free(void *ptr)
     void fl_mem_trim()

@@ -139,15 +139,19 @@ def link_entry(backend, program: Program, kernels: list, call: CallLayout, sig_b
 def host_executable(program: Program, kernels: list, call: CallLayout,
                     library_addresses=()) -> _core.Executable:
     """The executable of a host backend: kernels are function addresses with the CPU kernel
-    ABI; params[0] of each kernel is its work per launch index.  library_addresses: the
-    backend's LIBCALL table (one routine address per _launch.Routine)."""
+    ABI; params[0] of each kernel is its work per launch index, params[1] the threads its
+    schedule gives it (one where absent).  library_addresses: the backend's LIBCALL table
+    (one routine address per _launch.Routine)."""
     _check_kernel_count(program, kernels)
     layout = executable_layout(program, call, keepalive=kernels)
     work = [k.params[0] if k.params else 1 for k in program.kernels]
     if any(type(w) is not int or not -1 <= w < (1 << 62) for w in work):
         raise LinkError(f"kernel work estimates {work} out of range")
+    threads = [k.params[1] if len(k.params) > 1 else 1 for k in program.kernels]
+    if any(type(t) is not int or not 1 <= t <= (1 << 16) for t in threads):
+        raise LinkError(f"kernel thread counts {threads} out of range")
     return _core.HostExecutable(layout, [k.address for k in kernels], np.asarray(work, np.int64),
-                                library_addresses)
+                                np.asarray(threads, np.int64), library_addresses)
 
 
 def _check_kernel_count(program: Program, kernels: list):

@@ -9,8 +9,8 @@ Decides, per kernel of a fuse.Plan:
     innermost dim walks it contiguously (column sums, matrix products) folds tiles of
     TILE_ROWS x TILE_COLUMNS outputs around the reduction loop;
   * serial kernels: stores at data-dependent indices apply in loop order on one thread;
-  * the launch size (LAUNCH n: flat points, or tiles) and the work per launch index, from
-    which the worker pool decides whether to split a launch over threads.
+  * the launch size (LAUNCH n: flat points, or tiles), the work per launch index, and the
+    threads a launch is split over, from a measured cost model (`launch_threads`).
 """
 from __future__ import annotations
 
@@ -75,20 +75,23 @@ _COMBINE = {Op.SUM: Op.SUM, Op.PROD: Op.PROD, Op.MAX: Op.MAX, Op.MIN: Op.MIN,
 @dataclass(frozen=True)
 class CPUSchedule:
     """tile: (rows, columns) of a tiled reduction, or None.  work_per_item: estimated cost of
-    one launch index (-1: one thread, in order)."""
+    one launch index (-1: one thread, in order).  threads: how many threads the launch is
+    split over at most (1: on the caller alone; the pool may have fewer)."""
     launch_size: int
     work_per_item: int
     tile: tuple | None = None
     stream: bool = False
+    threads: int = 1
 
     @property
     def params(self) -> tuple:
-        return (self.work_per_item,)
+        return (self.work_per_item, self.threads)
 
     def describe(self) -> str:
         tile = f" tile={list(self.tile)}" if self.tile else ""
         stream = " stream" if self.stream else ""
-        return f"n={self.launch_size} work={self.work_per_item}{tile}{stream}"
+        return (f"n={self.launch_size} work={self.work_per_item} threads={self.threads}"
+                f"{tile}{stream}")
 
 
 def schedule(plan, reduce_chunk: int = REDUCE_CHUNK):
@@ -196,7 +199,8 @@ def schedule_kernel(k: Kernel) -> Kernel:
     size = _tiled_launch_size(k.space, tile) if tile else k.size
     work = _work_per_item(k, tile)
     return replace(k, args=list(k.args), stores=list(k.stores), checks=list(k.checks),
-                   schedule=CPUSchedule(size, work, tile, _streams(k, tile, work)))
+                   schedule=CPUSchedule(size, work, tile, _streams(k, tile, work),
+                                        launch_threads(size, work)))
 
 
 def _streams(k: Kernel, tile, work: int) -> bool:
@@ -286,6 +290,29 @@ def _tiled_launch_size(space, tile) -> int:
 
 
 # ---- threading ------------------------------------------------------------------------------
+# The cost model, measured with bench/pool_cost.py on a quiet 2-core AMD EPYC (AVX-512):
+# a launch's serial time is about launch size x work per index x NS_PER_WORK (0.019-0.023 ns
+# for vectorised arithmetic, 0.025-0.05 where math functions dominate: the lower figure, so a
+# launch is split only when even the cheapest reading of its work pays for it), and splitting
+# it over the pool costs about SPLIT_NS (0.2-0.9 us measured from 2048 to 65536 elements:
+# the job handed to a spinning worker, the chunks claimed, the join).  A launch is split over
+# t threads when each gets at least THREAD_NS of the estimate, so that the split saves at
+# least three times what it costs (and still pays when a loaded machine makes it dearer);
+# below 2 * THREAD_NS (~4.8 us: the 14-op chain at ~14000 elements) it runs on the caller.
+NS_PER_WORK = 0.02
+SPLIT_NS = 600
+THREAD_NS = 4 * SPLIT_NS
+MAX_THREADS = 256            # the runtime's pool limit (csrc/runtime.c MAX_WORKERS)
+
+
+def launch_threads(size: int, work_per_item: int) -> int:
+    """The threads a launch of `size` indices of `work_per_item` each is worth (1: serial)."""
+    if work_per_item < 0 or size < 2:
+        return 1
+    estimate = size * max(work_per_item, 1) * NS_PER_WORK
+    return int(max(1, min(MAX_THREADS, size, estimate // THREAD_NS)))
+
+
 def _work_per_item(k: Kernel, tile) -> int:
     """Estimated cost of one launch index (inner iterations x operations per iteration):
     the interpreter splits a launch over threads above a threshold of total work."""

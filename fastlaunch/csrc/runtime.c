@@ -35,16 +35,29 @@ void fl_null_kernel(int64_t start, int64_t end, int64_t *args) {
  * ====================================================================================== */
 #define MAX_WORKERS 256
 
+/* The chunks of a launch are dealt out in slices, one per thread (the caller's is slice 0,
+ * worker w's slice w + 1): each thread runs its own slice first, then helps with the others'
+ * (claiming their chunks as they do).  So a launch repeated call after call hands each thread
+ * the same part of the arrays, which stays in that core's cache; with one shared counter the
+ * parts went to whichever thread came first, and at 65536 elements (inputs and output in the
+ * private L2) the 14-op chain's split cost 3.1 us over half its serial time (22 us), and
+ * 0.2-0.5 us with slices (bench/pool_cost.py). */
+typedef struct {
+    _Atomic int64_t next;
+    int64_t end;
+    char pad[48];                   /* one cache line per slice */
+} slice_t;
+
 typedef struct {
     fl_kernel_fn fn;
     int64_t *args;
     int64_t n;
     int64_t chunk;
-    int64_t nchunks;
-    _Atomic int64_t next;
+    int nslices;                    /* the threads of this launch: the caller + helpers */
     _Atomic int64_t done;
 } job_t;
 
+static _Alignas(64) slice_t slices[MAX_WORKERS + 1];
 static job_t job;
 static _Atomic uint64_t generation;
 static _Atomic int active;          /* workers inside a job */
@@ -52,7 +65,7 @@ static _Atomic int sleeping;
 static _Atomic int stopping;
 static _Atomic int parked;          /* fl_pool_park: sleep now instead of spinning */
 static _Atomic int64_t parked_at;   /* when */
-#define PARKED_FACTOR 16
+#define PARKED_THREADS 16
 #define PARKED_NS 100000000
 static int nworkers;                /* threads besides the caller */
 static int started;
@@ -61,8 +74,10 @@ static pthread_mutex_t launch_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t sleep_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sleep_cv = PTHREAD_COND_INITIALIZER;
-/* measured here: a 4-operation map breaks even at 32-64K elements, exp() at 8-16K */
-int64_t fl_parallel_threshold = 131072;   /* read by fl_launch_inline (runtime.h) */
+/* < 0: launches use the threads their schedule gives them; >= 0 (tests, tuning): a launch of
+ * at least this much work (launch size x work per index) uses the whole pool, below it one
+ * thread.  Read by fl_launch_inline (runtime.h). */
+int64_t fl_parallel_threshold = -1;
 static int64_t spin_ns = 200000;
 static int default_threads;         /* fl_configure; 0: every available CPU */
 
@@ -72,13 +87,17 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void run_chunks(void) {
-    int64_t c;
-    while ((c = atomic_fetch_add(&job.next, 1)) < job.nchunks) {
-        int64_t s = c * job.chunk;
-        int64_t e = s + job.chunk < job.n ? s + job.chunk : job.n;
-        job.fn(s, e, job.args);
-        atomic_fetch_add(&job.done, 1);
+/* Own slice first, then the others' in turn (see slice_t). */
+static void run_chunks(int self) {
+    for (int k = 0; k < job.nslices; k++) {
+        slice_t *sl = &slices[(self + k) % job.nslices];
+        int64_t c;
+        while ((c = atomic_fetch_add(&sl->next, 1)) < sl->end) {
+            int64_t s = c * job.chunk;
+            int64_t e = s + job.chunk < job.n ? s + job.chunk : job.n;
+            job.fn(s, e, job.args);
+            atomic_fetch_add(&job.done, 1);
+        }
     }
 }
 
@@ -95,8 +114,8 @@ static int no_new_job(uint64_t seen) {
  * serial; with no other load the yield returns at once and costs nothing. */
 #define YIELD_SPINS 32
 
-static void *worker_main(void *unused) {
-    (void)unused;
+static void *worker_main(void *arg) {
+    int self = (int)(intptr_t)arg + 1;        /* this worker's slice */
     uint64_t seen = atomic_load(&generation) & ~(uint64_t)1;
     for (;;) {
         int64_t deadline = now_ns() + spin_ns;
@@ -117,9 +136,10 @@ static void *worker_main(void *unused) {
         if (atomic_load(&stopping)) return NULL;
         uint64_t g = atomic_load(&generation);
         if (g & 1) continue;                  /* the launcher is rewriting the job */
-        /* announce, then re-check: see the seqlock comment above */
+        /* announce, then re-check: see the seqlock comment above; a launch worth fewer
+         * threads than the pool has leaves the workers without a slice out */
         atomic_fetch_add(&active, 1);
-        if (atomic_load(&generation) == g) run_chunks();
+        if (atomic_load(&generation) == g && self < job.nslices) run_chunks(self);
         atomic_fetch_sub(&active, 1);
         seen = g;
     }
@@ -140,7 +160,8 @@ int fl_pool_start(int nthreads) {
         atomic_store(&stopping, 0);
         int made = 0;
         for (int i = 0; i < nthreads - 1; i++) {
-            if (pthread_create(&workers[i], NULL, worker_main, NULL) != 0) break;
+            if (pthread_create(&workers[i], NULL, worker_main, (void *)(intptr_t)i) != 0)
+                break;
             made++;
         }
         nworkers = made;
@@ -181,16 +202,28 @@ void fl_pool_park(void) {
     if (!atomic_load_explicit(&parked, memory_order_relaxed)) atomic_store(&parked, 1);
 }
 
-void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args) {
+/* Chunks of a parallel launch: at least MIN_CHUNK_WORK each (a chunk costs a claim and a
+ * kernel call), at least 4 per thread, and at most about CHUNK_WORK each, so that a thread
+ * that starts late or loses its core for a while delays the join by one short chunk (a 4M
+ * element Black-Scholes in 8 chunks of 1.4 ms left one thread idle for up to a chunk at the
+ * end).  At ~0.02 ns per unit of work (cpu_schedule.NS_PER_WORK) that is 0.65 us and 80 us. */
+#define MIN_CHUNK_WORK ((int64_t)32768)
+#define CHUNK_WORK ((int64_t)4 << 20)
+
+void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t threads,
+               int64_t *args) {
     if (n <= 0) return;
-    if (work_per_item < 0) {          /* must run on one thread, in order (scatters) */
+    if (work_per_item < 0 || n < 2) {  /* one thread, in order (scatters) */
         fn(0, n, args);
         return;
     }
+    int64_t per = work_per_item > 0 ? work_per_item : 1;
     int64_t work;
-    if (__builtin_mul_overflow(n, work_per_item > 0 ? work_per_item : 1, &work))
-        work = INT64_MAX;
-    if (work < fl_parallel_threshold || n < 2) {
+    if (__builtin_mul_overflow(n, per, &work)) work = INT64_MAX;
+    int64_t threshold = fl_parallel_threshold;
+    int whole_pool = threshold >= 0;   /* the override: the whole pool above the threshold */
+    if (whole_pool) threads = work < threshold ? 1 : work / (threshold > 0 ? threshold : 1);
+    if (threads < 2) {
         fn(0, n, args);
         return;
     }
@@ -198,8 +231,7 @@ void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args)
      * 0.1 s): a launch of moderate work runs faster on the caller alone than split with a
      * worker that must share a core with them (measured: tanh(x @ W + b), 512x256x256
      * float32, 0.70 ms -> 0.47 ms on 2 cores; NumPy 0.48). */
-    if (atomic_load_explicit(&parked, memory_order_relaxed) &&
-            work / PARKED_FACTOR < fl_parallel_threshold &&
+    if (atomic_load_explicit(&parked, memory_order_relaxed) && threads < PARKED_THREADS &&
             now_ns() - atomic_load_explicit(&parked_at, memory_order_relaxed) < PARKED_NS) {
         fn(0, n, args);
         return;
@@ -211,21 +243,26 @@ void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args)
     }
     atomic_fetch_add(&generation, 1);         /* odd: workers keep off the job */
     while (atomic_load(&active) != 0) cpu_relax();
-    int threads = nworkers + 1;
-    /* a few chunks per thread balance uneven progress; none smaller than the threshold/4 */
-    int64_t nchunks = (int64_t)threads * 4;
-    int64_t min_items = (fl_parallel_threshold / 4) / (work_per_item > 0 ? work_per_item : 1);
+    int use = whole_pool || threads > nworkers ? nworkers + 1 : (int)threads;
+    int64_t nchunks = (int64_t)use * 4;
+    if (work / CHUNK_WORK > nchunks) nchunks = work / CHUNK_WORK;
+    int64_t min_items = MIN_CHUNK_WORK / per;
     if (min_items < 1) min_items = 1;
     if (n / nchunks < min_items) nchunks = n / min_items > 0 ? n / min_items : 1;
     int64_t chunk = (n + nchunks - 1) / nchunks;
     if (chunk >= 64) chunk = (chunk + 63) & ~(int64_t)63;  /* whole vectors per chunk */
+    nchunks = (n + chunk - 1) / chunk;
+    if (use > nchunks) use = (int)nchunks;
     job.fn = fn;
     job.args = args;
     job.n = n;
     job.chunk = chunk;
-    job.nchunks = (n + chunk - 1) / chunk;
+    job.nslices = use;
+    for (int t = 0; t < use; t++) {
+        atomic_store(&slices[t].next, nchunks * t / use);
+        slices[t].end = nchunks * (t + 1) / use;
+    }
     atomic_store(&job.done, 0);
-    atomic_store(&job.next, 0);
     atomic_store(&parked, 0);
     atomic_fetch_add(&generation, 1);         /* even: published */
     if (atomic_load(&sleeping) > 0) {
@@ -233,9 +270,9 @@ void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args)
         pthread_cond_broadcast(&sleep_cv);
         pthread_mutex_unlock(&sleep_mu);
     }
-    run_chunks();
+    run_chunks(0);
     /* a worker preempted in its chunk needs a core to finish it: yield ours now and then */
-    for (int spins = 0; atomic_load(&job.done) < job.nchunks;) {
+    for (int spins = 0; atomic_load(&job.done) < nchunks;) {
         cpu_relax();
         if (++spins % YIELD_SPINS == 0) sched_yield();
     }

@@ -29,27 +29,26 @@ int fl_pool_start(int nthreads);          /* idempotent; nthreads counts the cal
                                            * 0: the configured default */
 void fl_pool_stop(void);
 int fl_pool_threads(void);
-void fl_set_parallel_threshold(int64_t work);
+void fl_set_parallel_threshold(int64_t work);   /* < 0: follow the schedules (default) */
 int64_t fl_get_parallel_threshold(void);
 void fl_set_spin_us(int64_t us);
 void fl_pool_park(void);                  /* spinning workers sleep until the next launch */
 
-/* Run fn over [0, n): serially when n * work_per_item is below the threshold (or the pool is
- * busy with another caller's launch), else split in chunks over the pool and the caller.
- * work_per_item < 0 means the kernel must run on one thread, in order. */
-void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t *args);
+/* Run fn over [0, n) on up to `threads` threads (the caller's and the pool's), in chunks;
+ * threads < 2 (a schedule's choice: the work does not pay for a split), a busy pool (another
+ * caller's launch) or work_per_item < 0 (the kernel must run on one thread, in order): on
+ * the caller alone.  fl_set_parallel_threshold overrides the schedules' thread counts. */
+void fl_launch(fl_kernel_fn fn, int64_t n, int64_t work_per_item, int64_t threads,
+               int64_t *args);
 
-/* fl_launch with its serial case inlined into the interpreter: a launch below the threshold
- * (every launch of a small program) calls fn on this thread directly; the call into the
- * runtime and its checks cost as much as a 16-element kernel. */
+/* fl_launch with its serial case inlined into the interpreter: a launch its schedule keeps on
+ * one thread (every launch of a small program) calls fn directly; the call into the runtime
+ * and its checks cost as much as a 16-element kernel. */
 extern int64_t fl_parallel_threshold;
 static inline void fl_launch_inline(fl_kernel_fn fn, int64_t n, int64_t work_per_item,
-                                    int64_t *args) {
-    int64_t work;
-    if (n > 1 && work_per_item >= 0 &&
-            (__builtin_mul_overflow(n, work_per_item > 0 ? work_per_item : 1, &work) ||
-             work >= fl_parallel_threshold)) {
-        fl_launch(fn, n, work_per_item, args);
+                                    int64_t threads, int64_t *args) {
+    if (threads > 1 || fl_parallel_threshold >= 0) {
+        fl_launch(fn, n, work_per_item, threads, args);
         return;
     }
     if (n > 0) fn(0, n, args);
