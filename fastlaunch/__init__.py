@@ -8,8 +8,11 @@ from .saved import LoadedIteration, LoadedProgram, SavedProgramError, load  # no
 from .numpy_api import asarray  # noqa: E402
 from .pytree import register_class  # noqa: E402
 from .iterate import Iterated, iterate, iterated  # noqa: E402
+from .grad import (custom_jvp, custom_vjp, grad, jvp, stop_gradient, value_and_grad,  # noqa: E402
+                   vjp)
 
-__all__ = ["compile", "load", "asarray", "register_class", "iterate", "iterated", "Compiled",
+__all__ = ["compile", "load", "asarray", "register_class", "iterate", "iterated", "grad",
+           "value_and_grad", "vjp", "jvp", "stop_gradient", "custom_vjp", "custom_jvp", "Compiled",
            "Iterated", "Lowered", "LoadedProgram", "LoadedIteration", "TracingError",
            "RetraceWarning", "StaticArraysWarning", "SavedProgramError", "DeviceArray",
            "to_device", "BackendUnavailableError", "CUDAError", "__version__"]

@@ -217,6 +217,12 @@ class Op(enum.Enum):
     # the entries and what consumes them fuse into one kernel.  stage=True: always
     # materialised (one kernel stores every operand), a barrier that bounds kernel sizes
     PACK = ("pack", Kind.PACK, -1)
+    # mark(x) role=... tag=...: x itself, seen by differentiation (adjoint.py) only.  role
+    # "var": a fresh variable that a gradient is taken with respect to (the tag keeps two
+    # differentiations of one value apart); "stop": fl.stop_gradient; "custom": an output of
+    # a fl.custom_vjp function, whose rule is the user's.  Every mark is removed when the
+    # trace ends (`strip_marks`): fusion and the backends never see one.
+    MARK = ("mark", Kind.ELEMENTWISE, 1)
 
     def __repr__(self):
         return f"Op.{self.name}"
@@ -345,6 +351,27 @@ class Graph:
         return "\n".join(lines)
 
     __str__ = format
+
+    def strip_marks(self) -> None:
+        """Remove every Op.MARK (each is its operand), rebuilding the live nodes in place:
+        values that differed only by their marks become one node again (CSE)."""
+        if not any(n.op is Op.MARK for n in self.nodes):
+            return
+        live = self.live_nodes()
+        self.nodes, self._interned = [], {}
+        mapped: dict[int, Node] = {}
+        for n in live:
+            if n.op is Op.MARK:
+                mapped[n.index] = mapped[n.inputs[0].index]
+            else:
+                mapped[n.index] = self.add(n.op, n.dtype, n.shape,
+                                           [mapped[i.index] for i in n.inputs], **n.attrs)
+        self.outputs = [mapped[n.index] for n in self.outputs]
+        self.writebacks = [(pos, mapped[n.index]) for pos, n in self.writebacks]
+        if self.check is not None:
+            self.check = mapped[self.check.index]
+        self.checks = [(mapped[c.index], exc, msg) for c, exc, msg in self.checks
+                       if c.index in mapped]
 
 
 def _type_text(n: Node) -> str:

@@ -572,6 +572,7 @@ def _finish(g: Graph, result, tracers, storages) -> Traced:
         if st.version:
             g.writebacks.append((st.position, st.node))
             mutated.append(st.position)
+    g.strip_marks()        # differentiation's marks (adjoint.py) end with the trace
     return Traced(g, outputs, mutated, _param_int_bounds(g))
 
 
