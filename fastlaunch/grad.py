@@ -104,6 +104,7 @@ class _Vars:
             i %= len(args)
             leaves, tree = pytree.flatten(args[i])
             label = _arg_label(fn, i)
+            _refuse_static_floats(tree, f"{fname}: {label}")
             new = []
             for k, leaf in enumerate(leaves):
                 what = f"{fname}: {label}" + (f", leaf {k} of its {len(leaves)}"
@@ -140,6 +141,21 @@ class _Vars:
                 k += 1
             out.append(tree.unflatten(leaves))
         return out
+
+
+def _refuse_static_floats(tree, what: str) -> None:
+    """An object's float attributes are static (keyed by value in the signature, pytree.py),
+    so they cannot be variables: refused rather than given a gradient of zero."""
+    if tree.kind == "object" and tree.meta.custom is None:
+        for name, value in tree.meta.statics:
+            if isinstance(value, (float, np.floating)):
+                raise TypeError(
+                    f"{what}: attribute {name!r} of its {tree.meta.cls.__name__} is a float "
+                    f"({value!r}), which fastlaunch keys by value (a static attribute) and "
+                    f"cannot differentiate: store it as a 0-d array (np.asarray({value!r})) "
+                    f"to get its gradient")
+    for child in tree.children:
+        _refuse_static_floats(child, what)
 
 
 def _value_node(out, fname: str, what: str = "the function's result") -> Node:
