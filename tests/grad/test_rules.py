@@ -52,6 +52,12 @@ def _add_at(a, b):
     return np.sum((z + a) ** 2)
 
 
+def _maximum_at(a):
+    z = a.copy()
+    np.maximum.at(z, np.array([0, 2, 2]), a[:3] * 1.5)
+    return z
+
+
 def _mask_assign(a):
     z = a.copy()
     z[z > 0.5] = 0.0
@@ -142,6 +148,15 @@ CASES = {
     "eigh_lapack": (lambda a: np.sum(np.linalg.eigh(a)[0] * np.arange(12)), [spd(12)]),
     "special": (lambda a: np.sum(sp.erf(a) + sp.erfc(2 * a) + sp.gammaln(5 * a)
                                  + sp.gammaln(a - 3.3) + sp.expit(a)), [u(0.2, 0.9, 7)]),
+    "numpy_compositions": (lambda a: np.sum(np.round(a, 1) * a) + np.sum(np.nan_to_num(a) ** 2)
+                           + np.sum(np.sinc(a)) + np.sum(np.tile(a, 3) * np.arange(21))
+                           + np.sum(np.repeat(a, 2) * np.arange(14)) + np.sum(np.diff(a, 2) ** 2)
+                           + np.sum(np.gradient(a) ** 2) + np.average(a, weights=W7)
+                           + np.sum(np.convolve(a, np.array([1.0, 2.0, 3.0])) ** 2),
+                           [u(0.2, 0.9, 7)]),
+    "selection": (lambda a: np.sum(np.partition(a, 3)[:3]) + np.quantile(a, 0.7)
+                  + np.std(a, ddof=1), [n(8)]),
+    "maximum_at": (lambda a: np.sum(_maximum_at(a) * np.arange(7)), [n(7)]),
     "logsumexp_by_hand": (lambda a: np.log(np.sum(np.exp(a))), [n(7)]),
     "float32_inside": (lambda a: np.sum(np.sin(a.astype(np.float32)).astype(np.float64) * 0
                                         + a ** 2), [n(7)]),
