@@ -314,6 +314,12 @@ class _Body:
     def __reduce__(self):
         return (_Body, (self.fn, self.kind, self.argnums, self.has_aux))
 
+    def forward_program(self, backend: str, args, kwargs):
+        """The program of the function alone for these arguments (`Compiled.dis` compares
+        its peak temporaries with the gradient's)."""
+        from .jit import Compiled
+        return Compiled(self.fn, backend=backend).lower(*args, **kwargs).program
+
     def __call__(self, *args, **kwargs):
         fname = f"fl.{self.kind}"
         if self.kind in ("grad", "value_and_grad"):

@@ -646,7 +646,13 @@ class Compiled(_core.Dispatcher):
         (LLVM IR on the CPU), which is long."""
         out = file or sys.stdout
         if args or kwargs:
-            print(self.lower(*args, **kwargs).text(source=source), file=out)
+            lowered = self.lower(*args, **kwargs)
+            print(lowered.text(source=source), file=out)
+            forward = getattr(self.__wrapped__, "forward_program", None)
+            if forward is not None:      # a gradient (grad.py): what the gradient costs
+                print(f"; peak temporaries {lowered.program.peak_temp_bytes()} bytes with the "
+                      f"gradient, {forward(self.backend.name, args, kwargs).peak_temp_bytes()} "
+                      f"bytes for the function alone", file=out)
             return
         for i, entry in enumerate(self._entries_list()):
             print(f"#### entry {i}: {_signature_text(entry.info.leaves)}", file=out)

@@ -130,3 +130,14 @@ def test_gradient_of_a_function_with_a_library_call_on_devsim():
     t = 1 - np.tanh(a @ b) ** 2
     np.testing.assert_allclose(ga, t @ b.T, rtol=1e-12)
     np.testing.assert_allclose(gb, a.T @ t, rtol=1e-12)
+
+
+def test_dis_shows_peak_temporaries_with_and_without_the_gradient():
+    import io
+    f = fl.grad(lambda x, w: np.sum(np.tanh(np.tanh(x @ w) @ w.T)), argnums=1)
+    out = io.StringIO()
+    f.dis(np.ones((100, 20)), np.ones((20, 20)), file=out)
+    line = [s for s in out.getvalue().splitlines() if "with the gradient" in s]
+    assert len(line) == 1
+    with_grad, alone = (int(w) for w in line[0].split() if w.isdigit())
+    assert with_grad >= alone > 0
