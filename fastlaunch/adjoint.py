@@ -107,11 +107,24 @@ def backward(g: Graph, seeds: list, wrt: list) -> list:
             raise ValueError(f"a cotangent of shape {ct.shape} for a value of shape {s.shape}")
         accumulate(s, ct)
     done_custom: set = set()
+    loop_cts: dict = {}                # loop node index -> [(loop_out node, its cotangent)]
     for n in reversed(nodes):
         if n.index in wrt_index:
             continue
+        if n.op is Op.LOOP:
+            # every result of the loop comes after it: their cotangents are complete
+            pending = loop_cts.pop(n.index, None)
+            if pending:
+                from .loops import loop_adjoint
+                found = loop_adjoint(g, [o for o, _ in pending], [c for _, c in pending])
+                for pos, c in found.items():
+                    accumulate(n.inputs[pos], c)
+            continue
         ct = cts.pop(n.index, None)
         if ct is None:
+            continue
+        if n.op is Op.LOOP_OUT:
+            loop_cts.setdefault(n.inputs[0].index, []).append((n, ct))
             continue
         if n.op is Op.MARK and n.attrs["role"] == "custom":
             tag = n.attrs["tag"]
@@ -152,6 +165,10 @@ def _relevant(g: Graph, nodes: list, roots: set) -> set:
     """Indices of the nodes whose value depends differentiably on a root."""
     relevant = set(roots)
     for n in nodes:
+        if n.op is Op.LOOP:
+            if any(i.index in relevant for i in n.inputs):
+                relevant.add(n.index)
+            continue
         if n.index in relevant or not (differentiable(n.dtype) or n.dtype.kind == "c"):
             continue
         if n.op is Op.MARK:
@@ -773,7 +790,9 @@ RULES[Op.LINALG] = _linalg_rule
 
 # every op the IR knows is either given a rule above or listed here as never carrying a
 # gradient (tests/unit/test_adjoint.py holds the two lists to the Op enum)
+# (LOOP and LOOP_OUT are handled by backward itself: loops.loop_adjoint)
 NO_RULE_NEEDED = {Op.ARG, Op.PARAM, Op.CONST, Op.RNG_KEY, Op.LITERAL, Op.IOTA, Op.RANDOM,
+                  Op.ITER, Op.LOOP, Op.LOOP_OUT,
                   Op.CHECK, Op.BITCAST, Op.ISNAN, Op.ISINF, Op.ISFINITE, Op.SIGNBIT,
                   Op.LOGICAL_NOT, Op.INVERT, Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE,
                   Op.LOGICAL_AND, Op.LOGICAL_OR, Op.LOGICAL_XOR, Op.BITWISE_AND, Op.BITWISE_OR,

@@ -1522,7 +1522,9 @@ class _CodeVerifier:
             if not 0 <= s < nslots:
                 continue
             info = p.slots[s]
-            if (kind == ArgKind.SCALAR) != (info.role in (SlotRole.PARAM, SlotRole.RNG)) or \
+            # a scalar argument: a parameter, the random key, or a loop's iteration number
+            if (kind == ArgKind.SCALAR) != (info.role in (SlotRole.PARAM, SlotRole.RNG,
+                                                          SlotRole.COUNTER)) or \
                     (kind == ArgKind.STATUS) != (info.role == SlotRole.STATUS):
                 self.err(f"{where}: argument {i} of {k.name} wants a {_text(kind)}, slot {s} "
                          f"is {_text(info.role)}")

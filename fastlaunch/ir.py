@@ -57,6 +57,7 @@ class Kind(enum.Enum):
     SORT = "sort"                # orders its operand along one axis
     LIBRARY = "library"          # dense linear algebra over the last two dims (np.linalg)
     PACK = "pack"                # values of one shape laid side by side along trailing dims
+    LOOP = "loop"                # a body graph run n times over carried values (loops.py)
 
 
 class Op(enum.Enum):
@@ -223,6 +224,20 @@ class Op(enum.Enum):
     # a fl.custom_vjp function, whose rule is the user's.  Every mark is removed when the
     # trace ends (`strip_marks`): fusion and the backends never see one.
     MARK = ("mark", Kind.ELEMENTWISE, 1)
+    # loop(init_0, ..., init_{k-1}, inv_0, ...) body=Graph n=... ncarry=k until=...: the body
+    # graph (its ARG 0..k-1 the carried values, then the loop-invariant ones; its outputs the
+    # k new carried values, then the collected ones, then with `until` a bool flag) run n
+    # times, stopping after the first iteration whose flag is set.  The node itself is no
+    # value (bool[]): its results are loop_out nodes of it (loops.py).
+    LOOP = ("loop", Kind.LOOP, -1)
+    # loop_out(loop) what=...: one result of a loop: ("carry", c) the final value of carried
+    # c; ("collect", r, every) collected value r of iterations every, 2 every, ... and the
+    # last (ceil(n / every) rows); ("checkpoint", c, every) carried c at the start of
+    # iterations 0, every, 2 every, ... (ceil(n / every) rows; what a backward pass restarts
+    # from: adjoint rule in loops.py)
+    LOOP_OUT = ("loop_out", Kind.LOOP, 1)
+    # the iteration number (int64, from 0) of the innermost loop whose body holds this node
+    ITER = ("iter", Kind.LEAF, 0)
 
     def __repr__(self):
         return f"Op.{self.name}"
@@ -297,6 +312,9 @@ class Graph:
         self.checks: list = []
         self.check: Node | None = None
         self.check_errors: list = []
+        # a loop body traced inside another graph: enclosing(node, its graph) -> this graph's
+        # leaf for a value of an enclosing graph (loops.py)
+        self.enclosing = None
 
     def add(self, op: Op, dtype, shape, inputs=(), **attrs) -> Node:
         """Make a node, or return the structurally equal node that already exists."""
@@ -340,6 +358,15 @@ class Graph:
         lines = []
         for n in self.live_nodes():
             names[n.index] = f"%{len(names)}"
+            if n.op is Op.LOOP:
+                # the body, indented, in its own names
+                attrs = {k: v for k, v in n.attrs.items() if k != "body"}
+                head = " ".join([n.op.value, ", ".join(names[i.index] for i in n.inputs)] +
+                                [f"{k}={_format_value(v)}" for k, v in sorted(attrs.items())])
+                lines.append(f"{names[n.index]}:{_type_text(n)} = {head} {{")
+                lines += ["    " + line for line in n.attrs["body"].format().splitlines()]
+                lines.append("}")
+                continue
             lines.append(f"{names[n.index]}:{_type_text(n)} = {_op_text(n, names, self.consts)}")
         if self.outputs:
             lines.append("return " + ", ".join(names[n.index] for n in self.outputs))

@@ -37,11 +37,16 @@ from .link import link_entry
 from .pytree import TreeDef, flatten
 from .record import Loop, LoopPart, record_loop
 from .saved import finish_results, save_entry
+from . import loops, ops
+from .ir import Op
+from .numpy_api import node_of
+from .trace import Tracer, current_graph, new_tracer, tracing
 
 __all__ = ["iterate", "iterated", "Iterated"]
 
 
-def iterate(step, n, *args, carry=(), collect=True, until=None, inplace=False):
+def iterate(step, n, *args, carry=(), collect=True, until=None, inplace=False,
+            checkpoints=None):
     """Run `step` n times in one call, feeding the carried arguments their new values.
 
     step: a compiled function (fl.compile) or a plain one (compiled on first use).
@@ -67,7 +72,8 @@ def iterate(step, n, *args, carry=(), collect=True, until=None, inplace=False):
     caller's arrays are then as they were, except any the step itself updates in place,
     which hold the state of the last completed iteration (as after a Python loop
     interrupted between two calls)."""
-    return iterated(step, n, carry=carry, collect=collect, until=until, inplace=inplace)(*args)
+    return iterated(step, n, carry=carry, collect=collect, until=until, inplace=inplace,
+                    checkpoints=checkpoints)(*args)
 
 
 # Iterated objects of each step, by their options (a fresh lambda as `until` each call finds
@@ -78,12 +84,13 @@ _CACHE_LOCK = threading.Lock()
 MAX_CACHED = 64
 
 
-def iterated(step, n, *, carry=(), collect=True, until=None, inplace=False) -> "Iterated":
+def iterated(step, n, *, carry=(), collect=True, until=None, inplace=False,
+             checkpoints=None) -> "Iterated":
     """The loop `iterate` runs, as an object: call it with the step's arguments; `.lower()`,
     `.dis()` show its bytecode and `.save(path, *args)` writes it for `fl.load`."""
     compiled = _compiled(step)
     key = (_int_count(n), _carry_key(carry), _collect_key(collect), _fn_key(until),
-           bool(inplace))
+           bool(inplace), _checkpoints(checkpoints))
     with _CACHE_LOCK:
         table = _CACHE.setdefault(compiled, {})
         found = table.get(key)
@@ -91,7 +98,8 @@ def iterated(step, n, *, carry=(), collect=True, until=None, inplace=False) -> "
             if len(table) >= MAX_CACHED:
                 table.pop(next(iter(table)))
             found = table[key] = Iterated(compiled, n, carry=carry, collect=collect,
-                                          until=until, inplace=inplace)
+                                          until=until, inplace=inplace,
+                                          checkpoints=checkpoints)
     return found
 
 
@@ -115,6 +123,16 @@ def _int_count(n) -> int:
     if not 0 <= n <= bytecode.MAX_COUNT:
         raise ValueError(f"fl.iterate: n must be from 0 to {bytecode.MAX_COUNT}, got {n}")
     return n
+
+
+def _checkpoints(value):
+    """The checkpoint budget of a differentiated loop: None (about sqrt(n)) or an int >= 1."""
+    if value is None:
+        return None
+    if type(value) is bool or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"fl.iterate: checkpoints must be an int >= 1 (how many states the "
+                         f"gradient keeps), got {value!r}")
+    return int(value)
 
 
 def _carry_key(carry) -> tuple:
@@ -172,8 +190,10 @@ class Iterated:
     """A compiled step run n times in one call (see `iterate`); one loop program per argument
     signature, built on first use."""
 
-    def __init__(self, step, n, *, carry=(), collect=True, until=None, inplace=False):
+    def __init__(self, step, n, *, carry=(), collect=True, until=None, inplace=False,
+                 checkpoints=None):
         self.step = _compiled(step)
+        self.checkpoints = _checkpoints(checkpoints)
         self.n = _int_count(n)
         self.carry = _carry_key(carry)
         self.every = _collect_key(collect)
@@ -193,6 +213,8 @@ class Iterated:
     def __call__(self, *args, **kwargs):
         if kwargs:
             raise TypeError("fl.iterate passes the step's arguments positionally")
+        if tracing():
+            return self._traced(tuple(args))
         call, originals = self._prepare(tuple(args))
         if self.n == 0:
             return self._no_iterations(tuple(args), call)
@@ -211,6 +233,96 @@ class Iterated:
                 items[c] = arr
             out = items[0] if loop.finish["structure"] == "leaf" else type(out)(items)
         return out
+
+    # ---- inside a traced function: a loop node of the caller's graph ---------------------
+    def _traced(self, args):
+        """The loop as part of the enclosing trace (a function that calls fl.iterate, or its
+        gradient): the step traced once into a loop body (loops.py), its results the loop's
+        outputs.  The carried values stay as the caller had them (inplace writes back)."""
+        g = current_graph()
+        positions = self._positions(args)
+        k = len(positions)
+        inits = []
+        for pos in positions:
+            node = node_of(args[pos])
+            if node.ndim == 0 and type(args[pos]) in (int, bool):
+                raise TypeError(f"fl.iterate: carried {self._name(pos, args)} is a Python "
+                                f"{type(args[pos]).__name__}; carry arrays or floats")
+            inits.append(node)
+        shapes = [(x.dtype, x.shape) for x in inits]
+        # read before the body is traced: a value of this trace read inside the body
+        # becomes one of the body's leaves
+        scalar = [bool(args[p].scalar) if isinstance(args[p], Tracer) else
+                  not isinstance(args[p], np.ndarray) and np.ndim(args[p]) == 0
+                  for p in positions]
+        if self.until is not None:
+            # the number of iterations run: a hidden carried counter (its gradient needs it)
+            shapes.append((np.dtype(np.int64), ()))
+            inits.append(ops.literal(g, 0, np.int64))
+        structure = {}
+
+        def step(tracers):
+            call = list(args)
+            for pos, t, sc in zip(positions, tracers, scalar):
+                t.scalar = sc
+                call[pos] = t
+            out = self.step(*call)
+            single = not isinstance(out, tuple)
+            results = [out] if single else list(out)
+            structure["single"] = single
+            if len(results) < k:
+                raise TypeError(f"fl.iterate: {self.step.__name__} returns {len(results)} "
+                                f"results for {k} carried arguments")
+            new = []
+            for c, (pos, r) in enumerate(zip(positions, results)):
+                node = node_of(r)
+                dt, shape = shapes[c]
+                if node.shape != shape or node.dtype != dt:
+                    raise TypeError(f"fl.iterate: {self.step.__name__}'s result {c} (the new "
+                                    f"{self._name(pos, args)}) is {node.dtype}{list(node.shape)}, "
+                                    f"the carried value is {dt}{list(shape)}")
+                new.append(node)
+            rest = results[k:]
+            structure["rest"] = [isinstance(r, Tracer) and r.scalar or np.ndim(r) == 0
+                                 for r in rest]
+            collected = [node_of(r) for r in rest] if self.every else []
+            flag = None
+            if self.until is not None:
+                f = node_of(self.until(*rest))
+                if f.size != 1:
+                    raise TypeError("fl.iterate: until must return one truth value")
+                flag = ops.cast(current_graph(), ops.reshape(current_graph(), f, ()), np.bool_)
+                new.append(ops.elementwise(current_graph(), Op.ADD, np.dtype(np.int64),
+                                           [tracers[k].node,
+                                            ops.literal(current_graph(), 1, np.int64)]))
+            return new, collected, flag
+        body, _, _ = loops.trace_body(g, shapes, step)
+        if self.until is not None and self.every:
+            raise TypeError("fl.iterate with until= inside a traced function returns only the "
+                            "carried values (the number of collected rows would depend on the "
+                            "data): pass collect=False")
+        if self.n == 0:
+            finals = inits[:k]
+            stacks = [ops.broadcast_to(g, ops.literal(g, 0, v.dtype), (0,) + v.shape)
+                      for v in body.graph.outputs[body.ncarry:body.ncarry + body.ncollect]]
+        else:
+            loop = loops.make_loop(g, body, inits, self.n, self.checkpoints)
+            finals = [loops.carry_out(g, loop, c) for c in range(k)]
+            stacks = [loops.collect_out(g, loop, r, self.every) for r in range(body.ncollect)]
+        carried = [new_tracer(f, scalar=sc) for f, sc in zip(finals, scalar)]
+        if self.inplace:
+            for pos, t in zip(positions, carried):
+                target = args[pos]
+                if not isinstance(target, Tracer):
+                    raise TypeError(f"fl.iterate(inplace=True): carried "
+                                    f"{self._name(pos, args)} is not a traced array")
+                target._assign(t.node, "fl.iterate(inplace=True)")
+                t = target
+            carried = [args[p] for p in positions]
+        if not self.every:
+            return carried[0] if k == 1 else tuple(carried)
+        items = carried + [new_tracer(s_) for s_ in stacks]
+        return items[0] if structure.get("single") else tuple(items)
 
     def _positions(self, call) -> list:
         names = self.step._param_names

@@ -122,11 +122,14 @@ class ViewMap:
 
 class Storage:
     """The current value of one array that views may write into."""
-    __slots__ = ("node", "version", "position", "frozen_reason", "through")
+    __slots__ = ("node", "version", "position", "frozen_reason", "through", "graph")
 
     def __init__(self, node: Node, position: int | None = None, frozen_reason: str | None = None,
                  through=None):
         self.node = node
+        # the graph the value belongs to: a loop body traced inside a function (loops.py)
+        # reads the function's values through its own leaves, never its nodes directly
+        self.graph = getattr(_state, "graph", None)
         self.version = 0
         self.position = position          # flattened argument position, for inputs
         self.frozen_reason = frozen_reason
@@ -210,8 +213,8 @@ def _bool_hint(frame) -> str:
 class Tracer:
     """An array inside a traced function.  See numpy_api.py for what it supports."""
 
-    __slots__ = ("_storage", "_view", "_reshape", "_post", "_node", "_version", "weak", "scalar",
-                 "__weakref__")
+    __slots__ = ("_storage", "_view", "_reshape", "_post", "_node", "_version", "_graph", "weak",
+                 "scalar", "__weakref__")
     __array_priority__ = 1000
 
     def __init__(self, storage: Storage, view: ViewMap | None = None, reshape: tuple | None = None,
@@ -224,14 +227,18 @@ class Tracer:
         self._post = post if reshape is not None else None
         self._node = None
         self._version = -1
+        self._graph = None
         self.weak = weak          # Python type of a NEP 50 weak scalar, else None
         self.scalar = scalar      # NumPy would hand this back as a scalar, not a 0-d array
 
     @property
     def node(self) -> Node:
         st = self._storage
-        if self._version != st.version or self._node is None:
+        g = getattr(_state, "graph", None)
+        if self._version != st.version or self._node is None or self._graph is not g:
             n = st.node
+            if st.graph is not g and st.graph is not None and g is not None:
+                n = enclosing_value(g, n, st.graph)
             if self._view is not None:
                 n = self._view.read(current_graph(), n)
             if self._reshape is not None:
@@ -240,6 +247,7 @@ class Tracer:
                     n = self._post.read(current_graph(), n)
             self._node = n
             self._version = st.version
+            self._graph = g
         return self._node
 
     # ---- array attributes ----
@@ -375,6 +383,10 @@ class Tracer:
         if st.frozen_reason:
             raise TracingError(f"{operation}: {st.frozen_reason}")
         g = current_graph()
+        if st.graph is not None and st.graph is not g:
+            raise TracingError(f"{operation}: a loop body (fl.iterate's step) writes into an "
+                               f"array of the function around it; return the new value as a "
+                               f"result of the step instead")
         view = self._view or ViewMap.identity(st.node.shape)
         if self._reshape is not None:
             # into the reshaped value (through the post view), then back through the reshape
@@ -387,6 +399,15 @@ class Tracer:
         st.version += 1
         if st.through is not None:
             st.through(Tracer(st))
+
+
+def enclosing_value(g: Graph, node: Node, source: Graph) -> Node:
+    """A value of an enclosing trace (`source`) read inside graph g, a loop body: the body's
+    own leaf standing for it (Graph.enclosing, set by loops.py)."""
+    if g.enclosing is None:
+        raise TracingError("a traced value of another function is used here; pass it as an "
+                           "argument instead")
+    return g.enclosing(node, source)
 
 
 def new_tracer(node: Node, weak: type | None = None, scalar: bool | None = None) -> Tracer:

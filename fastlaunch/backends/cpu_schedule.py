@@ -23,7 +23,7 @@ import numpy as np
 from ..bytecode import blas_layout
 from ..ir import Op
 from ..kernel import (Compute, Index, Kernel, KernelArg, LibraryCall, Load, Loop, Reduction,
-                      accumulator_dtype, address, coalesce, idents, is_kernel, set_extents,
+                      accumulator_dtype, address, coalesce, idents, is_kernel, is_loop_step, set_extents,
                       substitute, walk)
 
 # Full reductions of at least 2*REDUCE_CHUNK elements into fewer than SPLIT_MAX_OUTPUTS
@@ -97,6 +97,9 @@ def schedule(plan, reduce_chunk: int = REDUCE_CHUNK):
     is left unscheduled: it is the contract every backend starts from."""
     out = plan.with_kernels([])
     for k in plan.kernels:
+        if is_loop_step(k):
+            out.kernels.append(k)         # a loop's bounds: record.py's business
+            continue
         if not is_kernel(k):
             # a library call the fused plan asked for (np.linalg): the host runs it as is
             if k.schedule is not None:

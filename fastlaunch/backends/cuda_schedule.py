@@ -66,7 +66,8 @@ def schedule(plan):
     out = plan.with_kernels([])
     for k in plan.kernels:
         if not is_kernel(k):
-            out.kernels.append(k)     # a library call: refused when linked (backends/cuda.py)
+            # a library call (refused when linked, backends/cuda.py) or a loop's bounds
+            out.kernels.append(k)
             continue
         if len(k.args) > MAX_PARAMS:
             raise ValueError(f"kernel {k.label!r} has {len(k.args)} arguments; a CUDA kernel "
