@@ -733,12 +733,12 @@ class _Fuser:
         imports = []
         for j, x in enumerate(loop.inputs[k:]):
             if k + j not in read:
-                imports.append(None)      # a value the body's trace looked at, never read
+                buf = None                # a value the body's trace looked at, never read
             elif (read[k + j] is Op.PARAM) != (x.op in (Op.PARAM, Op.ITER)):
                 if read[k + j] is Op.PARAM:
                     raise ValueError(f"loop {loop.index}: leaf {k + j} is read by value but "
                                      f"its value is computed")
-                imports.append(self.materialize_copy(x))     # a parameter read from memory
+                buf = self.materialize_copy(x)     # a parameter read from memory
             elif x.op in (Op.PARAM, Op.ITER, Op.ARG, Op.CONST):
                 buf = self.leaf_buffer(x)
             elif x.op is Op.RNG_KEY:
