@@ -633,8 +633,39 @@ RULES.update({Op.SUM: _sum_rule, Op.MAX: _extreme_rule, Op.MIN: _extreme_rule,
 
 
 # ---- gathers and scatters ------------------------------------------------------------------------
+def _rotation(idx: Node, k: int, size: int):
+    """o where the index array along the k-th indexed axis is (iota - o), 0 <= o < size, the
+    index of a rotation (np.roll: negative indices wrap); None for any other index."""
+    while idx.op is Op.BROADCAST:
+        idx = idx.inputs[0]
+    o = 0
+    if idx.op is Op.SUB:
+        value = ops.literal_value(idx.inputs[1])
+        if value is None or idx.inputs[1].ndim:
+            return None
+        o, idx = int(value), idx.inputs[0]
+    if idx.op is not Op.IOTA or idx.attrs["axis"] != k or idx.shape[k] != size or \
+            not 0 <= o < size or any(s != 1 for d, s in enumerate(idx.shape) if d != k):
+        return None
+    return o
+
+
 def _gather_rule(g, n, ct):
     src, *idx = n.inputs
+    axis = n.attrs["axis"]
+    shifts = [_rotation(ix, k, src.shape[axis + k]) for k, ix in enumerate(idx)]
+    if n.shape == src.shape and all(o is not None for o in shifts) and \
+            all(ix.ndim == len(idx) for ix in idx):
+        # a rotation (np.roll): its adjoint is the inverse rotation, a gather again (no
+        # zero fill, no serial scatter), which fuses with the rest of the backward pass
+        back = []
+        for k, (ix, o) in enumerate(zip(idx, shifts)):
+            size = src.shape[axis + k]
+            shape = tuple(size if d == k else 1 for d in range(len(idx)))
+            it = ops.iota(g, shape, k, np.intp)
+            back.append(it if o == 0 else ops.elementwise(
+                g, Op.SUB, np.dtype(np.intp), [it, ops.literal(g, size - o, np.intp)]))
+        return [(src, ops.gather(g, ct, back, axis))]
     return [(src, ops.scatter(g, _zeros(g, src.shape, ct.dtype), ct, idx, n.attrs["axis"], "add",
                               strict=bool(n.attrs.get("strict"))))]
 

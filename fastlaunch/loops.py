@@ -179,15 +179,16 @@ def loop_adjoint(g: Graph, outs: list, cts: list) -> dict:
         else:
             raise TracingError("a loop's checkpoints have no gradient")
     if any(nd.op is Op.ITER for nd in body.live_nodes()):
-        raise TracingError("the gradient of a gradient through fl.iterate is not supported")
+        raise TracingError("forward mode (fl.jvp) and gradients of gradients through "
+                           "fl.iterate are not supported yet: differentiate the loop once, in "
+                           "reverse mode (fl.grad, fl.value_and_grad, fl.vjp)")
     diff_c = [c for c in range(k) if adjoint.differentiable(inits[c].dtype)]
     diff_i = [j for j in range(len(invs)) if adjoint.differentiable(invs[j].dtype)]
     for c in diff_c:
         if ct_final[c] is None:
             ct_final[c] = adjoint._zeros(g, inits[c].shape, inits[c].dtype)
     # the segment length and the checkpoints of the forward loop
-    budget = a.get("checkpoints") or max(1, math.isqrt(max(n - 1, 0)) + 1)
-    seg = max(1, -(-n // max(1, min(int(budget), n))))      # K: iterations per segment
+    seg = _segment(n, a.get("checkpoints"), a["until"])     # K: iterations per segment
     nseg = -(-n // seg)
     ckpts = [checkpoint_out(g, loop, c, seg) for c in range(k)]
     count = None
@@ -200,6 +201,23 @@ def loop_adjoint(g: Graph, outs: list, cts: list) -> dict:
     vjp = _vjp_body(body, k, nrec, a["until"], diff_c, diff_i)
     return _backward_segments(g, loop, vjp, ckpts, ct_final, ct_rows, seg, nseg, count, diff_c,
                               diff_i)
+
+
+def _segment(n: int, budget, until: bool) -> int:
+    """Iterations per segment of the checkpointed backward pass: n / budget (budget: the
+    number of checkpoints, about sqrt(n) by default).  For a fixed count, a divisor of n
+    near it where one is within a factor of two: every segment is then whole and the
+    backward loops run fixed counts (no per-iteration stop flags)."""
+    want = -(-n // max(1, min(int(budget), n))) if budget else max(1, math.isqrt(max(n - 1, 0)) + 1)
+    if until or n % want == 0:
+        return want
+    for d in range(want, 2 * want + 1):          # the nearest divisor above, then below
+        if n % d == 0:
+            return d
+    for d in range(want - 1, max(want // 2, 1) - 1, -1):
+        if n % d == 0:
+            return d
+    return want
 
 
 class _VJPBody:
@@ -332,6 +350,8 @@ def _backward_segments(g, loop, vjp, ckpts, ct_final, ct_rows, seg, nseg, count,
     body: Graph = a["body"]
     k = a["ncarry"]
     inits, invs = loop.inputs[:k], loop.inputs[k:]
+    # whole segments of a fixed count: fixed loop counts, no stop flags
+    whole = count is None and a["n"] % seg == 0
     n_eff = count if count is not None else ops.literal(g, a["n"], _I64)
     nseg_eff = _i(g, Op.FLOORDIV, _i(g, Op.ADD, n_eff, seg - 1), seg)
     starts = [_stacked(g, inits[c], ckpts[c], nseg) for c in range(k)]
@@ -343,10 +363,11 @@ def _backward_segments(g, loop, vjp, ckpts, ct_final, ct_rows, seg, nseg, count,
                  [(w.dtype, w.shape) for w in accs])
     bg = B.g
     t = B.iteration()
-    s = _i(bg, Op.SUB, _i(bg, Op.SUB, B.imp(nseg_eff), 1), t)
+    s = _i(bg, Op.SUB, ops.literal(bg, nseg - 1, _I64) if whole else
+           _i(bg, Op.SUB, B.imp(nseg_eff), 1), t)
     first = _i(bg, Op.MUL, s, seg)
-    m = ops.elementwise(bg, Op.MINIMUM, _I64, [ops.literal(bg, seg, _I64),
-                                               _i(bg, Op.SUB, B.imp(n_eff), first)])
+    m = ops.literal(bg, seg, _I64) if whole else ops.elementwise(
+        bg, Op.MINIMUM, _I64, [ops.literal(bg, seg, _I64), _i(bg, Op.SUB, B.imp(n_eff), first)])
     x_s = [_row(bg, B.imp(starts[c]), s) for c in range(k)]
     inv_b = [B.imp(v) for v in invs]
 
@@ -355,7 +376,7 @@ def _backward_segments(g, loop, vjp, ckpts, ct_final, ct_rows, seg, nseg, count,
     rg = R.g
     r_iter = R.iteration()
     outs = inline(rg, body, list(R.carried) + [R.imp(v) for v in inv_b])
-    stop = _i(rg, Op.GE, _i(rg, Op.ADD, r_iter, 1), R.imp(m))
+    stop = None if whole else _i(rg, Op.GE, _i(rg, Op.ADD, r_iter, 1), R.imp(m))
     recompute = make_loop(bg, R.finish(outs[:k], list(R.carried), stop), x_s, seg)
     states = [collect_out(bg, recompute, c) for c in range(k)]
 
@@ -363,8 +384,8 @@ def _backward_segments(g, loop, vjp, ckpts, ct_final, ct_rows, seg, nseg, count,
     V = _Builder(bg, [(x.dtype, x.shape) for x in B.carried])
     vg = V.g
     u = V.iteration()
-    mv = V.imp(m)
-    j = _i(vg, Op.SUB, _i(vg, Op.SUB, mv, 1), u)
+    mv = m if whole else V.imp(m)
+    j = _i(vg, Op.SUB, seg - 1 if whole else _i(vg, Op.SUB, mv, 1), u)
     xs = [_row(vg, V.imp(st), j) for st in states]
     invs_v = [V.imp(v) for v in inv_b]
     cts_x = V.carried[:nd]
@@ -382,10 +403,10 @@ def _backward_segments(g, loop, vjp, ckpts, ct_final, ct_rows, seg, nseg, count,
     new_ct = back[:nd]
     sums = [adjoint._add(vg, acc, ops.cast(vg, w, acc.dtype))
             for acc, w in zip(V.carried[nd:], back[nd:])]
-    stop_v = _i(vg, Op.GE, _i(vg, Op.ADD, u, 1), mv)
+    stop_v = None if whole else _i(vg, Op.GE, _i(vg, Op.ADD, u, 1), mv)
     stepped = make_loop(bg, V.finish(new_ct + sums, [], stop_v), list(B.carried), seg)
     b_new = [carry_out(bg, stepped, i) for i in range(len(B.carried))]
-    stop_b = _i(bg, Op.GE, _i(bg, Op.ADD, t, 1), B.imp(nseg_eff))
+    stop_b = None if whole else _i(bg, Op.GE, _i(bg, Op.ADD, t, 1), B.imp(nseg_eff))
     first_cts = [ops.cast(g, ct_final[c], inits[c].dtype) for c in diff_c] + \
         [adjoint._zeros(g, w.shape, w.dtype) for w in accs]
     outer = make_loop(g, B.finish(b_new, [], stop_b), first_cts, nseg)
