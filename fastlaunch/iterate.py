@@ -65,6 +65,17 @@ def iterate(step, n, *args, carry=(), collect=True, until=None, inplace=False,
         then come back.
     inplace: write the final carried values into the caller's arrays (once, after the last
         iteration) and return those arrays.
+    checkpoints: when the loop is differentiated (fl.grad of a function that calls
+        fl.iterate), how many states the backward pass keeps (default about sqrt(n)); see
+        docs/gradients.md.
+
+    Called on traced values (inside fl.compile or a differentiated function), the loop
+    becomes part of the enclosing program (a loop node of its graph), so it can be
+    differentiated; with until= it then returns only the carried values.
+
+    >>> import numpy as np, fastlaunch as fl
+    >>> fl.iterate(lambda x: x * 0.5, 3, np.ones(2), carry=(0,), collect=False).tolist()
+    [0.125, 0.125]
 
     Returns the step's results with the carried ones final and the others stacked: a tuple
     (or a single value, where the step returns one), or only the carried values with

@@ -210,3 +210,10 @@ def test_replays_without_tracing_again():
     for _ in range(3):
         g(RNG.standard_normal(5), RNG.standard_normal(5))
     assert g.stats["traces"] == 1
+
+
+def test_the_docstring_examples_run():
+    import doctest
+    import sys
+    result = doctest.testmod(sys.modules["fastlaunch.grad"])
+    assert result.attempted >= 10 and result.failed == 0
