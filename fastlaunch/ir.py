@@ -315,6 +315,10 @@ class Graph:
         # a loop body traced inside another graph: enclosing(node, its graph) -> this graph's
         # leaf for a value of an enclosing graph (loops.py)
         self.enclosing = None
+        # while the traced function runs: per node, where in its code it was made (trace.py's
+        # `site`, a callable), for rolling its loops (roll.py); None: not recorded
+        self.sites: list | None = None
+        self.site = None
 
     def add(self, op: Op, dtype, shape, inputs=(), **attrs) -> Node:
         """Make a node, or return the structurally equal node that already exists."""
@@ -329,6 +333,8 @@ class Graph:
             node = Node(op, dtype, shape, inputs, attrs, len(self.nodes))
             self.nodes.append(node)
             self._interned[key] = node
+            if self.sites is not None:
+                self.sites.append(self.site() if self.site is not None else None)
         return node
 
     def add_const(self, array: np.ndarray) -> Node:
@@ -385,14 +391,20 @@ class Graph:
         if not any(n.op is Op.MARK for n in self.nodes):
             return
         live = self.live_nodes()
+        sites, self.sites = self.sites, ([] if self.sites is not None else None)
+        site, self.site = self.site, None
         self.nodes, self._interned = [], {}
         mapped: dict[int, Node] = {}
         for n in live:
             if n.op is Op.MARK:
                 mapped[n.index] = mapped[n.inputs[0].index]
             else:
-                mapped[n.index] = self.add(n.op, n.dtype, n.shape,
-                                           [mapped[i.index] for i in n.inputs], **n.attrs)
+                made = self.add(n.op, n.dtype, n.shape, [mapped[i.index] for i in n.inputs],
+                                **n.attrs)
+                if sites is not None and len(self.sites) == len(self.nodes):
+                    self.sites[-1] = sites[n.index]     # a new node keeps where it was made
+                mapped[n.index] = made
+        self.site = site
         self.outputs = [mapped[n.index] for n in self.outputs]
         self.writebacks = [(pos, mapped[n.index]) for pos, n in self.writebacks]
         if self.check is not None:

@@ -540,6 +540,10 @@ class Compiled(_core.Dispatcher):
         seconds = time.perf_counter() - t0
         if install:
             reason = self._reason(leaves)
+            if traced.rolled:
+                reason += "; " + ", ".join(
+                    f"a Python loop of {n} identical iterations rolled into one loop body"
+                    for n in traced.rolled)
             if special:
                 values = ", ".join(f"{names[k]} = {leaf_objs[k]!r}" for k in sorted(special))
                 reason += (f"; specialised on the value of {values} (the trace uses it as a "

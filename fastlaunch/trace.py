@@ -458,13 +458,42 @@ class Traced:
     # paths (argument position, then keys/indices) of argument lists and dicts the function
     # mutated; when non-empty, the outputs are those of (result, [final contents per path])
     effects: list = None
+    # iterations of each Python loop rolled into a loop node (roll.py)
+    rolled: list = None
 
 
-def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
+_LIBRARY_MODULES = ("fastlaunch", "numpy", "scipy")
+_user_code: "weakref.WeakKeyDictionary | dict" = {}
+
+
+def _site():
+    """Where the traced function's own code is as a node is made: its outermost frame of user
+    code below trace_function, and the bytecode offset there (roll.py finds iterations of
+    its loops from the offsets jumping back)."""
+    f = sys._getframe(2)
+    found = None
+    while f is not None:
+        code = f.f_code
+        if code is _TRACE_CODE:
+            break
+        user = _user_code.get(code)
+        if user is None:
+            module = f.f_globals.get("__name__", "") or ""
+            user = _user_code[code] = module.split(".", 1)[0] not in _LIBRARY_MODULES
+        if user:
+            found = (id(f), f.f_lasti)
+        f = f.f_back
+    return found
+
+
+def trace_function(fn, build_args, leaves: list, roll: bool = True) -> tuple[Traced, object]:
     """Run fn on tracers.  `leaves` describes each flattened argument (leaves.LeafSpec: an
     array's dtype and shape, a scalar's dtype and weak Python type).  `build_args(tracers)`
-    rebuilds the call's (args, kwargs) around the tracers.  Returns (Traced, result tree)."""
+    rebuilds the call's (args, kwargs) around the tracers.  roll: Python loops of many
+    identical iterations become loop nodes (roll.py).  Returns (Traced, result tree)."""
     g = Graph()
+    if roll:
+        g.sites, g.site = [], _site
     previous = getattr(_state, "graph", None)
     _state.graph = g
     try:
@@ -523,6 +552,9 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
         return traced, result_and_effects
     finally:
         _state.graph = previous
+
+
+_TRACE_CODE = trace_function.__code__
 
 
 class SpecializeRequest(TracingError):
@@ -594,7 +626,13 @@ def _finish(g: Graph, result, tracers, storages) -> Traced:
             g.writebacks.append((st.position, st.node))
             mutated.append(st.position)
     g.strip_marks()        # differentiation's marks (adjoint.py) end with the trace
-    return Traced(g, outputs, mutated, _param_int_bounds(g))
+    g.site = None
+    rolled = []
+    if g.sites is not None:
+        from .roll import roll_loops
+        rolled = roll_loops(g)
+        g.sites = None
+    return Traced(g, outputs, mutated, _param_int_bounds(g), rolled=rolled)
 
 
 def _param_int_bounds(g: Graph) -> dict:
