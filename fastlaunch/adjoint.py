@@ -80,6 +80,9 @@ def _custom(g: Graph, n: Node) -> CustomRule:
 
 # ---- the backward pass ---------------------------------------------------------------------------
 NO_GRADIENT = object()
+# The rule of Op.LOOP: loops.loop_adjoint, set when loops.py is imported (every graph with a
+# loop node was made by it)
+LOOP_RULE = None
 
 
 def backward(g: Graph, seeds: list, wrt: list) -> list:
@@ -115,8 +118,7 @@ def backward(g: Graph, seeds: list, wrt: list) -> list:
             # every result of the loop comes after it: their cotangents are complete
             pending = loop_cts.pop(n.index, None)
             if pending:
-                from .loops import loop_adjoint
-                found = loop_adjoint(g, [o for o, _ in pending], [c for _, c in pending])
+                found = LOOP_RULE(g, [o for o, _ in pending], [c for _, c in pending])
                 for pos, c in found.items():
                     accumulate(n.inputs[pos], c)
             continue

@@ -32,6 +32,7 @@ from .errors import TracingError
 from .leaves import LeafSpec
 from .link import link_entry
 from .pytree import NestingError, flatten, register_method_class
+from . import roll
 from .trace import Attr, SpecializeRequest, trace_function
 
 RETRACE_WARNING_AFTER = 8
@@ -478,6 +479,9 @@ class Compiled(_core.Dispatcher):
                 with creation.intercepting(namespace), rng.intercepting(), \
                         numpy_funcs.intercepting(namespace), scipy_funcs.intercepting(namespace):
                     traced, result = trace_function(self.__wrapped__, build_args, leaves)
+                # Python loops of many identical iterations: one loop body each
+                traced.rolled = roll.roll_loops(traced.graph)
+                traced.graph.sites = None
                 break
             except SpecializeRequest as req:
                 new = req.positions - special

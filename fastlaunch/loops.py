@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from . import ops
+from . import adjoint, ops
 from .errors import TracingError
 from .ir import Graph, Node, Op
 
@@ -154,7 +154,6 @@ def inline(g: Graph, body: Graph, args: list) -> list:
 def loop_adjoint(g: Graph, outs: list, cts: list) -> dict:
     """Cotangents of a loop's operands from those of its results: outs are the loop's
     loop_out nodes that received cotangents, cts theirs.  Returns {operand position: ct}."""
-    from . import adjoint
     loop = outs[0].inputs[0]
     a = loop.attrs
     body: Graph = a["body"]
@@ -233,7 +232,6 @@ class _VJPBody:
 def _vjp_body(body: Graph, k: int, nrec: int, until: bool, diff_c, diff_i) -> _VJPBody:
     """A graph whose leaves are [x_0..x_{k-1}, inv_0.., ct_x (diff_c), ct_collect (nrec)]
     and outputs [ct_x_in (diff_c), ct_inv (diff_i)]; a cotangent with no path is zero."""
-    from . import adjoint
     from .trace import _state
     ninv = len([n for n in body.live_nodes() if n.op in (Op.ARG, Op.PARAM)
                 and n.attrs["position"] >= k])
@@ -345,7 +343,6 @@ def _backward_segments(g, loop, vjp, ckpts, ct_final, ct_rows, seg, nseg, count,
     collects them) and stepping back through them (a second inner loop running the backward
     step).  Segment lengths and the number of segments come from the count of iterations
     the forward loop ran (`count`, for an until loop) or its n, through flags."""
-    from . import adjoint
     a = loop.attrs
     body: Graph = a["body"]
     k = a["ncarry"]
@@ -416,3 +413,6 @@ def _backward_segments(g, loop, vjp, ckpts, ct_final, ct_rows, seg, nseg, count,
     for i, jv in enumerate(diff_i):
         found[k + jv] = carry_out(g, outer, nd + i)
     return found
+
+
+adjoint.LOOP_RULE = loop_adjoint

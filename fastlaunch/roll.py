@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import loops, ops
 from .ir import Graph, Node, Op
 
 __all__ = ["roll_loops", "MIN_ITERATIONS"]
@@ -114,7 +115,6 @@ def roll_loops(g: Graph, min_iterations: int | None = None) -> list:
 
 def _roll(g: Graph, segs: list, first: int, last: int, carried: list) -> bool:
     """Replace iterations segs[first..last] by a loop over segs[first]'s nodes."""
-    from . import loops
     nodes = g.nodes
     lo, hi = segs[first][0], segs[last][1]
     a0, a1 = segs[first]
@@ -260,5 +260,4 @@ def _constant(n: Node) -> bool:
 
 
 def _zeros(g: Graph, like: Node) -> Node:
-    from . import ops
     return ops.broadcast_to(g, ops.literal(g, 0, like.dtype), like.shape)

@@ -626,13 +626,8 @@ def _finish(g: Graph, result, tracers, storages) -> Traced:
             g.writebacks.append((st.position, st.node))
             mutated.append(st.position)
     g.strip_marks()        # differentiation's marks (adjoint.py) end with the trace
-    g.site = None
-    rolled = []
-    if g.sites is not None:
-        from .roll import roll_loops
-        rolled = roll_loops(g)
-        g.sites = None
-    return Traced(g, outputs, mutated, _param_int_bounds(g), rolled=rolled)
+    g.site = None          # (g.sites stays for roll.py, which jit.py runs next)
+    return Traced(g, outputs, mutated, _param_int_bounds(g))
 
 
 def _param_int_bounds(g: Graph) -> dict:
