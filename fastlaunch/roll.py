@@ -29,16 +29,29 @@ __all__ = ["roll_loops", "MIN_ITERATIONS"]
 
 # Runs shorter than this stay unrolled: a short unrolled loop may fuse across iterations.
 MIN_ITERATIONS = 16
+# An iteration may span up to this many pieces between jumps back (a short inner loop).
+GROUPS = 4
+
+
+def _new_iteration(a, b) -> bool:
+    """Whether the node made at site b starts a new iteration after the one made at site a:
+    at the outermost frame where they differ, the offset jumped back, or the frames differ
+    under the same caller at the same instruction (that instruction called again)."""
+    for (fa, la), (fb, lb) in zip(a, b):
+        if fa is not fb:
+            return True          # the level above is the same frame at the same offset
+        if la != lb:
+            return lb < la
+    return False
 
 
 def _segments(g: Graph) -> list:
-    """[start, end) node index ranges, one per iteration of a loop of the traced code (split
-    where a node's site jumps back in the frame of the node before it)."""
+    """[start, end) node index ranges, one per iteration of a loop of the traced code."""
     sites = g.sites
     cuts = [0]
     for t in range(1, len(sites)):
         a, b = sites[t - 1], sites[t]
-        if a is not None and b is not None and a[0] == b[0] and b[1] < a[1]:
+        if a is not None and b is not None and _new_iteration(a, b):
             cuts.append(t)
     cuts.append(len(sites))
     return [(cuts[i], cuts[i + 1]) for i in range(len(cuts) - 1) if cuts[i + 1] > cuts[i]]
@@ -89,25 +102,39 @@ def roll_loops(g: Graph, min_iterations: int | None = None) -> list:
         min_iterations = MIN_ITERATIONS
     if g.sites is None or len(g.sites) != len(g.nodes):
         return []
-    segs = _segments(g)
+    pieces = _segments(g)
     runs = []
     i = 1
-    while i < len(segs) - 1:
-        j = i
-        carried: set = set()
-        while j + 1 < len(segs):
-            c = _same(g, segs[j], segs[j + 1], strict=j > i)
-            if c is None:
-                break
-            carried |= c
-            j += 1
-        if j - i + 1 >= min_iterations:
-            runs.append((i, j, carried))
-            i = j + 1
+    while i < len(pieces) - 1:
+        # an iteration is one piece, or several (a loop inside the loop, a body that repeats
+        # every few pieces): the grouping that rolls the most pieces
+        best = None
+        for k in range(1, GROUPS + 1):
+            segs = [(pieces[s][0], pieces[s + k - 1][1])
+                    for s in range(i - k if i >= k else i, len(pieces) - k + 1, k)]
+            start = 1 if i >= k else 0
+            if start >= len(segs):
+                continue
+            j = start
+            carried: set = set()
+            while j + 1 < len(segs):
+                c = _same(g, segs[j], segs[j + 1], strict=j > start)
+                if c is None:
+                    break
+                carried |= c
+                j += 1
+            count = j - start + 1
+            if start == 1 and count >= min_iterations and \
+                    (best is None or count * k > best[0]):
+                best = (count * k, segs, start, j, carried, k)
+        if best is not None:
+            _, segs, first, last, carried, k = best
+            runs.append((segs, first, last, carried))
+            i += (last - first + 1) * k
         else:
             i += 1
     rolled = []
-    for first, last, carried in reversed(runs):      # later runs first: indices stay valid
+    for segs, first, last, carried in reversed(runs):   # later runs first: indices stay valid
         if _roll(g, segs, first, last, sorted(carried)):
             rolled.append(last - first + 1)
     return rolled[::-1]

@@ -467,11 +467,15 @@ _user_code: "weakref.WeakKeyDictionary | dict" = {}
 
 
 def _site():
-    """Where the traced function's own code is as a node is made: its outermost frame of user
-    code below trace_function, and the bytecode offset there (roll.py finds iterations of
-    its loops from the offsets jumping back)."""
+    """Where the traced function's code is as a node is made: the frames of user code on the
+    stack below trace_function, outermost first, each with its bytecode offset, then the
+    library frame the innermost one called (a new frame object for each call).  roll.py
+    finds the iterations of the code's loops from these: an offset that jumps back, or the
+    same instruction calling again.  The frames are held (so that a new one is never taken
+    for an old one by its address) until the trace is rolled."""
     f = sys._getframe(2)
-    found = None
+    chain = []
+    below = None
     while f is not None:
         code = f.f_code
         if code is _TRACE_CODE:
@@ -481,9 +485,14 @@ def _site():
             module = f.f_globals.get("__name__", "") or ""
             user = _user_code[code] = module.split(".", 1)[0] not in _LIBRARY_MODULES
         if user:
-            found = (id(f), f.f_lasti)
+            chain.append((f, f.f_lasti))
+        elif not chain:
+            below = f
         f = f.f_back
-    return found
+    if not chain:
+        return None
+    chain.reverse()
+    return tuple(chain) + ((below, -1),)
 
 
 def trace_function(fn, build_args, leaves: list, roll: bool = True) -> tuple[Traced, object]:
@@ -550,6 +559,9 @@ def trace_function(fn, build_args, leaves: list, roll: bool = True) -> tuple[Tra
         traced = _finish(g, result_and_effects, tracers, storages)
         traced.effects = [path for path, _ in effects]
         return traced, result_and_effects
+    except BaseException:
+        g.sites = g.site = None          # (they hold the traced code's frames)
+        raise
     finally:
         _state.graph = previous
 

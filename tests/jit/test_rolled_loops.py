@@ -65,6 +65,24 @@ def changing_body(u, steps):
     return u
 
 
+def nested_loops(u, steps):
+    for _ in range(steps):
+        for _ in range(3):
+            u = u * 0.9 + 0.1
+        u = np.sqrt(u)
+    return u
+
+
+def helper_calls(u, steps):
+    for _ in range(steps):
+        u = _helper(u)
+    return u
+
+
+def _helper(u):
+    return u * 0.75 + np.roll(u, 1) * 0.25
+
+
 def history(u, steps):
     hist = []
     for _ in range(steps):
@@ -84,9 +102,11 @@ CASES = [
     (heat2d, lambda rng: (rng.random((12, 10)), 0.05), 100, True),
     (inplace_update, lambda rng: (rng.random(40),), 150, True),
     (periodic_body, lambda rng: (rng.random(8),), 90, True),
-    # a value read two iterations later (a, b = b, f(a, b)): not a loop of one iteration
-    (two_carried, lambda rng: (rng.random(8), rng.random(8)), 120, False),
+    # a value read two iterations later (a, b = b, f(a, b)): rolled two iterations a body
+    (two_carried, lambda rng: (rng.random(8), rng.random(8)), 120, True),
     (changing_body, lambda rng: (rng.random(8),), 90, False),
+    (nested_loops, lambda rng: (rng.random(8),), 40, True),
+    (helper_calls, lambda rng: (rng.random(8),), 40, True),
     (history, lambda rng: (rng.random(8),), 60, False),
 ]
 
