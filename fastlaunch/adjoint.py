@@ -155,6 +155,85 @@ def backward(g: Graph, seeds: list, wrt: list) -> list:
     return [cts.get(n.index) for n in wrt]
 
 
+# ---- forward mode ----------------------------------------------------------------------------
+# The rule of a loop in forward mode: loops.loop_tangent, set when loops.py is imported
+LOOP_TANGENT = None
+
+
+def forward(g: Graph, seeds: dict, outs: list) -> list:
+    """Tangents of `outs` given {node index: tangent node} for some earlier nodes (usually
+    var marks): J t, node by node in creation order.  Each op's tangent is its adjoint rule
+    transposed on the spot (the rule is linear in its cotangent: the tangent is the gradient,
+    with respect to a cotangent variable u, of <rule(u), input tangents>); a loop's tangent
+    is a loop carrying the values and their tangents (loops.loop_tangent).  None: zero."""
+    if not seeds:
+        return [None] * len(outs)
+    lo = min(seeds)
+    hi = max((o.index for o in outs), default=-1)
+    tan: dict[int, Node] = dict(seeds)
+    done_custom: set = set()
+    for n in g.nodes[lo:hi + 1]:
+        if n.index in tan or n.op is Op.LOOP_OUT:
+            continue
+        if n.op is Op.LOOP:
+            if any(i.index in tan for i in n.inputs):
+                tan.update(LOOP_TANGENT(g, n, tan))
+            continue
+        if not (differentiable(n.dtype) or n.dtype.kind == "c") or n.op in _NOT_DIFFERENTIABLE:
+            continue
+        if n.op is Op.MARK and n.attrs["role"] == "custom":
+            tag = n.attrs["tag"]
+            if tag not in done_custom:
+                done_custom.add(tag)
+                rule = _custom(g, n)
+                tan.update(_custom_tangents(g, rule, tan))
+            continue
+        if not any(i.index in tan for i in n.inputs):
+            continue
+        if n.op is Op.MARK:
+            if n.attrs["role"] != "stop":
+                tan[n.index] = tan[n.inputs[0].index]
+            continue
+        t = _transposed(g, n, tan)
+        if t is not None:
+            tan[n.index] = t
+    return [tan.get(o.index) for o in outs]
+
+
+def _transposed(g: Graph, n: Node, tan: dict):
+    """n's tangent from its operands': its rule applied to a cotangent variable u, then the
+    gradient of <rule(u), operand tangents> with respect to u."""
+    if n.dtype.kind == "c":
+        raise TracingError(f"forward mode through complex values is not supported "
+                           f"({n.op.value} of {n.dtype})")
+    rule = RULES.get(n.op)
+    if rule is None:
+        raise TracingError(f"fastlaunch has no gradient rule for {_op_name(n)}, which forward "
+                           f"mode needs (its value depends on a differentiated argument)")
+    u = mark(g, _zeros(g, n.shape, _work(n.dtype)), "var")
+    seeds = []
+    for inp, c in rule(g, n, u):
+        t = tan.get(inp.index)
+        if c is not None and t is not None:
+            seeds.append((_fit(g, c, inp), t))
+    if not seeds:
+        return None
+    t = backward(g, seeds, [u])[0]
+    return None if t is None else ops.cast(g, t, n.dtype)
+
+
+def _custom_tangents(g: Graph, rule: "CustomRule", tan: dict) -> dict:
+    """A custom rule's outputs' tangents: its pullback transposed."""
+    us = [mark(g, _zeros(g, o.shape, o.dtype), "var") for o in rule.outputs]
+    seeds = []
+    for inp, c in zip(rule.inputs, rule.pullback(us)):
+        t = tan.get(inp.index)
+        if c is not None and t is not None:
+            seeds.append((_fit(g, c, inp), t))
+    found = backward(g, seeds, us) if seeds else [None] * len(us)
+    return {o.index: t for o, t in zip(rule.outputs, found) if t is not None}
+
+
 def _op_name(n: Node) -> str:
     if n.op is Op.LINALG:
         return f"np.linalg.{n.attrs['fn']}"

@@ -7,10 +7,10 @@ user's function on marked variables and then builds the backward pass into the s
 together, every later call replays one program.  Inside another traced function (an Adam step
 that calls `fl.value_and_grad`, a step of `fl.iterate`) the body runs directly in that trace.
 
-Forward mode (`jvp`) is the transpose of reverse mode: J t is the gradient, with respect to a
-cotangent variable u, of <J^T u, t>.  The backward pass is linear in u and built of ops that
-have rules, so this costs one more backward pass over the backward graph, and dead code
-(J^T u itself) is never computed.
+Forward mode (`jvp`) walks the graph in creation order (adjoint.forward): each op's tangent
+is its adjoint rule transposed on the spot, and a loop's tangent is a loop that carries the
+values and their tangents, so forward mode reaches through fl.iterate, backward loops
+included (Hessian-vector products of a loop's loss).
 """
 from __future__ import annotations
 
@@ -255,21 +255,13 @@ def _traced_jvp(fn, primals, tangents, has_aux, fname):
     out_leaves, out_tree = pytree.flatten(value)
     out_nodes = [_value_node(o, fname, "each result") for o in out_leaves]
     variables.write_back()
-    # J t as the gradient of <J^T u, t> with respect to the cotangent variable u
-    us = [adjoint.mark(g, ops.broadcast_to(g, ops.literal(g, 0, n.dtype), n.shape), "var")
-          if adjoint.differentiable(n.dtype) else None for n in out_nodes]
-    jtu = adjoint.backward(g, [(n, u) for n, u in zip(out_nodes, us) if u is not None],
-                           variables.nodes)
-    seeds = [(c, t) for c, t in zip(jtu, t_nodes) if c is not None]
-    jt = adjoint.backward(g, seeds, [u for u in us if u is not None]) if seeds else []
-    it = iter(jt)
+    jt = adjoint.forward(g, {v.index: t for v, t in zip(variables.nodes, t_nodes)}, out_nodes)
     tangent_leaves = []
-    for n, u in zip(out_nodes, us):
-        c = next(it, None) if u is not None else None
+    for n, c in zip(out_nodes, jt):
         if c is None:
             zero_dt = n.dtype if adjoint.differentiable(n.dtype) else np.dtype(np.float64)
             c = ops.broadcast_to(g, ops.literal(g, 0, zero_dt), n.shape)
-        tangent_leaves.append(new_tracer(ops.cast(g, c, c.dtype), None, n.ndim == 0))
+        tangent_leaves.append(new_tracer(c, None, n.ndim == 0))
     return value, aux, out_tree.unflatten(tangent_leaves)
 
 

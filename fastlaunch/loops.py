@@ -178,9 +178,10 @@ def loop_adjoint(g: Graph, outs: list, cts: list) -> dict:
         else:
             raise TracingError("a loop's checkpoints have no gradient")
     if any(nd.op is Op.ITER for nd in body.live_nodes()):
-        raise TracingError("forward mode (fl.jvp) and gradients of gradients through "
-                           "fl.iterate are not supported yet: differentiate the loop once, in "
-                           "reverse mode (fl.grad, fl.value_and_grad, fl.vjp)")
+        raise TracingError("a gradient of a gradient through fl.iterate is not supported yet "
+                           "(the backward loops read their iteration number): differentiate "
+                           "the loop once in reverse mode, or take a Hessian-vector product "
+                           "in forward mode, fl.jvp(fl.grad(f), ...)")
     diff_c = [c for c in range(k) if adjoint.differentiable(inits[c].dtype)]
     diff_i = [j for j in range(len(invs)) if adjoint.differentiable(invs[j].dtype)]
     for c in diff_c:
@@ -415,4 +416,51 @@ def _backward_segments(g, loop, vjp, ckpts, ct_final, ct_rows, seg, nseg, count,
     return found
 
 
+def loop_tangent(g: Graph, loop: Node, tan: dict) -> dict:
+    """Forward mode through a loop: {loop_out index: tangent} for its results, from the
+    tangents `tan` of its operands.  The tangent loop carries each value and its tangent; its
+    body is the body and the body's own forward-mode tangents (adjoint.forward)."""
+    a = loop.attrs
+    body: Graph = a["body"]
+    k, nrec = a["ncarry"], a["ncollect"]
+    inits, invs = loop.inputs[:k], loop.inputs[k:]
+    dc = [c for c in range(k) if adjoint.differentiable(inits[c].dtype)]
+    B = _Builder(g, [(x.dtype, x.shape) for x in inits] + [(inits[c].dtype, inits[c].shape)
+                                                           for c in dc])
+    bg = B.g
+    inv_leaves = [B.imp(v) for v in invs]
+    seeds = {B.carried[c].index: B.carried[k + i] for i, c in enumerate(dc)}
+    for j, v in enumerate(invs):
+        if v.index in tan:
+            seeds[inv_leaves[j].index] = B.imp(tan[v.index])
+    outs = inline(bg, body, list(B.carried[:k]) + inv_leaves)
+    touts = adjoint.forward(bg, seeds, outs)
+
+    def zero_like(x):
+        return adjoint._zeros(bg, x.shape, x.dtype)
+    new = list(outs[:k]) + [ops.cast(bg, touts[c], outs[c].dtype) if touts[c] is not None
+                            else zero_like(outs[c]) for c in dc]
+    dr = [r for r in range(nrec) if adjoint.differentiable(outs[k + r].dtype)]
+    collected = list(outs[k:k + nrec]) + [
+        ops.cast(bg, touts[k + r], outs[k + r].dtype) if touts[k + r] is not None
+        else zero_like(outs[k + r]) for r in dr]
+    flag = outs[k + nrec] if a["until"] else None
+    firsts = list(inits) + [tan[inits[c].index] if inits[c].index in tan else
+                            adjoint._zeros(g, inits[c].shape, inits[c].dtype) for c in dc]
+    tl = make_loop(g, B.finish(new, collected, flag), firsts, a["n"], a.get("checkpoints"))
+    found = {}
+    for n in g.nodes[loop.index + 1:]:
+        if n.op is not Op.LOOP_OUT or n.inputs[0] is not loop:
+            continue
+        what = n.attrs["what"]
+        if what[0] == "carry" and what[1] in dc:
+            found[n.index] = carry_out(g, tl, k + dc.index(what[1]))
+        elif what[0] == "collect" and what[1] in dr:
+            found[n.index] = collect_out(g, tl, nrec + dr.index(what[1]), what[2])
+        elif what[0] == "checkpoint" and what[1] in dc:
+            found[n.index] = checkpoint_out(g, tl, k + dc.index(what[1]), what[2])
+    return found
+
+
 adjoint.LOOP_RULE = loop_adjoint
+adjoint.LOOP_TANGENT = loop_tangent

@@ -174,10 +174,34 @@ def test_a_differentiated_loop_on_devsim():
         np.testing.assert_allclose(a, b, rtol=1e-13)
 
 
-def test_forward_mode_through_a_loop_is_refused_clearly():
-    # jvp is the transpose of the backward pass, whose loops would have to be differentiated
-    # again: not supported yet, and said so
+def test_jvp_through_a_loop():
     target = np.zeros(12)
     u0 = np.cos(np.linspace(0, 2, 12))
-    with pytest.raises(fl.TracingError, match=r"forward mode \(fl.jvp\).*not supported yet"):
-        fl.jvp(heat_fl(15, target), (u0, 0.2), (np.ones(12), 0.0))
+    t = RNG.standard_normal(12)
+    value, tangent = fl.jvp(heat_fl(15, target), (u0, 0.2), (t, 0.5))
+    ref = heat_numpy
+    eps = 1e-6
+    fd = (ref(u0 + eps * t, 0.2 + eps * 0.5, 15, target) -
+          ref(u0 - eps * t, 0.2 - eps * 0.5, 15, target)) / (2 * eps)
+    assert value == pytest.approx(ref(u0, 0.2, 15, target), rel=1e-13)
+    assert tangent == pytest.approx(fd, rel=1e-6)
+
+
+def test_hessian_vector_product_through_a_loop():
+    # forward mode over the gradient: through the checkpointed backward loops
+    target = np.zeros(12)
+    u0 = np.cos(np.linspace(0, 2, 12))
+    v = RNG.standard_normal(12)
+    loss = heat_fl(30, target)
+    hv = fl.jvp(fl.grad(loss), (u0, 0.2), (v, 0.0))[1]
+    g = fl.grad(loss)
+    eps = 1e-5
+    fd = (g(u0 + eps * v, 0.2) - g(u0 - eps * v, 0.2)) / (2 * eps)
+    np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-9)
+
+
+def test_a_gradient_of_a_gradient_through_a_loop_is_refused_clearly():
+    target = np.zeros(12)
+    u0 = np.cos(np.linspace(0, 2, 12))
+    with pytest.raises(fl.TracingError, match="gradient of a gradient through fl.iterate"):
+        fl.grad(lambda a: np.sum(fl.grad(heat_fl(5, target))(a, 0.2)))(u0)
