@@ -441,10 +441,13 @@ cdef bint _is_flat(bytes sig):
 cdef extern from *:
     """
     #include <stdint.h>
+    #include "csrc/runtime.h"
     /* The key of one call's random numbers: splitmix64 of the seed and a call counter taken
-       atomically (concurrent calls of one executable get distinct keys). */
+       atomically (concurrent calls of one executable get distinct keys); the seed salted in
+       a forked child, which inherits both (runtime.h: fl_rng_salt). */
     static inline uint64_t fl_rng_key(uint64_t seed, uint64_t *calls) {
-        uint64_t z = seed + __atomic_fetch_add(calls, 1, __ATOMIC_RELAXED) * 0x9E3779B97F4A7C15ULL;
+        uint64_t z = (seed ^ fl_rng_salt())
+                     + __atomic_fetch_add(calls, 1, __ATOMIC_RELAXED) * 0x9E3779B97F4A7C15ULL;
         z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
         z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
         return z ^ (z >> 31);

@@ -12,8 +12,9 @@ names cuda.h gives them; cydriver would add a runtime dependency whose missing-d
 raises Python exceptions from inside the nogil interpreter, and whose declarations change
 with its major version.
 
-One program run: make the primary context current, then every instruction in order on one
-stream inside one `with nogil:` (the caller's): ALLOC/FREE are stream-ordered
+One program run: make the primary context current (the calling thread's own context is made
+current again afterwards, as by every entry point here: `InContext`), then every instruction
+in order on one stream inside one `with nogil:` (the caller's): ALLOC/FREE are stream-ordered
 (cuMemAllocAsync/cuMemFreeAsync from the device's pool, kept between calls), TO_DEVICE/TO_HOST
 are async copies, LAUNCH is cuLaunchKernel with kernelParams pointing at the argument words
 BIND packed, CHECK copies the status word back and synchronises, and the run ends with one
@@ -47,7 +48,13 @@ cdef extern from "csrc/cuda_driver.h" nogil:
     const char *fl_cu_error_string(int code)
     int fl_cu_device_info(int *major, int *minor, int *multiprocessors, int *driver_version,
                           char *name, int namelen)
-    int fl_cu_current()
+    int fl_cu_enter(void **saved)
+    int fl_cu_leave(void *saved)
+    int fl_cu_device_ordinal()
+    int fl_cu_pointer_device(uint64_t dptr, int *ordinal)
+    int fl_cu_func_max_threads(void *function, int *max_threads)
+    int fl_cu_stream_wait(uint64_t waiter, uint64_t signaller)
+    int fl_cu_ctx_sync()
     int fl_cu_mem_alloc(uint64_t *dptr, size_t nbytes)
     int fl_cu_mem_free(uint64_t dptr)
     int fl_cu_alloc_async(uint64_t *dptr, size_t nbytes)
@@ -57,7 +64,6 @@ cdef extern from "csrc/cuda_driver.h" nogil:
     int fl_cu_dtod(uint64_t dst, uint64_t src, size_t nbytes)
     int fl_cu_zero(uint64_t dst, size_t nbytes)
     int fl_cu_sync()
-    int fl_cu_stream_sync(uint64_t stream)
     int fl_cu_host_alloc(void **ptr, size_t nbytes)
     int fl_cu_host_free(void *ptr)
     int fl_cu_mem_info(size_t *free_bytes, size_t *total_bytes)
@@ -78,6 +84,7 @@ cdef extern from "<pthread.h>" nogil:
 DEF MAX_PARAMS = 512            # cuda_schedule.MAX_PARAMS
 DEF KDL_CUDA = 2                # DLPack's device type of CUDA memory
 DEF CUDA_ERROR_OUT_OF_MEMORY = 2
+DEF CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES = 701
 # RunState.backend_code of a program linked without a usable driver (not a CUresult)
 DEF UNAVAILABLE = -1000
 
@@ -136,10 +143,29 @@ def memory_stats():
 def synchronize():
     cdef int code
     require_driver()
-    check(fl_cu_current(), "cuCtxSetCurrent")
-    with nogil:
-        code = fl_cu_sync()
+    with InContext():
+        with nogil:
+            code = fl_cu_sync()
     check(code, "cuStreamSynchronize")
+
+
+cdef class InContext:
+    """`with InContext():` fastlaunch's context is current inside, and the calling thread's
+    own (another library's, another device's, or none) again after: no entry point leaves
+    the caller's context changed."""
+    cdef void *saved
+    cdef bint entered
+
+    def __enter__(self):
+        check(fl_cu_enter(&self.saved), "cuCtxSetCurrent")
+        self.entered = True
+        return self
+
+    def __exit__(self, *exc):
+        if self.entered:
+            self.entered = False
+            fl_cu_leave(self.saved)
+        return False
 
 
 cdef class DeviceBuffer:
@@ -149,16 +175,21 @@ cdef class DeviceBuffer:
 
     def __cinit__(self, Py_ssize_t nbytes):
         require_driver()
-        check(fl_cu_current(), "cuCtxSetCurrent")
-        check(fl_cu_mem_alloc(&self.address, max(nbytes, 1)), f"cuMemAlloc of {nbytes} bytes")
+        with InContext():
+            check(fl_cu_mem_alloc(&self.address, max(nbytes, 1)),
+                  f"cuMemAlloc of {nbytes} bytes")
         self.nbytes = nbytes
         fl_cu_count(max(nbytes, 1))
 
     def __dealloc__(self):
+        cdef void *saved
+        cdef bint entered
         if self.address and fl_cu_ready():
-            fl_cu_current()
+            entered = fl_cu_enter(&saved) == 0
             fl_cu_mem_free(self.address)
             fl_cu_count(-max(self.nbytes, 1))
+            if entered:
+                fl_cu_leave(saved)
 
     @staticmethod
     def from_array(arr):
@@ -175,11 +206,11 @@ cdef class DeviceBuffer:
         if n > <size_t>self.nbytes:
             raise ValueError(f"{n} bytes do not fit a device buffer of {self.nbytes}")
         if n:
-            check(fl_cu_current(), "cuCtxSetCurrent")
-            with nogil:
-                code = fl_cu_htod(self.address, cnp.PyArray_DATA(a), n)
-                if code == 0:
-                    code = fl_cu_sync()
+            with InContext():
+                with nogil:
+                    code = fl_cu_htod(self.address, cnp.PyArray_DATA(a), n)
+                    if code == 0:
+                        code = fl_cu_sync()
             check(code, "copying to the device")
 
     def read(self, dtype, shape):
@@ -191,11 +222,11 @@ cdef class DeviceBuffer:
         if n > <size_t>self.nbytes:
             raise ValueError(f"{n} bytes are more than the buffer's {self.nbytes}")
         if n:
-            check(fl_cu_current(), "cuCtxSetCurrent")
-            with nogil:
-                code = fl_cu_dtoh(cnp.PyArray_DATA(a), self.address, n)
-                if code == 0:
-                    code = fl_cu_sync()
+            with InContext():
+                with nogil:
+                    code = fl_cu_dtoh(cnp.PyArray_DATA(a), self.address, n)
+                    if code == 0:
+                        code = fl_cu_sync()
             check(code, "copying to the host")
         return out
 
@@ -205,41 +236,81 @@ def read(int64_t address, Py_ssize_t nbytes):
     cdef cnp.ndarray out = np.empty(nbytes, np.uint8)
     cdef int code = 0
     require_driver()
-    check(fl_cu_current(), "cuCtxSetCurrent")
     if nbytes:
-        with nogil:
-            code = fl_cu_dtoh(cnp.PyArray_DATA(out), <uint64_t>address, nbytes)
-            if code == 0:
-                code = fl_cu_sync()
+        with InContext():
+            with nogil:
+                code = fl_cu_dtoh(cnp.PyArray_DATA(out), <uint64_t>address, nbytes)
+                if code == 0:
+                    code = fl_cu_sync()
     check(code, "copying to the host")
     return out
 
 
+DEF MAX_CONSUMERS = 8
+
+
 cdef class DeviceMemory:
     """A stream-ordered device allocation behind DeviceArrays (results, to_device): freed on
-    fastlaunch's stream when the last array using it goes."""
+    fastlaunch's stream when the last array using it goes, after the work of every stream it
+    was exported to with DLPack (`__dlpack__(stream=...)`) enqueued until then."""
     cdef readonly uint64_t address
     cdef readonly Py_ssize_t nbytes
+    cdef uint64_t consumers[MAX_CONSUMERS]     # streams the memory was exported to
+    cdef int nconsumers                       # MAX_CONSUMERS + 1: more than that
 
     def __init__(self, Py_ssize_t nbytes):
         require_driver()
-        check(fl_cu_current(), "cuCtxSetCurrent")
-        _allocate(self, nbytes)
+        with InContext():
+            _allocate(self, nbytes)
 
     def __dealloc__(self):
+        cdef void *saved
+        cdef bint entered
+        cdef int i
         if self.address and fl_cu_ready():
-            fl_cu_current()
+            entered = fl_cu_enter(&saved) == 0
+            if self.nconsumers > MAX_CONSUMERS:
+                fl_cu_ctx_sync()
+            for i in range(min(self.nconsumers, MAX_CONSUMERS)):
+                fl_cu_stream_wait(0, self.consumers[i])
             fl_cu_free_async(self.address)
             fl_cu_count(-max(self.nbytes, 1))
+            if entered:
+                fl_cu_leave(saved)
 
     def read(self, int64_t address, Py_ssize_t nbytes):
         return read(address, nbytes)
 
     def dlpack(self, DeviceArray arr, stream):
-        return _dlpack_capsule(arr)
+        cdef uint64_t s = _consumer_stream(stream)
+        cdef int i
+        if s:
+            for i in range(min(self.nconsumers, MAX_CONSUMERS)):
+                if self.consumers[i] == s:
+                    break
+            else:
+                if self.nconsumers < MAX_CONSUMERS:
+                    self.consumers[self.nconsumers] = s
+                self.nconsumers = min(self.nconsumers + 1, MAX_CONSUMERS + 1)
+        return _dlpack_capsule(arr, fl_cu_device_ordinal(), s)
 
     def dlpack_device(self):
-        return (KDL_CUDA, 0)
+        return (KDL_CUDA, fl_cu_device_ordinal())
+
+
+cdef uint64_t _consumer_stream(stream) except? 0:
+    """The CUDA stream a DLPack consumer names (the array API's rules): None is the legacy
+    default stream (1), -1 asks for no synchronisation (0 here), 0 is refused."""
+    if stream is None:
+        return 1
+    if isinstance(stream, bool) or not isinstance(stream, int):
+        raise TypeError(f"__dlpack__: stream must be an int or None, got {stream!r:.60}")
+    if stream == -1:
+        return 0
+    if stream == 0 or stream < -1 or stream >= 2**64:
+        raise ValueError(f"__dlpack__: stream {stream} is not a CUDA stream (0 is ambiguous "
+                         f"and refused: 1 is the legacy default stream, 2 the per-thread one)")
+    return <uint64_t>stream
 
 
 cdef int _allocate(DeviceMemory mem, Py_ssize_t nbytes) except -1:
@@ -253,20 +324,24 @@ cdef int _allocate(DeviceMemory mem, Py_ssize_t nbytes) except -1:
 
 
 cdef class ForeignMemory:
-    """Another library's CUDA array that a DeviceArray views (kept alive by it)."""
+    """Another library's CUDA array that a DeviceArray views (kept alive by it), on device
+    `device`."""
     cdef readonly object owner
+    cdef readonly int device
 
-    def __init__(self, owner):
+    def __init__(self, owner, int device=0):
         self.owner = owner
+        self.device = device
 
     def read(self, int64_t address, Py_ssize_t nbytes):
         return read(address, nbytes)
 
     def dlpack(self, DeviceArray arr, stream):
-        return _dlpack_capsule(arr)
+        # the memory is its owner's to free: only our own work on it is ordered
+        return _dlpack_capsule(arr, self.device, _consumer_stream(stream))
 
     def dlpack_device(self):
-        return (KDL_CUDA, 0)
+        return (KDL_CUDA, self.device)
 
 
 def to_device(arr):
@@ -276,17 +351,21 @@ def to_device(arr):
     cdef int code = 0
     cdef size_t n = a.nbytes
     if n:
-        with nogil:
-            code = fl_cu_htod(mem.address, cnp.PyArray_DATA(a), n)
-            if code == 0:
-                code = fl_cu_sync()
+        with InContext():
+            with nogil:
+                code = fl_cu_htod(mem.address, cnp.PyArray_DATA(a), n)
+                if code == 0:
+                    code = fl_cu_sync()
         check(code, "copying to the device")
     return DeviceArray(mem.address, (<object>a).shape, a.dtype, "cuda", mem)
 
 
 def from_cuda_array(obj):
     """A DeviceArray viewing obj's memory through its __cuda_array_interface__ (no copy).
-    Work pending on the stream it names is waited for first."""
+    Its memory must be on fastlaunch's device (the pointer's attributes say which).  The
+    work pending on the stream it names comes first: fastlaunch's stream waits for it by an
+    event (v3 of the interface), without waiting on the host."""
+    cdef int ordinal = -1, code
     cai = obj.__cuda_array_interface__
     ptr, readonly = cai["data"]
     dtype = np.dtype(cai["typestr"])
@@ -294,11 +373,20 @@ def from_cuda_array(obj):
         raise ValueError("masked CUDA arrays are not supported")
     stream = cai.get("stream")
     require_driver()
-    if stream:
-        check(fl_cu_current(), "cuCtxSetCurrent")
-        check(fl_cu_stream_sync(<uint64_t>stream), "synchronising the array's stream")
+    with InContext():
+        if ptr:
+            code = fl_cu_pointer_device(<uint64_t>ptr, &ordinal)
+            if code != 0:
+                raise ValueError(f"the array's pointer {ptr:#x} is not CUDA memory the driver "
+                                 f"knows ({error_name(code)})")
+            if ordinal != fl_cu_device_ordinal():
+                raise ValueError(f"the array is on CUDA device {ordinal}; fastlaunch runs on "
+                                 f"device {fl_cu_device_ordinal()}")
+        if stream:
+            check(fl_cu_stream_wait(0, <uint64_t>stream), "ordering after the array's stream")
     return DeviceArray(ptr or 0, cai["shape"], dtype.newbyteorder("=") if dtype.isnative else dtype,
-                       "cuda", ForeignMemory(obj), cai.get("strides"), not readonly)
+                       "cuda", ForeignMemory(obj, fl_cu_device_ordinal()), cai.get("strides"),
+                       not readonly)
 
 
 # ---- DLPack export (the unversioned DLManagedTensor ABI) -------------------------------------
@@ -336,7 +424,7 @@ cdef extern from *:
         void *manager_ctx
         void (*deleter)(fl_DLManagedTensor *) noexcept
 
-cdef dict _DL_CODES = {"i": 0, "u": 1, "f": 2, "b": 6}
+cdef dict _DL_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}    # kDLInt ... kDLBool
 
 
 cdef void _dl_deleter(fl_DLManagedTensor *t) noexcept with gil:
@@ -350,17 +438,26 @@ cdef void _dl_capsule_destructor(PyObject *capsule) noexcept with gil:
         _dl_deleter(<fl_DLManagedTensor *>PyCapsule_GetPointer(<object>capsule, b"dltensor"))
 
 
-cdef object _dlpack_capsule(DeviceArray arr):
+cdef object _dlpack_capsule(DeviceArray arr, int device, uint64_t consumer):
+    """The DLPack capsule of arr on `device`; the consumer's stream (0: none) waits, by an
+    event, for the work fastlaunch's stream holds (the producer's side of the contract)."""
     cdef Py_ssize_t nd = len(arr.shape), d
-    cdef fl_DLManagedTensor *t = <fl_DLManagedTensor *>malloc(
+    cdef fl_DLManagedTensor *t
+    code = _DL_CODES.get(arr.dtype.kind)
+    if code is None:
+        raise BufferError(f"a {arr.dtype} DeviceArray has no DLPack type")
+    if consumer:
+        with InContext():
+            check(fl_cu_stream_wait(consumer, 0), "ordering the consumer's stream")
+    t = <fl_DLManagedTensor *>malloc(
         sizeof(fl_DLManagedTensor) + 2 * max(nd, 1) * sizeof(int64_t))
     if t == NULL:
         raise MemoryError()
     t.dl_tensor.data = <void *><intptr_t>arr.ptr
     t.dl_tensor.device.device_type = KDL_CUDA
-    t.dl_tensor.device.device_id = 0
+    t.dl_tensor.device.device_id = device
     t.dl_tensor.ndim = <int32_t>nd
-    t.dl_tensor.dtype.code = _DL_CODES[arr.dtype.kind]
+    t.dl_tensor.dtype.code = <uint8_t>code
     t.dl_tensor.dtype.bits = 8 * arr.dtype.itemsize
     t.dl_tensor.dtype.lanes = 1
     t.dl_tensor.shape = <int64_t *>(<char *>t + sizeof(fl_DLManagedTensor))
@@ -393,9 +490,9 @@ def load_kernel(str name, bytes image):
     if hit is not None:
         return hit[1]
     require_driver()
-    check(fl_cu_current(), "cuCtxSetCurrent")
-    with nogil:
-        code = fl_cu_module_load(img, ent, &module, &function, log, sizeof(log))
+    with InContext():
+        with nogil:
+            code = fl_cu_module_load(img, ent, &module, &function, log, sizeof(log))
     if code != 0:
         text = (<bytes>log).decode("utf-8", "replace").strip()
         check(code, f"loading kernel {name}" + (f" (JIT log: {text})" if text else ""))
@@ -468,6 +565,9 @@ cdef class CUDAExecutable(Executable):
         for i, s in enumerate(layout.program.slots):
             self.slot_bytes[i] = s.nbytes
         program = layout.program
+        if unavailable is None:
+            with InContext():
+                self._check_blocks(layout.program)
         self.device_outputs = None
         if any(program.slots[slot].space != SPACE_HOST for slot, _, _ in program.outputs):
             self.device_outputs = [
@@ -477,35 +577,58 @@ cdef class CUDAExecutable(Executable):
         if unavailable is None and self.status_slot >= 0:
             # one status word per executable, zero between calls; calls of one executable
             # take turns (they share one stream anyway)
-            code = fl_cu_current()          # this thread may not have the context yet
-            if code == 0:
+            with InContext():
                 code = fl_cu_mem_alloc(&self.status_dev, 8)
-            if code == 0:
-                fl_cu_count(8)
-                code = fl_cu_zero(self.status_dev, 8)
-            if code == 0:
-                code = fl_cu_sync()
-            if code == 0:
-                code = fl_cu_host_alloc(<void **>&self.status_host, 8)
+                if code == 0:
+                    fl_cu_count(8)
+                    code = fl_cu_zero(self.status_dev, 8)
+                if code == 0:
+                    code = fl_cu_sync()
+                if code == 0:
+                    code = fl_cu_host_alloc(<void **>&self.status_host, 8)
             check(code, "allocating the status word")
         if unavailable is None and any(op == BREAK_IF for _, op, _ in
                                        program.instructions()):
-            code = fl_cu_current()
-            if code == 0:
+            with InContext():
                 code = fl_cu_host_alloc(<void **>&self.flag_host, 8)
             check(code, "allocating the loop flag")
         pthread_mutex_init(&self.lock, NULL)
         self.lock_made = True
 
+    cdef int _check_blocks(self, program) except -1:
+        """Each kernel's block against what its compiled code allows (its registers per
+        thread): a launch above it would fail at every call with
+        CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES; refused here, at load time, naming the kernel."""
+        cdef Py_ssize_t i
+        cdef int most = 0, code
+        for i in range(self.nkernels):
+            code = fl_cu_func_max_threads(self.functions[i], &most)
+            check(code, f"reading kernel {i}'s launch limit (cuFuncGetAttribute)")
+            if self.block[i] > <unsigned>most:
+                k = program.kernels[i] if i < len(program.kernels) else None
+                name = f"{k.label} ({k.name})" if k is not None else str(i)
+                raise CUDAError(
+                    f"fastlaunch: kernel {name} is launched with {self.block[i]} threads per "
+                    f"block, but its compiled code allows at most {most} on this device (its "
+                    f"registers per thread); the CUDA backend cannot run this program here",
+                    CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")
+        return 0
+
     def __dealloc__(self):
-        if self.status_dev and fl_cu_ready():
-            fl_cu_current()
-            fl_cu_mem_free(self.status_dev)
-            fl_cu_count(-8)
-        if self.status_host != NULL and fl_cu_ready():
-            fl_cu_host_free(self.status_host)
-        if self.flag_host != NULL and fl_cu_ready():
-            fl_cu_host_free(self.flag_host)
+        cdef void *saved
+        cdef bint entered
+        if fl_cu_ready() and (self.status_dev or self.status_host != NULL
+                              or self.flag_host != NULL):
+            entered = fl_cu_enter(&saved) == 0
+            if self.status_dev:
+                fl_cu_mem_free(self.status_dev)
+                fl_cu_count(-8)
+            if self.status_host != NULL:
+                fl_cu_host_free(self.status_host)
+            if self.flag_host != NULL:
+                fl_cu_host_free(self.flag_host)
+            if entered:
+                fl_cu_leave(saved)
         free(self.functions)
         free(self.grid)
         free(self.block)
@@ -519,9 +642,15 @@ cdef class CUDAExecutable(Executable):
         return self.unavailable is None
 
     cdef int execute(self, int64_t *slots, int64_t *argwords, RunState *state) except -1 nogil:
-        cdef int status
+        cdef int status, code
+        cdef void *saved
         if not self.ready:
             state.backend_code = UNAVAILABLE
+            return STATUS_BACKEND_ERROR
+        code = fl_cu_enter(&saved)
+        if code != 0:
+            state.pc = -1
+            state.backend_code = code
             return STATUS_BACKEND_ERROR
         pthread_mutex_lock(&self.lock)
         status = self.run(slots, argwords, state)
@@ -530,6 +659,7 @@ cdef class CUDAExecutable(Executable):
             if fl_cu_zero(self.status_dev, 8) == 0:
                 fl_cu_sync()
         pthread_mutex_unlock(&self.lock)
+        fl_cu_leave(saved)
         return status
 
     cdef int run(self, int64_t *slots, int64_t *argwords, RunState *state) noexcept nogil:
@@ -542,10 +672,6 @@ cdef class CUDAExecutable(Executable):
         cdef int64_t *words
         cdef void *params[MAX_PARAMS]
         cdef const int64_t *c = self.code
-        code = fl_cu_current()
-        if code != 0:
-            state.backend_code = code
-            return STATUS_BACKEND_ERROR
         if self.status_slot >= 0:
             slots[self.status_slot] = <int64_t>self.status_dev
         while pc < self.ncode:
@@ -651,14 +777,14 @@ cdef class CUDAExecutable(Executable):
         if self.device_outputs is None or not self.ready:
             return Executable.bind_outputs(self, outs, slots)
         cdef DeviceMemory mem
-        fl_cu_current()
-        for i, (like, nbytes) in enumerate(self.device_outputs):
-            mem = DeviceMemory.__new__(DeviceMemory)
-            _allocate(mem, nbytes)
-            arr = device_array_like(like, <int64_t>mem.address, mem)
-            slots[self.out_slots[i]] = <int64_t>mem.address
-            Py_INCREF(arr)
-            outs[i] = <PyObject *>arr
+        with InContext():
+            for i, (like, nbytes) in enumerate(self.device_outputs):
+                mem = DeviceMemory.__new__(DeviceMemory)
+                _allocate(mem, nbytes)
+                arr = device_array_like(like, <int64_t>mem.address, mem)
+                slots[self.out_slots[i]] = <int64_t>mem.address
+                Py_INCREF(arr)
+                outs[i] = <PyObject *>arr
         return 0
 
     cdef int release(self, int64_t *slots) except -1:
@@ -666,10 +792,11 @@ cdef class CUDAExecutable(Executable):
         so the memory is back in the pool when the error is raised)."""
         cdef Py_ssize_t i
         cdef int64_t s
-        cdef bint freed = False
+        cdef bint freed = False, entered
+        cdef void *saved
         if not self.ready:
             return 0
-        fl_cu_current()
+        entered = fl_cu_enter(&saved) == 0
         for i in range(self.ntemps):
             s = self.temp_slots[i]
             if slots[s] != 0:
@@ -680,16 +807,20 @@ cdef class CUDAExecutable(Executable):
         if freed:
             with nogil:
                 fl_cu_sync()
+        if entered:
+            fl_cu_leave(saved)
         return 0
 
     cdef int64_t read_status(self, int64_t *slots) except? -1:
         cdef int64_t word = 0
+        cdef void *saved
         if not self.ready or self.status_slot < 0:
             return 0
-        fl_cu_current()
         with nogil:
-            if fl_cu_dtoh(self.status_host, self.status_dev, 8) == 0 and fl_cu_sync() == 0:
-                word = self.status_host[0]
+            if fl_cu_enter(&saved) == 0:
+                if fl_cu_dtoh(self.status_host, self.status_dev, 8) == 0 and fl_cu_sync() == 0:
+                    word = self.status_host[0]
+                fl_cu_leave(saved)
         return word
 
     cdef object error(self, int status, RunState *state, int64_t *slots):
@@ -727,6 +858,11 @@ def launch_floor(CUDAExecutable exe, int iters, double scalar=0.0):
     every slot bound once to device memory (arguments and results too), the argument words
     packed once, then `iters` times: one cuLaunchKernel per LAUNCH and one stream
     synchronisation.  The floor a replay of the same kernels cannot beat."""
+    with InContext():
+        return _launch_floor(exe, iters, scalar)
+
+
+def _launch_floor(CUDAExecutable exe, int iters, double scalar):
     cdef Py_ssize_t pc = 0, k, i, j, nl = 0
     cdef int64_t op
     cdef int code = 0
@@ -739,7 +875,6 @@ def launch_floor(CUDAExecutable exe, int iters, double scalar=0.0):
     if not exe.ready:
         raise BackendUnavailableError(f"fastlaunch: backend 'cuda' cannot run here: "
                                       f"{exe.unavailable}")
-    check(fl_cu_current(), "cuCtxSetCurrent")
     program = exe.program
     buffers = []
     slots = <int64_t *>malloc(max(1, exe.nslots) * sizeof(int64_t))
@@ -797,11 +932,15 @@ def launch_floor(CUDAExecutable exe, int iters, double scalar=0.0):
 
 def copy_bandwidth(Py_ssize_t nbytes, int iters):
     """Bytes per second of cuMemcpyDtoDAsync (read + write counted: 2 * nbytes per copy)."""
+    with InContext():
+        return _copy_bandwidth(nbytes, iters)
+
+
+def _copy_bandwidth(Py_ssize_t nbytes, int iters):
     cdef DeviceBuffer a = DeviceBuffer(nbytes)
     cdef DeviceBuffer b = DeviceBuffer(nbytes)
     cdef int code = 0, j
     cdef double t0, t1
-    check(fl_cu_current(), "cuCtxSetCurrent")
     with nogil:
         code = fl_cu_dtod(b.address, a.address, nbytes)
         if code == 0:

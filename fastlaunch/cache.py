@@ -29,8 +29,9 @@ import hmac
 import os
 import stat
 import struct
-import threading
 import warnings
+
+from . import forking
 
 MAGIC = b"FLKOBJ\x00\x01"
 FORMAT_VERSION = 2
@@ -183,7 +184,7 @@ class DiskCache:
         self._dir_fd: int | None = None
         self._mac_key: bytes | None = None
         self._uid = os.geteuid() if hasattr(os, "geteuid") else -1
-        self._lock = threading.RLock()
+        self._lock = forking.lock(forking.INNER)
         self.refused: str | None = None     # why the folder is not used (trust rules)
         self.hits = self.misses = self.writes = self.rejected = 0
 

@@ -9,12 +9,11 @@ or it meets one in an operation that writes it.  From then on it is *promoted*: 
 are a traced buffer, and every use of it (indexing, ufuncs, NumPy functions, methods) goes to
 that tracer.  Views made by indexing before the promotion follow their base.
 
-The creation functions are replaced in the `numpy` module only while some thread traces
-(reference counted), and the replacements check a thread-local flag: other threads calling
-NumPy meanwhile get NumPy's own results.  Names imported directly (`from numpy import
-zeros`) are replaced the same way in the traced function's own module (its globals); in other
-modules (a helper imported from elsewhere) such a name is not intercepted: its arrays stay
-plain constants.
+The creation functions are replaced for tracing threads only, while some thread traces
+(interception.py): other threads calling NumPy meanwhile see NumPy itself.  Names imported
+directly (`from numpy import zeros`) are replaced in the traced function's own module (its
+globals) by stand-ins that call NumPy's in other threads; in other modules (a helper imported
+from elsewhere) such a name is not intercepted: its arrays stay plain constants.
 """
 from __future__ import annotations
 

@@ -23,12 +23,12 @@ and putting the results together; the loop itself is record.py's and the interpr
 """
 from __future__ import annotations
 
-import threading
+import math
 import weakref
 
 import numpy as np
 
-from . import _core, bytecode
+from . import _core, bytecode, forking
 from ._launch import ResultKind
 from .backends.base import CallLayout
 from .fuse import Plan
@@ -91,7 +91,7 @@ def iterate(step, n, *args, carry=(), collect=True, until=None, inplace=False,
 # the one made for an equal lambda: same code, same captured values)
 _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _PLAIN: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # plain function -> Compiled
-_CACHE_LOCK = threading.Lock()
+_CACHE_LOCK = forking.lock(forking.TABLE)
 MAX_CACHED = 64
 
 
@@ -214,7 +214,7 @@ class Iterated:
         self.until = until
         self.inplace = bool(inplace)
         self._entries: dict = {}         # signature bytes -> [_LoopEntry]
-        self._lock = threading.RLock()
+        self._lock = forking.trace_lock()
         self.__name__ = f"iterate({self.step.__name__}, {self.n})"
 
     def __repr__(self):
@@ -230,7 +230,13 @@ class Iterated:
         if self.n == 0:
             return self._no_iterations(tuple(args), call)
         loop, call, copies = self._entry(call)
-        raw = _core.run_entry(loop.entry, call, self.step._static)
+        try:
+            raw = _core.run_entry(loop.entry, call, self.step._static)
+        except MemoryError as err:
+            if not loop.stacked_bytes:
+                raise
+            raise MemoryError(f"{err} (fl.iterate: {self._collecting()}, "
+                              f"{loop.stacked_bytes:.3g} bytes in all)") from None
         for i, arr in copies.items():
             np.copyto(arr, _leaves(call, self.step._static)[i])
         out = finish_results(raw, loop.finish, _leaves(call, self.step._static))
@@ -586,6 +592,7 @@ class Iterated:
         # rows read by nobody need no copy
         if not self.every and self.until is None:
             collect_from = {}
+        self._check_stacked(rows)
         loop = Loop(n=self.n, parts=parts, carried=pingpong, new_from=new_from, rows=rows,
                     collect_from=collect_from, every=self.every, until=self.until is not None,
                     flag_from=flag_from, inplace=self.inplace)
@@ -631,7 +638,31 @@ class Iterated:
                                      list(info.statics), list(info.static_values), raw,
                                      out_tree, dict(info.int_bounds), list(info.leaf_names))
         loop_entry.info.specialized = dict(info.specialized)
-        return _LoopEntry(loop_entry, finish, list(info.keys), list(info.statics))
+        return _LoopEntry(loop_entry, finish, list(info.keys), list(info.statics),
+                          sum(nbytes for _, _, nbytes in self._stacked(rows)))
+
+    def _stacked(self, rows) -> list:
+        """(shape, dtype, bytes) of each stacked result."""
+        if not self.every:
+            return []
+        n_rows = -(-self.n // self.every)
+        return [((n_rows,) + tuple(shape), np.dtype(dt),
+                 n_rows * math.prod(shape) * np.dtype(dt).itemsize) for dt, shape in rows]
+
+    def _collecting(self) -> str:
+        every = "per iteration" if self.every == 1 else f"every {self.every} iterations"
+        return f"n={self.n} iterations collect a row of each result {every}"
+
+    def _check_stacked(self, rows) -> None:
+        """A stacked result no array can hold is refused here (as NumPy refuses such an
+        array), not by the verifier."""
+        for shape, dt, nbytes in self._stacked(rows):
+            if nbytes > bytecode.MAX_BYTES:
+                raise ValueError(
+                    f"fl.iterate: {self._collecting()}: a {shape} {dt} result, "
+                    f"{nbytes:.3g} bytes, is larger than the most an array can hold "
+                    f"({bytecode.MAX_BYTES} bytes); collect fewer rows (collect=k keeps every "
+                    f"k-th, collect=False none) or run fewer iterations")
 
     def _trace_until(self, call, results, leaves, others, spec_of, rows, owner, leaf_value):
         """Trace the predicate on the step's other results; returns its entry, the loop value
@@ -741,10 +772,11 @@ class Iterated:
 
 
 class _LoopEntry:
-    __slots__ = ("entry", "finish", "keys", "statics")
+    __slots__ = ("entry", "finish", "keys", "statics", "stacked_bytes")
 
-    def __init__(self, entry, finish, keys, statics):
+    def __init__(self, entry, finish, keys, statics, stacked_bytes=0):
         self.entry, self.finish, self.keys, self.statics = entry, finish, keys, statics
+        self.stacked_bytes = stacked_bytes
 
 
 def _c_strides(shape) -> tuple:

@@ -23,8 +23,8 @@ import numpy as np
 
 # numpy_api, numpy_funcs, creation, rng, scipy_funcs: the tracer's NumPy API (registered on
 # import) and the calls intercepted while tracing
-from . import (_core, bytecode, creation, env, fuse, numpy_api, numpy_funcs, ops,  # noqa: F401
-               record, rng, scipy_funcs)
+from . import (_core, bytecode, creation, env, forking, fuse, numpy_api,  # noqa: F401
+               numpy_funcs, ops, record, rng, scipy_funcs)
 from .backends import get_backend
 from ._launch import ResultKind, Space
 from .backends.base import CallLayout
@@ -155,7 +155,7 @@ class Compiled(_core.Dispatcher):
         self.trace_seconds = 0.0
         self.retraces = 0                  # replay=False: calls traced without caching
         self.programs_loaded = 0           # entries installed from shipped program bytes
-        self._lock = threading.RLock()
+        self._lock = forking.trace_lock()
         self._aliased: dict = {}        # (signature, aliases) -> [(keys, statics, Entry)]
         self._warned_at = 0
 
@@ -784,7 +784,8 @@ def compile(fn: Callable | None = None, *, static_argnums: int | Sequence[int] =
         None: the FASTLAUNCH_BACKEND environment variable, else "cpu".
     replay=False re-traces on every call (hitting the kernel cache): the "before" baseline.
     seed: random numbers drawn inside fn (np.random.*, default_rng()) come from this seed
-        (each traced signature counts its calls from it); None: a fresh seed per signature.
+        (each traced signature counts its calls from it; a forked child's draws are salted
+        with its place among the forks); None: a fresh seed per signature.
     max_entries: signatures kept (least recently used dropped past it); default 512.
     pickle_programs: a pickled copy carries the programs traced so far (see
         Compiled.with_programs), so that the receiving process neither traces nor compiles them.
@@ -884,23 +885,28 @@ def _function_payload(fn, qualname):
 
 
 _REBUILT: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
-_REBUILT_LOCK = threading.Lock()
+_REBUILT_RECENT: collections.OrderedDict = collections.OrderedDict()   # key -> Compiled
+_REBUILT_LOCK = forking.lock(forking.TABLE)
+KEEP_REBUILT = 32
 
 
 def _rebuild(fn, options, programs=()):
     """Unpickle: a compiled function with the same options (and the shipped entries).
 
-    The same pickled bytes unpickled again in this process give the same object while it is
-    alive, as a function pickled by reference would: a worker that receives the function with
-    every task (Dask's process pool) traces each signature once, not once per task."""
+    The same pickled bytes unpickled again in this process give the same object, as a
+    function pickled by reference would: a worker that receives the function with every task
+    (a process pool's map, Dask) traces each signature once, not once per task.  A pool
+    drops each task's arguments once it ran, so the KEEP_REBUILT most recently unpickled
+    functions are held here (the others while something else holds them)."""
     kind, payload = fn
     key = None
     if kind == "cloudpickle":
         key = (payload, tuple(sorted(options.items())), tuple(programs))
         with _REBUILT_LOCK:
             found = _REBUILT.get(key)
-        if found is not None:
-            return found
+            if found is not None:
+                _keep_rebuilt(key, found)
+                return found
         payload = pickle.loads(payload)
     compiled = Compiled(payload, **options)
     for data in programs:
@@ -908,7 +914,15 @@ def _rebuild(fn, options, programs=()):
     if key is not None:
         with _REBUILT_LOCK:
             compiled = _REBUILT.setdefault(key, compiled)
+            _keep_rebuilt(key, compiled)
     return compiled
+
+
+def _keep_rebuilt(key, compiled) -> None:
+    _REBUILT_RECENT[key] = compiled
+    _REBUILT_RECENT.move_to_end(key)
+    while len(_REBUILT_RECENT) > KEEP_REBUILT:
+        _REBUILT_RECENT.popitem(last=False)
 
 
 _IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, np.generic, np.dtype, type,

@@ -7,9 +7,10 @@ attribute is static, keyed by value in the signature."""
 from __future__ import annotations
 
 import dataclasses
-import threading
 
 import numpy as np
+
+from . import forking
 
 
 class TreeDef:
@@ -132,7 +133,7 @@ def build_complex(cls, re, im):
 
 # ---- objects ----------------------------------------------------------------------------
 _REGISTRY: dict = {}          # class -> (flatten, unflatten) or None (attribute-based)
-_REGISTRY_LOCK = threading.Lock()
+_REGISTRY_LOCK = forking.lock(forking.TABLE)
 
 
 def register_class(cls: type, flatten=None, unflatten=None) -> type:

@@ -1,14 +1,12 @@
 """Backends, found by name.  The interface every backend implements is in base.py."""
 from __future__ import annotations
 
-import threading
-
-from .. import env
+from .. import env, forking
 from .base import CallLayout, CompiledKernel, MemoryModel  # noqa: F401  (re-exported)
 
 _FACTORIES: dict = {}
 _INSTANCES: dict = {}
-_LOCK = threading.RLock()     # a factory may get another backend (devsim: the cpu)
+_LOCK = forking.lock(forking.FACTORY)  # a factory may get another backend (devsim: the cpu)
 
 
 def register_backend(name: str, factory):

@@ -29,7 +29,6 @@ import dataclasses
 import hashlib
 import logging
 import os
-import threading
 import time
 import weakref
 
@@ -40,7 +39,7 @@ from .._version import __version__
 from ..cache import DiskCache, default_cache_dir, kernel_key
 from ..codegen.llvm import (MATH_ALIAS_PREFIX, MATH_FUNCTIONS, PLACEHOLDER_NAME, STREAM_MARK,
                             MathTarget, generate, mark_nontemporal)
-from .. import _core, env
+from .. import _core, env, forking
 from ..kernel import Kernel
 from . import cpu_schedule, elf
 from .base import HOST_MEMORY, CompiledKernel
@@ -158,7 +157,7 @@ class CPUBackend:
             "llvm=" + ".".join(map(str, llvm.llvm_version_info)), self.triple, self.cpu_name,
             self.features, f"O{OPT_LEVEL}"])
         self.disk = DiskCache(default_cache_dir() if cache_dir is ... else cache_dir)
-        self._lock = threading.RLock()
+        self._lock = forking.lock(forking.BACKEND)
         self._loaded = weakref.WeakValueDictionary()       # key -> KernelCode still in use
         self._recent: collections.OrderedDict = collections.OrderedDict()  # ... and kept
         self._graveyard: list = []                         # engines no kernel uses any more
@@ -292,25 +291,33 @@ class CPUBackend:
 
     # ---- compilation -------------------------------------------------------------------
     def optimized_module(self, source: str, context):
+        """The parsed, checked and optimised module of `source`, in `context`.  If anything
+        raises (a KeyboardInterrupt in the optimiser included), the module is closed before
+        the exception leaves: the caller closes `context` next, and a module that outlived
+        its context in a traceback's frame would be freed twice when the traceback goes."""
         mod = llvm.parse_assembly(source, context=context)
-        mod.triple = self.triple
-        mod.data_layout = str(self._tm.target_data)
-        mod.verify()
-        self._optimizer.default(mod)
-        if self.math.inline:
-            # the vector variants of vmath's fallbacks are called by the vectorised loops
-            # only after O3's inliner has run: inline them now (see CPUEmitter.big_call)
-            self._optimizer.passes(mod, lambda mpm: mpm.add_always_inliner_pass())
-        if self.math.streaming_stores and STREAM_MARK in source:
-            # only a streaming kernel's module is printed and re-parsed: every other one
-            # skips the text round trip
-            text = str(mod)
-            marked = mark_nontemporal(text)
-            if marked is not text:
-                mod.close()
-                mod = llvm.parse_assembly(marked, context=context)
-                mod.verify()
-        return mod
+        try:
+            mod.triple = self.triple
+            mod.data_layout = str(self._tm.target_data)
+            mod.verify()
+            self._optimizer.default(mod)
+            if self.math.inline:
+                # the vector variants of vmath's fallbacks are called by the vectorised loops
+                # only after O3's inliner has run: inline them now (see CPUEmitter.big_call)
+                self._optimizer.passes(mod, lambda mpm: mpm.add_always_inliner_pass())
+            if self.math.streaming_stores and STREAM_MARK in source:
+                # only a streaming kernel's module is printed and re-parsed: every other one
+                # skips the text round trip
+                text = str(mod)
+                marked = mark_nontemporal(text)
+                if marked is not text:
+                    mod.close()
+                    mod = llvm.parse_assembly(marked, context=context)
+                    mod.verify()
+            return mod
+        except BaseException:
+            mod.close()             # closing twice is harmless
+            raise
 
     def _emit(self, source: str, emit):
         # A context per compilation: LLVM never frees what a context uniques (constants,
@@ -321,6 +328,12 @@ class CPUBackend:
             with self._lock:
                 mod = self.optimized_module(source, context)
                 return emit(mod)
+        except BaseException as err:
+            # An interrupt can also land inside llvmlite's own wrappers, after a module
+            # object exists and before optimized_module holds it: close every module of
+            # this context that the traceback's frames hold, before the context goes.
+            _close_modules_of(context, err.__traceback__)
+            raise
         finally:
             if mod is not None:
                 mod.close()
@@ -362,6 +375,14 @@ class CPUBackend:
             engine.close()
             raise RuntimeError(f"fastlaunch: kernel {name} did not load")
         return KernelCode(engine, key, name, address, source, obj, self._graveyard)
+
+
+def _close_modules_of(context, tb) -> None:
+    while tb is not None:
+        for value in list(tb.tb_frame.f_locals.values()):
+            if isinstance(value, llvm.ModuleRef) and getattr(value, "_context", None) is context:
+                value.close()
+        tb = tb.tb_next
 
 
 def _trim_heap() -> None:

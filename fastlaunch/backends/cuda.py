@@ -31,7 +31,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 
 import llvmlite
@@ -39,6 +38,7 @@ import llvmlite.binding as llvm
 
 from .._launch import Space
 from .._version import __version__
+from .. import forking
 from ..cache import DiskCache, default_cache_dir, kernel_key
 from ..codegen.llvm_base import PLACEHOLDER_NAME
 from ..codegen.llvm_nvptx import (LIBDEVICE_PREFIX, TRIPLE, NVPTXLoweringError,
@@ -197,7 +197,7 @@ class CUDABackend:
             f"ptx{PTX_ISA[arch]}", f"libdevice={libdevice_id}", f"ptxas={self.ptxas_version}",
             f"O{OPT_LEVEL}"])
         self.disk = DiskCache(default_cache_dir() if cache_dir is ... else cache_dir)
-        self._lock = threading.RLock()
+        self._lock = forking.lock(forking.BACKEND)
         self._optimizer = Optimizer(self._tm, OPT_LEVEL)
         self._compiled: dict = {}
         self.compile_count = 0           # kernels LLVM compiled (not found in a cache)

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 
-from .. import env
+from .. import env, forking
 
 from .._launch import Routine
 from ..bytecode import ROUTINES
@@ -35,7 +34,7 @@ from ..bytecode import ROUTINES
 _BLAS = ("sgemm", "dgemm")
 _LAPACK = ("sgetrf", "dgetrf", "sgesv", "dgesv", "spotrf", "dpotrf",
            "ssyevd", "dsyevd", "sgesdd", "dgesdd", "sgelsd", "dgelsd")
-_lock = threading.Lock()
+_lock = forking.lock(forking.TABLE)
 _registered = None          # which BLAS the routines were given ("numpy" or "scipy")
 
 

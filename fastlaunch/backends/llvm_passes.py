@@ -11,11 +11,18 @@ each run builds a fresh one from the builder and frees it.
 """
 from __future__ import annotations
 
-import threading
-
 import llvmlite.binding as llvm
+from llvmlite.binding import ffi
+
+from .. import forking
 
 RECYCLE_AFTER = 32
+
+# llvmlite holds a lock of its own around every call into LLVM: a fork while another thread
+# (ours, or another library's: Numba's) is inside LLVM waits for that call to return
+_LLVMLITE_LOCK = getattr(getattr(ffi.lib, "_lock", None), "_lock", None)
+if hasattr(_LLVMLITE_LOCK, "acquire") and hasattr(_LLVMLITE_LOCK, "release"):
+    forking.hold(_LLVMLITE_LOCK, forking.LLVM)
 
 
 class Optimizer:
@@ -29,7 +36,7 @@ class Optimizer:
             self._pto.slp_vectorization = True
         self._pb = None
         self._runs = 0
-        self._lock = threading.Lock()     # the builder is not safe to share between threads
+        self._lock = forking.lock(forking.INNER)   # the builder is not safe to share between threads
 
     def _builder(self):
         if self._pb is None or self._runs >= RECYCLE_AFTER:

@@ -26,6 +26,14 @@ static struct {
     FN(cuDeviceGetName);
     FN(cuDevicePrimaryCtxRetain);
     FN(cuCtxSetCurrent);
+    FN(cuCtxGetCurrent);
+    FN(cuPointerGetAttribute);
+    FN(cuFuncGetAttribute);
+    FN(cuEventCreate);
+    FN(cuEventRecord);
+    FN(cuEventDestroy);
+    FN(cuStreamWaitEvent);
+    FN(cuCtxSynchronize);
     FN(cuStreamCreate);
     FN(cuStreamSynchronize);
     FN(cuGetErrorName);
@@ -83,7 +91,9 @@ static void load(void) {
     LOAD(cuMemcpyDtoDAsync) LOAD(cuMemsetD8Async) LOAD(cuMemHostAlloc) LOAD(cuMemFreeHost)
     LOAD(cuMemGetInfo) LOAD(cuDeviceGetDefaultMemPool) LOAD(cuMemPoolSetAttribute)
     LOAD(cuModuleLoadDataEx) LOAD(cuModuleGetFunction) LOAD(cuModuleUnload)
-    LOAD(cuLaunchKernel)
+    LOAD(cuLaunchKernel) LOAD(cuCtxGetCurrent) LOAD(cuPointerGetAttribute)
+    LOAD(cuFuncGetAttribute) LOAD(cuEventCreate) LOAD(cuEventRecord) LOAD(cuEventDestroy)
+    LOAD(cuStreamWaitEvent) LOAD(cuCtxSynchronize)
 #undef LOAD
     CUresult r = api.cuInit_p(0);
     if (r != CUDA_SUCCESS) {
@@ -164,7 +174,49 @@ int fl_cu_device_info(int *major, int *minor, int *multiprocessors, int *driver_
     return r;
 }
 
-int fl_cu_current(void) { return api.cuCtxSetCurrent_p(context); }
+int fl_cu_enter(void **saved) {
+    CUcontext mine = NULL;
+    *saved = NULL;
+    if (init_status != CUDA_SUCCESS) return init_status;
+    CUresult r = api.cuCtxGetCurrent_p(&mine);
+    *saved = mine;
+    if (r != CUDA_SUCCESS || mine == context) return r;
+    return api.cuCtxSetCurrent_p(context);
+}
+
+int fl_cu_leave(void *saved) {
+    if (init_status != CUDA_SUCCESS || (CUcontext)saved == context) return CUDA_SUCCESS;
+    return api.cuCtxSetCurrent_p((CUcontext)saved);
+}
+
+int fl_cu_device_ordinal(void) { return init_ordinal; }
+
+int fl_cu_ctx_sync(void) { return api.cuCtxSynchronize_p(); }
+
+int fl_cu_pointer_device(uint64_t dptr, int *ordinal) {
+    *ordinal = -1;
+    return api.cuPointerGetAttribute_p(ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                       (CUdeviceptr)dptr);
+}
+
+int fl_cu_func_max_threads(void *function, int *max_threads) {
+    return api.cuFuncGetAttribute_p(max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                                    (CUfunction)function);
+}
+
+int fl_cu_stream_wait(uint64_t waiter, uint64_t signaller) {
+    CUstream w = waiter ? (CUstream)(uintptr_t)waiter : stream;
+    CUstream s = signaller ? (CUstream)(uintptr_t)signaller : stream;
+    CUevent ev;
+    if (w == s) return CUDA_SUCCESS;
+    CUresult r = api.cuEventCreate_p(&ev, CU_EVENT_DISABLE_TIMING);
+    if (r != CUDA_SUCCESS) return r;
+    r = api.cuEventRecord_p(ev, s);
+    if (r == CUDA_SUCCESS) r = api.cuStreamWaitEvent_p(w, ev, 0);
+    /* released by the driver once the wait is over */
+    CUresult d = api.cuEventDestroy_p(ev);
+    return r != CUDA_SUCCESS ? r : d;
+}
 
 int fl_cu_mem_alloc(uint64_t *dptr, size_t nbytes) {
     CUdeviceptr p = 0;

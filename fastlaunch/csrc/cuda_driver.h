@@ -4,8 +4,9 @@
    void *, device pointers as uint64_t, so the Cython side needs no driver types.
 
    One process-wide context (the device's primary context) and one non-blocking stream:
-   every program runs in order on it, and fl_cu_* calls make the context current first
-   where a calling thread may not have it. */
+   every program runs in order on it.  Every entry point of _cuda.pyx makes the context
+   current with fl_cu_enter and gives the calling thread its own context back with
+   fl_cu_leave, so a caller's context (another library's, another device's) is as it was. */
 #ifndef FASTLAUNCH_CUDA_DRIVER_H
 #define FASTLAUNCH_CUDA_DRIVER_H
 
@@ -29,7 +30,21 @@ const char *fl_cu_error_string(int code);
 
 int fl_cu_device_info(int *major, int *minor, int *multiprocessors, int *driver_version,
                       char *name, int namelen);
-int fl_cu_current(void);                       /* cuCtxSetCurrent(primary context) */
+/* fastlaunch's context current, the caller's (possibly none) in *saved; fl_cu_leave(saved)
+   makes that current again */
+int fl_cu_enter(void **saved);
+int fl_cu_leave(void *saved);
+int fl_cu_device_ordinal(void);                /* the device fastlaunch's context is on */
+/* the ordinal of the device whose memory dptr is (cuPointerGetAttribute); an error for
+   memory the driver does not know */
+int fl_cu_pointer_device(uint64_t dptr, int *ordinal);
+/* the most threads per block the loaded kernel can be launched with (its registers) */
+int fl_cu_func_max_threads(void *function, int *max_threads);
+/* Stream order by an event, without waiting on the host: work enqueued on `waiter` from now
+   on waits for the work enqueued on `signaller` so far (0 for either: fastlaunch's stream;
+   1 and 2: the legacy and per-thread default streams, as CUDA defines those handles). */
+int fl_cu_stream_wait(uint64_t waiter, uint64_t signaller);
+int fl_cu_ctx_sync(void);                      /* the whole device: a last resort */
 
 /* memory: synchronous (link time) and stream-ordered (the interpreter) */
 int fl_cu_mem_alloc(uint64_t *dptr, size_t nbytes);

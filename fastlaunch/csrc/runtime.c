@@ -368,13 +368,21 @@ int64_t fl_mem_live_bytes(void) { return atomic_load(&live_bytes); }
  * may count waiters that are gone) and forgets the pool, which it starts afresh on its first
  * large launch.  Blocks other threads held at the fork stay counted in the child's live
  * bytes: their owners do not exist there to free them.
+ *
+ * Random numbers: executables key each call's draws on their seed and call count, both of
+ * which a child inherits, so the child mixes a salt of its own into every key (runtime.h).
+ * The forks are counted under the locks above: two threads forking at once get two indices.
  * ====================================================================================== */
+static uint64_t rng_salt;        /* fl_rng_salt */
+static uint64_t forks_made;      /* by this process */
+
 static void fork_prepare(void) {
     pthread_mutex_lock(&start_lock);
     pthread_mutex_lock(&launch_lock);
     pthread_mutex_lock(&sleep_mu);
     pthread_mutex_lock(&mem_lock);
     fl_interrupt_fork_prepare();
+    forks_made++;
 }
 
 static void fork_parent(void) {
@@ -387,6 +395,13 @@ static void fork_parent(void) {
 
 static void fork_child(void) {
     fl_interrupt_fork_child();
+    /* splitmix64 of the parent's salt and this fork's index: a bijection, so the first
+     * process's children (salt 0, index >= 1) never get salt 0 */
+    uint64_t z = rng_salt + forks_made * 0xD1B54A32D192ED03ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    rng_salt = z ^ (z >> 31);
+    forks_made = 0;
     started = 0;
     nworkers = 0;
     atomic_store(&active, 0);
@@ -407,6 +422,8 @@ static int init_status;
 static void init_runtime(void) {
     init_status = pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
+
+uint64_t fl_rng_salt(void) { return rng_salt; }
 
 int fl_runtime_init(void) {
     pthread_once(&init_once, init_runtime);

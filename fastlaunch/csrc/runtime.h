@@ -19,6 +19,10 @@ int fl_runtime_init(void);
  * fl_max_threads(); pool_limit_bytes: freed blocks kept for reuse.  -1 if out of range. */
 int fl_configure(int nthreads, int64_t pool_limit_bytes);
 int fl_max_threads(void);
+/* This process's salt for random keys: 0 in a process that was not forked; in a forked child,
+ * a hash of its parent's salt and the number of forks its parent had made, so a child never
+ * draws its parent's or a sibling's numbers, and the same forks give the same salts. */
+uint64_t fl_rng_salt(void);
 
 /* ---- worker pool ---- */
 int fl_pool_start(int nthreads);          /* idempotent; nthreads counts the caller,

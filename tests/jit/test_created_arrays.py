@@ -1,11 +1,18 @@
 """Arrays created inside fn (issue 11): np.zeros & co. are constants until a traced value is
 written into them, then traced buffers (fastlaunch/creation.py)."""
+import copy
+import pickle
+import sys
 import threading
+import types
 
 import numpy as np
 import pytest
+import scipy.linalg
+import scipy.stats
 
 import fastlaunch as fl
+from fastlaunch import creation, rng
 
 
 def same(a, b):
@@ -113,3 +120,82 @@ def test_other_threads_are_unaffected_while_tracing():
     t.join()
     assert seen == [np.ndarray]
     assert not hasattr(np.zeros, "__wrapped__")   # restored once no trace runs
+
+
+BY_NAME = """
+from numpy import zeros, linspace
+from numpy.random import default_rng
+import numpy as np
+
+def body(x, started, release):
+    started.set()
+    release.wait(10)
+    out = zeros(x.shape)
+    out[:] = x * 2
+    return out + np.arange(x.shape[0]) + 0 * linspace(0, 1, x.shape[0])
+"""
+
+
+def test_other_threads_see_numpy_itself_while_a_thread_traces():
+    """While one thread traces, another sees every intercepted name as it is: the same
+    object (`is`), pickling to itself, `from numpy import zeros` included; a traced
+    function's module that imported names by name holds stand-ins meanwhile, which call and
+    pickle as the originals.  Before: np.zeros & co. were fastlaunch's functions for every
+    thread, and pickle.dumps(np.zeros) raised PicklingError."""
+    intercepted = [(np, name) for name in creation.CREATION]
+    intercepted += [(np.random, name) for name in list(rng._legacy()) + list(rng._REFUSED)
+                    + ["default_rng"] if hasattr(np.random, name)]
+    intercepted += [(np.lib.stride_tricks, "as_strided"), (scipy.linalg, "inv"),
+                    (scipy.linalg, "solve")]
+    originals = {(m.__name__, n): vars(m)[n] for m, n in intercepted}
+    # as NumPy pickles them (np.random.random: a method of the global RandomState, by value)
+    pickled = {key: pickle.dumps(obj) for key, obj in originals.items()}
+    norm_pdf = vars(type(scipy.stats.norm).__mro__[1]).get("pdf") or type(scipy.stats.norm).pdf
+    module = types.ModuleType("fl_test_by_name")
+    exec(BY_NAME, vars(module))
+    sys.modules[module.__name__] = module
+    started, release = threading.Event(), threading.Event()
+    found = []
+
+    def check():
+        started.wait(10)
+        try:
+            for m, name in intercepted:
+                original = originals[(m.__name__, name)]
+                obj = getattr(m, name)
+                if obj is not original:
+                    found.append(f"{m.__name__}.{name} is not the original")
+                    continue
+                if pickle.dumps(obj) != pickled[(m.__name__, name)]:
+                    found.append(f"{m.__name__}.{name} does not pickle as without a trace")
+            from numpy import zeros as imported
+            if imported is not np.zeros or type(np.zeros(2)) is not np.ndarray:
+                found.append("from numpy import zeros")
+            if type(scipy.stats.norm).pdf is not norm_pdf:
+                found.append("scipy.stats.norm's pdf")
+            for name in ("zeros", "linspace", "default_rng"):
+                stand_in = vars(module)[name]
+                original = getattr(np.random if name == "default_rng" else np, name)
+                if pickle.loads(pickle.dumps(stand_in)) is not original:
+                    found.append(f"the module's {name} does not pickle as {original!r}")
+                if copy.copy(stand_in) is not stand_in or \
+                        copy.deepcopy([stand_in])[0] is not stand_in:
+                    found.append(f"copy changes the module's {name} (not a function's way)")
+            a = module.zeros(3)
+            if type(a) is not np.ndarray or a.any():
+                found.append("the module's zeros does not call numpy's")
+        finally:
+            release.set()
+
+    t = threading.Thread(target=check)
+    t.start()
+    try:
+        f = fl.compile(module.body, static_argnums=(1, 2))
+        x = np.arange(4.0)
+        np.testing.assert_array_equal(f(x, started, release), x * 2 + np.arange(4))
+    finally:
+        release.set()
+        t.join()
+        del sys.modules[module.__name__]
+    assert not found, found
+    assert type(np) is types.ModuleType and vars(module)["zeros"] is np.zeros

@@ -217,6 +217,38 @@ def test_zero_iterations():
     assert got[0] is p and got[3].shape == (0,) and got[3].dtype == np.float32
 
 
+def test_a_stacked_result_no_array_can_hold_is_a_value_error_naming_the_count():
+    """Before: a bytecode VerifyError with the program's dump (issue 25)."""
+    step = fl.compile(lambda x: (x + 1, x.sum(), x[:2]))
+    x = np.zeros(3)
+    for n, collect, rows in [(2**62, True, 2**62), (2**62, 3, -(-2**62 // 3)),
+                             (2**60, True, 2**60)]:
+        with pytest.raises(ValueError, match=rf"n={n} iterations .* a \({rows},\) float64 "
+                                             rf"result, .* larger than the most"):
+            fl.iterate(step, n, x, carry=0, collect=collect)
+    # nothing collected: the same count is a valid loop (not run here: it would take ages)
+    assert fl.iterated(step, 2**62, carry=0, collect=False).n == 2**62
+
+
+def test_stacked_results_out_of_memory_name_the_count():
+    code = """
+        import resource
+        import numpy as np
+        import fastlaunch as fl
+        step = fl.compile(lambda x: (x + 1, x.sum()))
+        step(np.zeros(3))                       # compiled before the limit
+        resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+        try:
+            fl.iterate(step, 2**33, np.zeros(3), carry=0)    # 64 GiB of sums
+        except MemoryError as err:
+            print(err)
+    """
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"n={2**33} iterations collect a row of each result per iteration" in done.stdout
+
+
 def test_carried_results_must_match_the_arguments():
     def bad_dtype(x):
         return x.astype(np.float32), x.sum()

@@ -157,6 +157,182 @@ def test_child_uses_its_own_pool_after_fork():
     check_child(proc, "pool ok")
 
 
+FORK_WHILE_A_LOCK_IS_HELD = r"""
+import os, pickle, signal, sys, threading, time
+import numpy as np
+import fastlaunch as fl
+from fastlaunch import backends, creation, jit, pytree
+from fastlaunch.backends import get_backend, library
+import llvmlite.binding
+iterate = sys.modules["fastlaunch.iterate"]         # (fl.iterate is the function)
+
+cpu = get_backend("cpu")
+warm = fl.compile(lambda x: x + 1)
+warm(np.ones(3))                     # the backend, its disk cache and pass builder exist
+LOCKS = {
+    "backend": lambda: cpu._lock,
+    "pass builder": lambda: cpu._optimizer._lock,
+    "disk cache": lambda: cpu.disk._lock,
+    "llvmlite": lambda: llvmlite.binding.ffi.lib._lock._lock,    # around every LLVM call
+    "backend registry": lambda: backends._LOCK,
+    "rebuilt functions": lambda: jit._REBUILT_LOCK,
+    "iterate's cache": lambda: iterate._CACHE_LOCK,
+    "class registry": lambda: pytree._REGISTRY_LOCK,
+    "library routines": lambda: library._lock,
+    "interception": lambda: creation.intercepting.__self__._lock,
+    "a function's trace": lambda: warm._lock,
+}
+
+def in_child(k):
+    # a first call that traces, compiles (LLVM, disk cache) and links; the same function
+    # that was held; a pickle round trip, a loop, a library call, a registered class
+    g = fl.compile(lambda x: np.sin(x) * (3.0 + k) + np.zeros(x.shape))
+    ok = np.allclose(g(np.ones(5)), np.sin(np.ones(5)) * (3.0 + k))
+    ok = ok and np.array_equal(warm(np.ones(4)), np.full(4, 2.0))
+    h = pickle.loads(pickle.dumps(fl.compile(lambda x: x * 2)))
+    ok = ok and np.array_equal(h(np.ones(2)), np.full(2, 2.0))
+    ok = ok and np.array_equal(fl.iterate(lambda x: x + 1, 3, np.zeros(2), carry=0,
+                                          collect=False), np.full(2, 3.0))
+    m = np.eye(3) + 1.0
+    ok = ok and np.allclose(fl.compile(lambda a: a @ a)(m), m @ m)     # a BLAS library call
+    pytree.register_class(type("Box", (), {}))
+    return ok
+
+def wait(pid, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.005)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return "hung"
+
+results = {}
+for k, name in enumerate(LOCKS):
+    lock = LOCKS[name]()
+    holding, release = threading.Event(), threading.Event()
+    def hold():
+        with lock:
+            holding.set()
+            release.wait(0.3)        # a fork of ours may wait for this lock: let it go soon
+    t = threading.Thread(target=hold)
+    t.start()
+    holding.wait()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if in_child(k) else 3)
+    results[name] = wait(pid, 30)
+    release.set()
+    t.join()
+bad = {name: r for name, r in results.items() if r != 0}
+print("locks ok" if not bad else f"children failed: {bad}")
+"""
+
+
+@POSIX
+def test_fork_while_another_thread_holds_each_lock():
+    """Each of fastlaunch's Python-side locks held by another thread while the main thread
+    forks: the child traces, compiles, pickles, iterates and registers a class.  Before: a
+    child forked while another thread held the backend's lock (compiling) hung for ever on its
+    first new trace, and so for the other locks."""
+    proc = run_child(FORK_WHILE_A_LOCK_IS_HELD, timeout=400)
+    check_child(proc, "locks ok")
+
+
+FORK_WHILE_COMPILING = r"""
+import os, signal, sys, threading, time, types
+import multiprocessing as mp
+import numpy as np
+import fastlaunch as fl
+
+zeros = np.zeros
+stop = threading.Event()
+inside = threading.Event()
+
+def slow_body(x):
+    inside.set()
+    time.sleep(0.2)                  # the trace is under way while the main thread forks
+    return np.cos(x) + np.zeros(x.shape)
+
+slow = fl.compile(slow_body)
+
+def compile_forever():
+    i = 0
+    while not stop.is_set():
+        i += 1
+        c = i + 0.5                  # new kernels every time: LLVM is busy
+        f = fl.compile(lambda a, b: np.tanh(np.linalg.inv(a) @ b) * c + np.exp(b * c))
+        f(np.eye(4) + 0.1, np.ones((4, 4)))
+        if i % 4 == 0:
+            slow.clear()
+            slow(np.ones(3))
+
+def in_child(k):
+    g = fl.compile(lambda x: np.sin(x) * (3.0 + k))
+    ok = np.allclose(g(np.ones(3)), np.sin(np.ones(3)) * (3.0 + k))
+    ok = ok and np.allclose(slow(np.ones(2)), np.cos(np.ones(2)))
+    # the other thread's trace (its interception of np.zeros & co.) is gone with it
+    return ok and type(np) is types.ModuleType and np.zeros is zeros
+
+def mp_target(k):
+    sys.exit(0 if in_child(k) else 3)
+
+def wait(pid, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.005)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return "hung"
+
+t = threading.Thread(target=compile_forever)
+t.start()
+failure = None
+try:
+    for k in range(FORKS):
+        time.sleep(0.03)
+        if k % 3 == 0:
+            inside.clear()
+            inside.wait(5)               # now and then: fork in the middle of slow's trace
+        if k % 4 == 3:
+            p = mp.get_context("fork").Process(target=mp_target, args=(k,))
+            p.start()
+            p.join(60)
+            r = p.exitcode if p.exitcode is not None else "hung"
+            if p.exitcode is None:
+                p.kill()
+                p.join()
+        else:
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0 if in_child(k) else 3)
+            r = wait(pid, 60)
+        if r != 0:
+            failure = f"child {k}: {r}"
+            break
+finally:
+    stop.set()
+    t.join()
+print(failure or "forks ok")
+"""
+
+
+@POSIX
+def test_fork_while_another_thread_compiles():
+    """A thread traces and compiles new functions without a pause (and now and then one whose
+    trace sleeps) while the main thread forks, with os.fork and multiprocessing's fork context:
+    every child traces and compiles a new function and the one whose trace was under way, and
+    sees NumPy itself once its own traces end.
+    Before: children hung for ever on the backend's lock (3 forks of 6)."""
+    proc = run_child(FORK_WHILE_COMPILING.replace("FORKS", "12"), timeout=500)
+    check_child(proc, "forks ok")
+
+
 # ---- Ctrl-C during a long call ---------------------------------------------------------------
 INTERRUPT_PRELUDE = r"""
 import gc, os, signal, sys, threading, time

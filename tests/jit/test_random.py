@@ -1,5 +1,9 @@
 """Random numbers drawn inside a traced function (issue 11): fresh on every call, with the
 right distributions (fastlaunch/rng.py; Philox4x32-10 in the kernels)."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -212,3 +216,61 @@ def test_choice_refusals_and_numpys_errors():
             body(np.arange(4.0))
         with pytest.raises(ValueError):
             fl.compile(body)(np.arange(4.0))
+
+
+# ---- after fork -------------------------------------------------------------------------------
+AFTER_FORK = r"""
+import multiprocessing as mp, os, sys
+import numpy as np
+import fastlaunch as fl
+
+def body(x):
+    return np.random.random(x.shape), np.random.default_rng().normal(size=x.shape)
+
+unseeded = fl.compile(body)
+seeded = fl.compile(body, seed=7)
+x = np.zeros(6)
+for f in (unseeded, seeded):
+    f(x)                                   # traced (and a few numbers drawn) before the forks
+
+def draw(_=None):
+    return [np.concatenate(f(x)) for f in (unseeded, seeded)]
+
+def child():
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(w, np.concatenate(draw()).tobytes())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    got = os.read(r, 1 << 16)
+    return np.frombuffer(got, np.float64).reshape(2, -1)
+
+children = [child(), child()]             # two children, one after another
+parent = np.array(draw())                 # the parent's next numbers
+with mp.get_context("fork").Pool(3) as pool:
+    workers = [np.array(d) for d in pool.map(draw, range(3), chunksize=1)]
+rows = [parent] + children + workers
+for which in range(2):                     # unseeded, seeded
+    seen = [r[which].tobytes() for r in rows]
+    assert len(set(seen)) == len(seen), f"function {which}: a process drew another's numbers"
+np.save(sys.argv[1], np.array([c[1] for c in children]))   # the seeded children's draws
+print("fork draws ok")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_forked_processes_draw_numbers_of_their_own(tmp_path):
+    """Children forked with os.fork and the workers of a fork-context Pool draw numbers of
+    their own, unseeded or seeded, none a parent's or a sibling's; a seeded function's
+    children draw the same numbers in a second run that forks the same way.  Before: every
+    child drew exactly its parent's next numbers."""
+    runs = []
+    for i in range(2):
+        out = tmp_path / f"run{i}.npy"
+        proc = subprocess.run([sys.executable, "-c", AFTER_FORK, str(out)], capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0 and "fork draws ok" in proc.stdout, \
+            f"rc={proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-3000:]}"
+        runs.append(np.load(out))
+    np.testing.assert_array_equal(runs[0], runs[1])

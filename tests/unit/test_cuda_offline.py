@@ -2,6 +2,7 @@
 verifier), PTX assembled by ptxas for sm_80 and sm_90, the GPU schedule's decisions, errors
 instead of LLVM aborts (in subprocesses), the clear error of a call without a driver, and
 that the CPU path never loads libcuda.  (tests/cuda/ has the tests that need a GPU.)"""
+import ctypes
 import os
 import subprocess
 import sys
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch import bytecode
+from fastlaunch import _core, bytecode
 from fastlaunch._launch import Space
 from fastlaunch.backends import get_backend
 from fastlaunch.backends.cuda import CUDABackend, find_libdevice, find_ptxas
@@ -328,3 +329,58 @@ def _run(code, env):
     full.update(env)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300, env=full, cwd=ROOT)
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+def _dltensor(capsule) -> _DLTensor:
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    return _DLTensor.from_address(get(capsule, b"dltensor"))     # dl_tensor comes first
+
+
+# DLPack's type codes: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLComplex 5, kDLBool 6
+DL_TYPES = {np.bool_: 6, np.int8: 0, np.int64: 0, np.uint16: 1, np.float16: 2, np.float32: 2,
+            np.float64: 2, np.complex64: 5, np.complex128: 5}
+
+
+@pytest.mark.parametrize("dtype", list(DL_TYPES), ids=lambda t: np.dtype(t).name)
+def test_dlpack_export_of_every_dtype(dtype):
+    """A CUDA DeviceArray's DLPack capsule (built without a driver: a view of another
+    library's memory, exported with stream=-1, no synchronisation): type code, bits, device
+    (the memory's own), shape and element strides.  Before: complex dtypes raised KeyError
+    and the device id was always 0."""
+    _cuda = pytest.importorskip("fastlaunch._cuda")
+    dt = np.dtype(dtype)
+    arr = _core.DeviceArray(0x10000, (2, 3), dt, "cuda", _cuda.ForeignMemory(None, 3),
+                            (3 * dt.itemsize * 2, dt.itemsize * 2))
+    assert arr.__dlpack_device__() == (2, 3)          # kDLCUDA, the pointer's device
+    capsule = arr.__dlpack__(stream=-1)       # (owns the tensor read below)
+    t = _dltensor(capsule)
+    assert (t.device.device_type, t.device.device_id) == (2, 3)
+    assert (t.dtype.code, t.dtype.bits, t.dtype.lanes) == (DL_TYPES[dtype], 8 * dt.itemsize, 1)
+    assert t.data == 0x10000 and t.ndim == 2 and t.byte_offset == 0
+    assert [t.shape[0], t.shape[1]] == [2, 3] and [t.strides[0], t.strides[1]] == [6, 2]
+
+
+def test_dlpack_stream_argument_is_checked():
+    _cuda = pytest.importorskip("fastlaunch._cuda")
+    arr = _core.DeviceArray(0x10000, (4,), np.float32, "cuda", _cuda.ForeignMemory(None, 0))
+    with pytest.raises(ValueError, match="stream 0 is not a CUDA stream"):
+        arr.__dlpack__(stream=0)
+    with pytest.raises(ValueError, match="stream -2"):
+        arr.__dlpack__(stream=-2)
+    with pytest.raises(TypeError, match="stream must be an int or None"):
+        arr.__dlpack__(stream=1.0)
