@@ -145,18 +145,135 @@ def _div(r: _R, ar, ai, br, bi):
     return r.where(zero, r.div(ar, abs_br), re), r.where(zero, r.div(ai, abs_br), im)
 
 
+# ---- exp, sinh, cosh, sin, cos: C99 Annex G, as the C library NumPy calls computes them ----
+# NumPy's complex exp, sin, cos, sinh and cosh are the C library's cexp, csin, ... (glibc's
+# here), which give each non-finite or zero case the value Annex G (G.6) lists, and scale
+# exp(x) for a large real part so that exp(x) cos(y) is finite where exp(x) alone overflows.
+# Each is composed below as its finite formula, then a select per special case.
+
+def _exp_limit(r: _R) -> float:
+    """t = floor((emax - 1) ln 2): exp(x) is finite for x <= t (709 for float64)."""
+    return float(int((np.finfo(r.p).maxexp - 1) * np.log(2.0)))
+
+
+def _steps(r: _R, x, half: bool):
+    """exp(x) for x finite, taken apart so that exp(x) * p does not overflow in exp(x)
+    first: past t (_exp_limit) exp(t) comes out once or twice (exp(t) / 2 the first time
+    with `half`: sinh and cosh), and past 3t the product is max * p (an overflow to the
+    sign of p, a zero for p == 0).  Returns (the rest of x, the factors taken out, whether
+    x is past 3t)."""
+    t = _exp_limit(r)
+    exp_t = float(np.exp(np.float64(t)).astype(r.p))
+    k1 = r.gt(x, t)
+    x1 = r.where(k1, r.sub(x, t), x)
+    k2 = r.logical_and(k1, r.gt(x1, t))
+    x2 = r.where(k2, r.sub(x1, t), x1)
+    f1 = r.where(k1, exp_t / 2 if half else exp_t, 1.0)
+    return x2, (f1, r.where(k2, exp_t, 1.0)), r.gt(x2, t)
+
+
+def _scaled(r: _R, e, parts, steps):
+    """exp(x) * p for each p in parts, given `e`, exp of the rest of x (see _steps)."""
+    _, (f1, f2), past = steps
+    top = float(np.finfo(r.p).max)
+    out = []
+    for p in parts:
+        p = r.mul(r.mul(p, f1), f2)
+        out.append(r.where(past, r.mul(p, top), r.mul(e, p)))
+    return out
+
+
+def _cases(r: _R, default, *cases):
+    """The (re, im) of the first case whose condition holds, else `default`: cases are
+    (condition, re, im)."""
+    re, im = default
+    for cond, cre, cim in reversed(cases):
+        re, im = r.where(cond, cre, re), r.where(cond, cim, im)
+    return re, im
+
+
 def _exp(r: _R, ar, ai):
-    """cexp: exp(ar) (cos ai, sin ai); a real argument stays real (ai == 0 kept, signed)."""
-    e = r.exp(ar)
-    re, im = r.mul(e, r.cos(ai)), r.mul(e, r.sin(ai))
-    real_arg = r.eq(ai, 0.0)
-    re, im = r.where(real_arg, e, re), r.where(real_arg, ai, im)
-    # exp(-inf + i*y) is 0 for any y (inf, NaN too)
-    gone = r.eq(ar, -np.inf)
-    re, im = r.where(gone, 0.0, re), r.where(gone, r.copysign(0.0, im), im)
-    # exp(+inf + i*y) for an infinite or NaN y is (inf, NaN) (C99: cos(y) is NaN)
-    blown = r.logical_and(r.eq(ar, np.inf), r.logical_not(r.isfinite(ai)))
-    return r.where(blown, np.inf, re), im
+    """cexp: exp(ar) (cos ai, sin ai), with Annex G's special values."""
+    s, c = r.sin(ai), r.cos(ai)
+    steps = _steps(r, ar, half=False)
+    fin = _scaled(r, r.exp(steps[0]), [c, s], steps)
+    nan = r.c(np.nan)
+    x_inf, y_fin, y_zero = r.isinf(ar), r.isfinite(ai), r.eq(ai, 0.0)
+    limit = r.where(r.signbit(ar), 0.0, np.inf)        # exp(-inf), exp(+inf)
+    return _cases(
+        r, fin,
+        (r.logical_and(r.isnan(ar), y_zero), nan, ai),
+        (r.isnan(ar), nan, nan),
+        (r.logical_and(x_inf, y_zero), limit, ai),
+        (r.logical_and(x_inf, y_fin), r.copysign(limit, c), r.copysign(limit, s)),
+        (r.logical_and(x_inf, r.signbit(ar)), r.c(0.0), r.copysign(0.0, ai)),
+        (x_inf, r.c(np.inf), nan),
+        (r.logical_not(y_fin), nan, nan))
+
+
+def _sinh_cosh(r: _R, ar, ai, cosh: bool):
+    """csinh or ccosh of ar + i ai, with Annex G's special values."""
+    ax, neg = r.abs(ar), r.signbit(ar)
+    s, c = r.sin(ai), r.cos(ai)
+    # past t the product is scaled (_steps); the exp of the rest of |x| is sinh + cosh of
+    # it (within an ulp), which below t are the finite formula's own: no third function
+    steps = _steps(r, ax, half=True)
+    big = r.gt(ax, _exp_limit(r))
+    odd, even = r.sinh(steps[0]), r.cosh(steps[0])
+    if cosh:           # cosh(x) cos(y) + i sinh(x) sin(y)
+        s = r.where(neg, r.neg(s), s)
+        sre, sim = _scaled(r, r.add(odd, even), [c, s], steps)
+        fin = r.where(big, sre, r.mul(even, c)), r.where(big, sim, r.mul(odd, s))
+    else:              # sinh(x) cos(y) + i cosh(x) sin(y)
+        c = r.where(neg, r.neg(c), c)
+        sre, sim = _scaled(r, r.add(odd, even), [c, s], steps)
+        fin = r.where(big, sre, r.mul(odd, c)), r.where(big, sim, r.mul(even, s))
+    nan, inf = r.c(np.nan), r.c(np.inf)
+    x_fin, x_inf, x_nan = r.isfinite(ar), r.isinf(ar), r.isnan(ar)
+    y_fin, y_zero = r.isfinite(ai), r.eq(ai, 0.0)
+    x_zero = r.eq(ar, 0.0)
+    if cosh:
+        return _cases(
+            r, fin,
+            (r.logical_and(x_fin, r.logical_not(y_fin)), nan, r.where(x_zero, 0.0, np.nan)),
+            (r.logical_and(x_inf, y_zero), inf, r.mul(ai, r.copysign(1.0, ar))),
+            (r.logical_and(x_inf, y_fin), r.copysign(np.inf, c), r.copysign(np.inf, s)),
+            (x_inf, inf, nan),
+            (r.logical_and(x_nan, y_zero), nan, ai),
+            (x_nan, nan, nan))
+    return _cases(
+        r, fin,
+        (r.logical_and(x_fin, r.logical_not(y_fin)), r.where(x_zero, ar, np.nan), nan),
+        (r.logical_and(x_inf, y_zero), r.copysign(np.inf, ar), ai),
+        (r.logical_and(x_inf, y_fin), r.copysign(np.inf, c), r.copysign(np.inf, s)),
+        (x_inf, inf, nan),
+        (r.logical_and(x_nan, y_zero), nan, ai),
+        (x_nan, nan, nan))
+
+
+def _sin(r: _R, ar, ai):
+    """csin: sin(x) cosh(y) + i cos(x) sinh(y), with Annex G's special values (the C
+    library's own cases, which are csinh's with the parts' roles exchanged)."""
+    ay, neg_y = r.abs(ai), r.signbit(ai)
+    s, c = r.sin(ar), r.cos(ar)
+    c = r.where(neg_y, r.neg(c), c)
+    steps = _steps(r, ay, half=True)
+    big = r.gt(ay, _exp_limit(r))
+    odd, even = r.sinh(steps[0]), r.cosh(steps[0])           # as in _sinh_cosh
+    sre, sim = _scaled(r, r.add(odd, even), [s, c], steps)
+    fin = r.where(big, sre, r.mul(even, s)), r.where(big, sim, r.mul(odd, c))
+    nan, inf = r.c(np.nan), r.c(np.inf)
+    x_fin, x_zero = r.isfinite(ar), r.eq(ar, 0.0)
+    y_fin, y_inf, y_zero = r.isfinite(ai), r.isinf(ai), r.eq(ai, 0.0)
+    return _cases(
+        r, fin,
+        (r.logical_and(y_fin, r.logical_and(r.logical_not(x_fin), y_zero)), nan, ai),
+        (r.logical_and(y_fin, r.logical_not(x_fin)), nan, nan),
+        (r.logical_and(y_inf, x_zero), ar, ai),
+        (r.logical_and(y_inf, x_fin), r.copysign(np.inf, s), r.copysign(np.inf, c)),
+        (y_inf, nan, inf),
+        (r.logical_and(r.isnan(ai), x_zero), ar, nan),
+        (r.isnan(ai), nan, nan))
 
 
 def _log(r: _R, ar, ai):
@@ -216,7 +333,45 @@ def _int_power(r: _R, ar, ai, n: int):
     return acc
 
 
+def _c99_mul(r: _R, a, b, c, d):
+    """(a + ib)(c + id) as C99 compilers multiply complex numbers (Annex G.5.1): the
+    textbook products, and where both parts come out NaN although a factor is infinite (or
+    a product overflowed), the infinite factor's direction recomputed with the NaNs as
+    zeros, so that the result is an infinity.  (NumPy's own multiply is the textbook
+    formula; the C library's cpow multiplies this way.)"""
+    ac, bd, ad, bc = r.mul(a, c), r.mul(b, d), r.mul(a, d), r.mul(b, c)
+    x, y = r.sub(ac, bd), r.add(ad, bc)
+
+    def unit(v):                       # an infinite part as +-1, a finite one as +-0
+        return r.copysign(r.where(r.isinf(v), 1.0, 0.0), v)
+
+    def unnan(v):
+        return r.where(r.isnan(v), r.copysign(0.0, v), v)
+
+    both_nan = r.logical_and(r.isnan(x), r.isnan(y))
+    inf_ab = r.logical_or(r.isinf(a), r.isinf(b))
+    inf_cd = r.logical_or(r.isinf(c), r.isinf(d))
+    a1, b1 = r.where(inf_ab, unit(a), a), r.where(inf_ab, unit(b), b)
+    c1, d1 = r.where(inf_ab, unnan(c), c), r.where(inf_ab, unnan(d), d)
+    c2, d2 = r.where(inf_cd, unit(c1), c1), r.where(inf_cd, unit(d1), d1)
+    a2, b2 = r.where(inf_cd, unnan(a1), a1), r.where(inf_cd, unnan(b1), b1)
+    overflowed = r.logical_and(
+        r.logical_not(r.logical_or(inf_ab, inf_cd)),
+        r.logical_or(r.logical_or(r.isinf(ac), r.isinf(bd)),
+                     r.logical_or(r.isinf(ad), r.isinf(bc))))
+    a3, b3 = r.where(overflowed, unnan(a2), a2), r.where(overflowed, unnan(b2), b2)
+    c3, d3 = r.where(overflowed, unnan(c2), c2), r.where(overflowed, unnan(d2), d2)
+    again = r.logical_and(both_nan, r.logical_or(r.logical_or(inf_ab, inf_cd), overflowed))
+    x3 = r.mul(np.inf, r.sub(r.mul(a3, c3), r.mul(b3, d3)))
+    y3 = r.mul(np.inf, r.add(r.mul(a3, d3), r.mul(b3, c3)))
+    return r.where(again, x3, x), r.where(again, y3, y)
+
+
 def _power(r: _R, b: Node, ar, ai, br, bi):
+    """NumPy's npy_cpow, element by element: 1 for a zero exponent; for a zero base 0 where
+    the exponent's real part is positive, else NaN; an integral real exponent of magnitude
+    below 100 by repeated (textbook) multiplication, 1/result for a negative one; else the C
+    library's cpow, cexp(b * clog(a))."""
     vb = ops.literal_value(b)
     if vb is not None:
         vb = complex(vb)
@@ -225,18 +380,38 @@ def _power(r: _R, b: Node, ar, ai, br, bi):
         if vb.imag == 0 and vb.real == int(vb.real) and -100 < vb.real < 100:
             n = int(vb.real)
             pr, pi = _int_power(r, ar, ai, n)
-            if n in (1, 2, 3):
-                return pr, pi
-            # a zero base: 0 for a positive exponent, NaN otherwise
+            # a zero base (either sign): +0 for a positive exponent, NaN otherwise
             zero = r.logical_and(r.eq(ar, 0.0), r.eq(ai, 0.0))
             z = 0.0 if n > 0 else np.nan
             return r.where(zero, z, pr), r.where(zero, z, pi)
-    # the general case: cpow(a, b) = cexp(b * clog(a)), with npy_cpow's special cases
     lr, li = _log(r, ar, ai)
-    er, ei = _exp(r, *_mul(r, br, bi, lr, li))
+    er, ei = _exp(r, *_c99_mul(r, br, bi, lr, li))
+    if vb is None:
+        # an exponent known only at run time: its integral values as NumPy takes them
+        ri = _R(r.g, np.dtype(np.int64))
+        small = r.lt(r.abs(br), 100.0)
+        n = ops.cast(r.g, r.where(small, br, 0.0), np.int64)
+        integral = r.logical_and(r.logical_and(small, r.eq(bi, 0.0)),
+                                 r.eq(ops.cast(r.g, n, r.p), br))
+        m = ri.abs(n)
+        square = _mul(r, ar, ai, ar, ai)
+        cube = _mul(r, ar, ai, *square)
+        acc, p = (r.c(1.0), r.c(0.0)), (ar, ai)
+        for k in range(7):                        # |n| < 100 < 2**7
+            bit = ri.ne(ri.bitwise_and(ri.right_shift(m, k), 1), 0)
+            step = _mul(r, *acc, *p)
+            acc = (r.where(bit, step[0], acc[0]), r.where(bit, step[1], acc[1]))
+            if k < 6:
+                p = _mul(r, *p, *p)
+        inv = _div(r, r.c(1.0), r.c(0.0), *acc)
+        neg = r.lt(br, 0.0)
+        pr, pi = r.where(neg, inv[0], acc[0]), r.where(neg, inv[1], acc[1])
+        pr, pi = _cases(r, (pr, pi), (ri.eq(n, 1), ar, ai), (ri.eq(n, 2), *square),
+                        (ri.eq(n, 3), *cube))
+        er, ei = r.where(integral, pr, er), r.where(integral, pi, ei)
     b_zero = r.logical_and(r.eq(br, 0.0), r.eq(bi, 0.0))
     a_zero = r.logical_and(r.eq(ar, 0.0), r.eq(ai, 0.0))
-    zero_val = r.where(r.logical_and(r.gt(br, 0.0), r.eq(bi, 0.0)), 0.0, np.nan)
+    zero_val = r.where(r.gt(br, 0.0), 0.0, np.nan)
     er, ei = r.where(a_zero, zero_val, er), r.where(a_zero, zero_val, ei)
     return r.where(b_zero, 1.0, er), r.where(b_zero, 0.0, ei)
 
@@ -370,13 +545,13 @@ def _unary(r: _R, op, ar, ai):
         x1 = r.add(ar, 1.0)
         return r.log(r.hypot(x1, ai)), r.arctan2(ai, x1)
     if op is Op.SIN:
-        return r.mul(r.sin(ar), r.cosh(ai)), r.mul(r.cos(ar), r.sinh(ai))
-    if op is Op.COS:
-        return r.mul(r.cos(ar), r.cosh(ai)), r.neg(r.mul(r.sin(ar), r.sinh(ai)))
+        return _sin(r, ar, ai)
+    if op is Op.COS:                   # ccos(z) = ccosh(iz), as the C library computes it
+        return _sinh_cosh(r, r.neg(ai), ar, cosh=True)
     if op is Op.SINH:
-        return r.mul(r.sinh(ar), r.cos(ai)), r.mul(r.cosh(ar), r.sin(ai))
+        return _sinh_cosh(r, ar, ai, cosh=False)
     assert op is Op.COSH
-    return r.mul(r.cosh(ar), r.cos(ai)), r.mul(r.sinh(ar), r.sin(ai))
+    return _sinh_cosh(r, ar, ai, cosh=True)
 
 
 def reduce(g: Graph, op: Op, n: Node, axes: tuple, out_dtype) -> Node:

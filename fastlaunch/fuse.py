@@ -1472,7 +1472,21 @@ class _KernelBuilder:
                 return memo[(dep[0].index, dep[1])]
         if op is Op.GATHER:
             self.checked = True
-            return memo[(node.inputs[0].index, self._gather_map(node, imap))]
+            gmap = self._gather_map(node, imap)
+            value = memo[(node.inputs[0].index, gmap)]
+            axis, nb = node.attrs["axis"], len(node.inputs) - 1
+            unread = _unread_picks(value, gmap[axis:axis + nb])
+            if not unread:
+                return value
+            # the source does not vary along a gathered axis (a broadcast, a size-1 axis
+            # reshaped away): no load evaluates that index, yet NumPy checks it.  A map
+            # kernel checks it alone; other kernels read the gather from memory, where a
+            # map kernel stored it
+            if self.kernel.rspace:
+                buf = self.fuser.materialize(node)
+                return self.load(buf, address(buf.strides, imap))
+            self.kernel.checks += unread
+            return value
         buf = self.fuser.materialize(node)
         return self.load(buf, address(buf.strides, imap))
 
@@ -1516,6 +1530,16 @@ class _KernelBuilder:
         k = coalesce(self.kernel)
         set_extents(k)
         return k
+
+
+def _unread_picks(value, picks: tuple) -> list:
+    """The gather indices `picks` (one Index of one Pick each) that no load or index value
+    of the expression `value` evaluates."""
+    at = [getattr(e, "index", None) or getattr(e, "position", None) for e in walk([value])]
+    read = {(id(p.expr), p.size, p.strict) for ix in at if isinstance(ix, Index)
+            for p in index_picks(ix)}
+    return [ix for ix in picks if not all((id(p.expr), p.size, p.strict) in read
+                                          for p in index_picks(ix))]
 
 
 class _NotRowLocal(Exception):

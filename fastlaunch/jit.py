@@ -1076,7 +1076,10 @@ def _normalize_leaf(name: str, leaf):
 def _self_overlapping(arr: np.ndarray) -> bool:
     """Whether two elements of `arr` may share memory: false when, taking the axes by
     increasing |stride|, each stride steps past everything the smaller axes reach (the
-    layout of every array NumPy allocates, and of its basic-indexing views)."""
+    layout of every array NumPy allocates, and of its basic-indexing views).  An empty
+    array has no elements to share (NumPy gives some, copies of empty ones, zero strides)."""
+    if arr.size == 0:
+        return False
     reach = 0
     for n, st in sorted(((n, abs(st)) for n, st in zip(arr.shape, arr.strides) if n > 1),
                         key=lambda t: t[1]):

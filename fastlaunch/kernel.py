@@ -14,7 +14,7 @@ import numpy as np
 
 from .ir import Op, dtype_short
 
-__all__ = ["KernelError", "accumulator_dtype", "Loop", "DivMod", "Pick", "Index", "Load", "Scalar", "Const",
+__all__ = ["KernelError", "accumulator_dtype", "ordered_product", "Loop", "DivMod", "Pick", "Index", "Load", "Scalar", "Const",
            "IndexValue", "Random", "Compute", "Folded", "Reduced", "Phase", "Store", "Reduction", "Sort",
            "KernelArg", "Kernel", "walk", "expression_operands", "index_picks", "SMALL_SORT",
            "sort_passes",
@@ -41,6 +41,14 @@ def accumulator_dtype(op: Op, dtype: np.dtype) -> np.dtype:
         return np.dtype(np.float32)
     return np.dtype(dtype)
 
+
+
+def ordered_product(r) -> bool:
+    """Whether reduction `r` is a float product, which every backend folds one element at a
+    time in the reduced axes' order, as NumPy's multiply.reduce does: never split into
+    partial products, never reassociated (the order decides where a partial product
+    overflows or underflows, so between inf, 0 and NaN, not only the last bits)."""
+    return r.op is Op.PROD and r.acc_dtype.kind == "f"
 
 
 @dataclass(frozen=True, order=True)

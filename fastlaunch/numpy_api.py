@@ -237,21 +237,29 @@ def _special_power(ufunc, operands):
     """NumPy's fast paths for array ** python-scalar: square, sqrt, reciprocal, identity."""
     (base, bw), (exp, ew) = operands
     value = ops.literal_value(exp)
-    if value is None or base.ndim == 0 and bw is not None:
+    if base.ndim == 0 and bw is not None:
         return None
     g = current_graph()
     loop = ops.resolve_loop(ufunc, [bw or base.dtype, ew or exp.dtype])
+    if value is None:
+        if exp.ndim == 0 and ew is float and base.dtype.kind in "fc":
+            # a Python float known at run time: NumPy's operator takes sqrt where it is 0.5
+            # (the other fast paths give pow's values)
+            half = ops.elementwise(g, Op.EQ, np.bool_, [exp, ops.literal(g, 0.5, exp.dtype)])
+            return ops.where(g, (half, None), (ops.apply_ufunc(g, np.sqrt, [(base, bw)]), None),
+                             (ops.apply_ufunc(g, ufunc, operands), None))
+        return None
     if loop[0].kind in "iu" and value < 0 and exp.ndim == 0:
         raise ValueError("Integers to negative integer powers are not allowed.")
     if exp.ndim != 0:
         return None
     # NumPy's fast paths for a Python scalar exponent: int 2 -> square (bool ** 2 is int8),
-    # and for float arrays int -1 -> reciprocal, float 0.5 -> sqrt
+    # and for float and complex arrays int -1 -> reciprocal, float 0.5 -> sqrt
     if ew is int and value == 2:
         return ops.apply_ufunc(g, np.square, [(base, bw)])
-    if ew is float and value == 0.5 and base.dtype.kind == "f":
+    if ew is float and value == 0.5 and base.dtype.kind in "fc":
         return ops.apply_ufunc(g, np.sqrt, [(base, bw)])
-    if ew is int and value == -1 and loop[0].kind == "f":
+    if ew is int and value == -1 and loop[0].kind in "fc":
         return ops.apply_ufunc(g, np.reciprocal, [(base, bw)])
     return None
 
@@ -502,6 +510,17 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, where=None):
     return wrap(r, scalar=total.scalar)
 
 
+def _max_from_zero(a, axis, keepdims):
+    """max(a, axis, initial=0) of values >= 0 (NumPy's norms of the largest kind): 0 for an
+    empty reduction, where max alone raises."""
+    axes = ops.normalize_axes(axis, a.ndim)
+    if all(a.shape[d] for d in axes):
+        return max_(a, axis, None, keepdims)
+    shape = tuple(1 if d in axes else n for d, n in enumerate(a.shape) if keepdims or d not in axes)
+    g = current_graph()
+    return wrap(ops.broadcast_to(g, ops.literal(g, 0, a.dtype), shape), scalar=not shape)
+
+
 def norm(x, ord=None, axis=None, keepdims=False):
     """np.linalg.norm for vectors (any ord) and the Frobenius/1/inf norms of matrices."""
     t = _as_tracer(x)
@@ -531,8 +550,10 @@ def norm(x, ord=None, axis=None, keepdims=False):
         a = np.abs(t) if a is None else a
         if ord is None or ord == 2:
             return np.sqrt(sq(axes, keepdims))
+        if isinstance(ord, str):
+            raise ValueError(f"Invalid norm order '{ord}' for vectors")
         if ord == np.inf:
-            return max_(a, axes, None, keepdims)
+            return _max_from_zero(a, axes, keepdims)
         if ord == -np.inf:
             return min_(a, axes, None, keepdims)
         if ord == 0:
@@ -545,19 +566,21 @@ def norm(x, ord=None, axis=None, keepdims=False):
         a = np.abs(t) if a is None else a
         if ord in (None, "fro"):
             return np.sqrt(sq(axes, keepdims))
+        # the largest-kind norms start from 0 (NumPy's initial=0): 0 for an empty matrix
+        largest = lambda v, ax, _, keep: _max_from_zero(v, ax, keep)  # noqa: E731
         if ord in (1, -1):
             col = sum_(a, r0, None, None, True)
-            red = max_ if ord == 1 else min_
+            red = largest if ord == 1 else min_
             return red(col, r1, None, True) if keepdims else squeeze(red(col, r1, None, True), axes)
         if ord in (np.inf, -np.inf):
             row = sum_(a, r1, None, None, True)
-            red = max_ if ord == np.inf else min_
+            red = largest if ord == np.inf else min_
             return red(row, r0, None, True) if keepdims else squeeze(red(row, r0, None, True), axes)
         if ord in (2, -2, "nuc"):
             # NumPy's _multi_svd_norm: the largest / smallest / sum of the singular values
             sv = linalg_svd(moveaxis(t, (r0, r1), (-2, -1)), compute_uv=False)
-            red = {2: max_, -2: min_}.get(ord)
-            r = red(sv, -1) if red is not None else sum_(sv, -1)
+            red = {2: largest, -2: min_}.get(ord)
+            r = red(sv, -1, None, False) if red is not None else sum_(sv, -1)
             if keepdims:
                 shape = list(t.shape)
                 shape[r0] = shape[r1] = 1
@@ -1390,6 +1413,9 @@ def _is_advanced(k) -> bool:
     return is_tracer(k) or isinstance(k, (np.ndarray, list))
 
 
+_INTP_OVERFLOW = "Python int too large to convert to C long"
+
+
 def _normalize_key(key, ndim: int) -> tuple:
     """Expand a key to one entry per dim (plus Nones): ints, slices, None, and index arrays."""
     if not isinstance(key, tuple):
@@ -1401,6 +1427,8 @@ def _normalize_key(key, ndim: int) -> tuple:
         elif isinstance(k, (bool, np.bool_)):
             raise TracingError("indexing with a boolean scalar is not supported by fastlaunch")
         elif isinstance(k, (int, np.integer)):
+            if 2**63 <= int(k) < 2**64:
+                raise OverflowError(_INTP_OVERFLOW)
             out.append(int(k))
         elif is_tracer(k) and k.dtype == np.bool_:
             raise TracingError(
@@ -1412,6 +1440,18 @@ def _normalize_key(key, ndim: int) -> tuple:
             arr = k if is_tracer(k) else np.asarray(k)
             if arr.dtype.kind not in "iu" and not (isinstance(k, list) and len(k) == 0):
                 raise IndexError("arrays used as indices must be of integer (or boolean) type")
+            if not is_tracer(k) and arr.ndim == 0 and arr.dtype == np.uint64 and arr >= 2**63:
+                raise OverflowError(_INTP_OVERFLOW)
+            if is_tracer(k) and k.ndim == 0 and k.dtype == np.uint64:
+                # NumPy takes a 0-d index as a Python int (operator.index): one of 2**63 or
+                # more overflows intp, where an index array's values wrap.  The gather reads
+                # element 0 then, so that the overflow is the error raised
+                g = current_graph()
+                fits = ops.elementwise(g, Op.LT, np.bool_, [
+                    node_of(k), ops.literal(g, 2**63, np.uint64)])
+                ops.add_check(g, fits, OverflowError, _INTP_OVERFLOW)
+                k = wrap(ops.where(g, (fits, None), (node_of(k), None),
+                                   (ops.literal(g, 0, np.uint64), None)), scalar=k.scalar)
             out.append(k if is_tracer(k) else arr.astype(np.intp))
         else:
             raise TracingError(f"indexing with {type(k).__name__} is not supported by fastlaunch")

@@ -24,7 +24,7 @@ from .interception import Interception
 from .numpy_api import (FUNCTIONS, _as_tracer, all_, any_, array, call_ufunc, concatenate,
                         copy, getitem, implements, is_tracer, node_of, operand, ravel, reshape,
                         setitem, sum_, transpose, where, wrap)
-from .trace import Storage, Tracer, current_graph, tracing
+from .trace import Storage, Tracer, current_graph, memory_layout, tracing
 
 _INTP = np.dtype(np.intp)
 
@@ -688,14 +688,25 @@ def _c_strides(shape, itemsize) -> tuple:
     return tuple(reversed(out))
 
 
+def _strides(t) -> tuple:
+    """A traced array's strides in bytes: its place in its storage taken as a C-ordered
+    array (memory_layout), as NumPy's view of a C-contiguous array reports them; C-contiguous
+    for a reshape NumPy would copy."""
+    layout = memory_layout(t)
+    if layout is None:
+        return _c_strides(t.shape, t.dtype.itemsize)
+    return tuple(s * t.dtype.itemsize for s in layout[2])
+
+
 def as_strided(x, shape=None, strides=None, subok=False, writeable=True):
-    """np.lib.stride_tricks.as_strided for a traced x: strides in bytes relative to x's
-    C-contiguous layout (what a traced array's .strides reports), as a gather of elements."""
+    """np.lib.stride_tricks.as_strided for a traced x: strides in bytes over the memory of
+    x's storage taken as a C-ordered array, from x's first element (what a traced array's
+    .strides reports): any elements of that storage, as a gather."""
     t = _as_tracer(x)
     item = t.dtype.itemsize
     shape = t.shape if shape is None else tuple(_static_int(s, "as_strided's shape")
                                                 for s in shape)
-    strides = _c_strides(t.shape, item) if strides is None else \
+    strides = _strides(t) if strides is None else \
         tuple(_static_int(s, "as_strided's strides") for s in strides)
     if len(shape) != len(strides):
         raise ValueError("mismatch in length of strides and shape")
@@ -707,24 +718,26 @@ def as_strided(x, shape=None, strides=None, subok=False, writeable=True):
     if math.prod(shape) == 0:
         return _read_only(ops.broadcast_to(g, ops.literal(g, 0, t.dtype), shape),
                           _WINDOW_READ_ONLY)
-    lo = sum(min(0, e * (n - 1)) for e, n in zip(steps, shape))
-    hi = sum(max(0, e * (n - 1)) for e, n in zip(steps, shape))
-    if lo < 0 or hi >= t.size:
+    layout = memory_layout(t)
+    base, first = (layout[0], layout[1]) if layout is not None else (t.node, 0)
+    lo = first + sum(min(0, e * (n - 1)) for e, n in zip(steps, shape))
+    hi = first + sum(max(0, e * (n - 1)) for e, n in zip(steps, shape))
+    if lo < 0 or hi >= base.size:
         raise ValueError(f"as_strided: shape {shape} with strides {strides} reads elements "
-                         f"[{lo}, {hi}] of an array of {t.size} elements (NumPy would read "
-                         f"memory outside it)")
-    index = _lit(0, _INTP)
+                         f"[{lo}, {hi}] of the {base.size} elements of the array's memory "
+                         f"(NumPy would read memory outside it)")
+    index = _lit(first, _INTP)
     for d, e in enumerate(steps):
         if e:
             index = _ew(Op.ADD, _INTP, index, _ew(Op.MUL, _INTP, _iota(shape, d), _lit(e, _INTP)))
     index = ops.broadcast_to(g, index, shape)
-    return _read_only(ops.gather(g, ops.reshape(g, t.node, (-1,)), [index], 0),
+    return _read_only(ops.gather(g, ops.reshape(g, base, (-1,)), [index], 0),
                       _WINDOW_READ_ONLY)
 
 
-Tracer.strides = property(lambda self: _c_strides(self.shape, self.dtype.itemsize),
-                          doc="The strides of the value as a C-contiguous array (a traced "
-                              "value has no memory layout of its own).")
+Tracer.strides = property(_strides, doc="The strides of the value in its storage's memory, "
+                                        "taken as a C-ordered array (a view of an argument "
+                                        "reports NumPy's strides for a C-contiguous one).")
 
 
 def _as_strided_entries():

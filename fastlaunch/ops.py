@@ -324,6 +324,22 @@ def apply_ufunc(g: Graph, ufunc, operands: list[tuple[Node, type | None]],
             return exact
         loop = _wide_compare_loop(operands, loop)
     cast_in = [cast(g, n, dt, w) for (n, w), dt in zip(operands, loop[:nin])]
+    if op is Op.POW and loop[nin].kind == "i" and not python_ints:
+        # NumPy's integer power loops refuse a negative exponent (the result is no integer)
+        add_check(g, elementwise(g, Op.GE, np.bool_, [cast_in[1], literal(g, 0, loop[1])]),
+                  ValueError, "Integers to negative integer powers are not allowed.")
+    if op is Op.POW and loop[nin] in (np.float32, np.float64) and cast_in[1].size == 1:
+        # NumPy's float32/64 power loop takes a scalar (stride-0) exponent of 0.5 as sqrt,
+        # which differs from pow at -inf (NaN) and -0.0 (-0.0); an exponent array of
+        # several elements is pow's throughout
+        x, e = cast_in
+        value = literal_value(e)
+        root = elementwise(g, Op.SQRT, loop[nin], [x])
+        if value is not None:
+            return root if value == 0.5 else elementwise(g, op, loop[nin], cast_in)
+        half = elementwise(g, Op.EQ, np.bool_, [e, literal(g, 0.5, loop[1])])
+        return elementwise(g, Op.WHERE, loop[nin], [half, root, elementwise(g, op, loop[nin],
+                                                                            cast_in)])
     if rewrite is not None:
         shape = broadcast_shapes(*(o.shape for o in cast_in))
         cast_in = [o if o.ndim == 0 else broadcast_to(g, o, shape) for o in cast_in]
@@ -568,6 +584,11 @@ def reduce(g: Graph, op: Op, n: Node, axis=None, keepdims=False, dtype=None,
         out = cast(g, n, out_dtype)
     elif unroll_small and _unrollable(op, n, axes):
         out = g.add(op, out_dtype, kept, (n,), axes=axes, unroll=True)
+    elif op is Op.PROD and n.dtype == np.float16 and _inner_run(n, axes) == count(n, axes):
+        # NumPy's half loop multiplies a run of its reduce loop in float32 and rounds the
+        # run's product once: here every reduced element is in one run (C order)
+        out = cast(g, g.add(op, np.dtype(np.float32), kept, (cast(g, n, np.float32),),
+                            axes=axes), out_dtype)
     else:
         out = g.add(op, out_dtype, kept, (n,), axes=axes)
     if keepdims:
@@ -717,12 +738,35 @@ def _constant_values(g: Graph, n: Node):
     return None
 
 
+def _check_unread_indices(g: Graph, nodes: list, src_shape, axis: int, strict: bool,
+                          elements: int) -> None:
+    """NumPy checks every index however many elements it selects.  A gather or scatter
+    kernel checks the indices it reads at the points it runs over: where it has none
+    (`elements` == 0: an empty result, region or base) the indices are a runtime check of
+    their own; so are those into an empty axis, which the kernel reads from no memory."""
+    empty_axis = any(src_shape[axis + j] == 0 for j in range(len(nodes)))
+    if (elements and not empty_axis) or not nodes or nodes[0].size == 0:
+        return
+    for j, i in enumerate(nodes):
+        size = src_shape[axis + j]
+        low = literal(g, 0 if strict else -size, np.intp)
+        ok = elementwise(g, Op.LOGICAL_AND, np.bool_, [
+            elementwise(g, Op.GE, np.bool_, [i, low]),
+            elementwise(g, Op.LT, np.bool_, [i, literal(g, size, np.intp)])])
+        if strict:
+            add_check(g, ok, ValueError, f"a value is outside the range [0, {size})")
+        else:
+            add_check(g, ok, IndexError, f"an index array holds a value out of bounds for "
+                                         f"axis {axis + j} with size {size}")
+
+
 def gather(g: Graph, src: Node, indices: list, axis: int, strict: bool = False) -> Node:
     """src[..., idx0, ..., idxk-1, ...] with the index arrays at axes [axis, axis+k).
     strict: the indices are values that must lie in [0, size) (no negative indices); any other
     raises ValueError at run time (KernelError.RANGE) instead of IndexError."""
     nodes, bshape = _index_nodes(g, src.shape, indices, axis, strict)
     shape = src.shape[:axis] + bshape + src.shape[axis + len(nodes):]
+    _check_unread_indices(g, nodes, src.shape, axis, strict, math.prod(shape))
     if strict:
         return g.add(Op.GATHER, src.dtype, shape, (src, *nodes), axis=axis, strict=True)
     return g.add(Op.GATHER, src.dtype, shape, (src, *nodes), axis=axis)
@@ -736,7 +780,8 @@ def scatter(g: Graph, base: Node, values: Node, indices: list, axis: int, mode: 
     nodes, bshape = _index_nodes(g, base.shape, indices, axis, strict)
     region = base.shape[:axis] + bshape + base.shape[axis + len(nodes):]
     values = broadcast_to(g, cast(g, values, base.dtype), region)
-    if any(s == 0 for s in region):
+    _check_unread_indices(g, nodes, base.shape, axis, strict, math.prod(region) * base.size)
+    if any(s == 0 for s in region) or base.size == 0:
         return base
     if base.dtype.kind == "c" and mode != "set":
         return COMPLEX["scatter"](g, base, values, nodes, axis, mode, strict)

@@ -423,6 +423,38 @@ def frame(t: Tracer) -> ViewMap:
     return t._view or ViewMap.identity(t._storage.node.shape)
 
 
+def _c_strides(shape) -> list:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= max(n, 1)
+    return out[::-1]
+
+
+def _placed(vm: ViewMap, offset: int, strides) -> tuple:
+    """(first element's position, strides) of view `vm` of a base placed at `offset` with
+    `strides` (elements); a new axis walks nothing."""
+    first = offset + sum(s * b for s, b in zip(vm.start, strides))
+    return first, tuple(step * strides[b] if b >= 0 else 0 for b, step, _ in vm.dims)
+
+
+def memory_layout(t: Tracer) -> tuple | None:
+    """Where t's elements lie in its storage, taken as a C-ordered array (the memory a traced
+    array has): (the storage's node, the position of t's first element in it, t's strides in
+    elements), as NumPy would see a view of a C-contiguous array.  None where t is a reshape
+    of a view whose elements are not one contiguous block (NumPy would copy it)."""
+    base = t._storage.node
+    vm = t._view or ViewMap.identity(base.shape)
+    first, strides = _placed(vm, 0, _c_strides(base.shape))
+    if t._reshape is None:
+        return base, first, strides
+    walked = [(st, n) for st, (_, _, n) in zip(strides, vm.dims) if n != 1]
+    if [st for st, _ in walked] != _c_strides([n for _, n in walked]):
+        return None
+    post = t._post or ViewMap.identity(t._reshape)
+    return (base,) + _placed(post, first, _c_strides(t._reshape))
+
+
 def view_of(t: Tracer, view: ViewMap | None = None, reshape: tuple | None = None,
             scalar: bool = False) -> Tracer:
     """A view of t's storage, writable through: `view` (over frame(t)), or a reshape of t."""

@@ -23,8 +23,8 @@ import numpy as np
 from ..bytecode import blas_layout
 from ..ir import Op
 from ..kernel import (Compute, Index, Kernel, KernelArg, LibraryCall, Load, Loop, Reduction,
-                      accumulator_dtype, address, coalesce, idents, is_kernel, is_loop_step, set_extents,
-                      substitute, walk)
+                      accumulator_dtype, address, coalesce, idents, is_kernel, is_loop_step,
+                      ordered_product, set_extents, substitute, walk)
 
 # Full reductions of at least 2*REDUCE_CHUNK elements into fewer than SPLIT_MAX_OUTPUTS
 # results are split (see the module docstring).
@@ -215,7 +215,8 @@ def _streams(k: Kernel, tile, work: int) -> bool:
 # ---- reduction splitting -------------------------------------------------------------------
 def _split(plan, k: Kernel, chunk: int) -> list:
     r = k.reduction
-    if r is None or r.scan or r.chunk or r.op in (Op.ARGMAX, Op.ARGMIN) or k.prelude:
+    if r is None or r.scan or r.chunk or r.op in (Op.ARGMAX, Op.ARGMIN) or k.prelude or \
+            ordered_product(r):
         return [k]
     nspace = len(k.space)
     rsize = int(np.prod(k.rspace, dtype=np.int64))

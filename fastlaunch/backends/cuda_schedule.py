@@ -28,7 +28,7 @@ import numpy as np
 
 from ..ir import Op
 from ..kernel import (Compute, Folded, Index, Kernel, KernelArg, Load, Reduction, Store, address,
-                      idents, is_kernel, set_extents, substitute, walk)
+                      idents, is_kernel, ordered_product, set_extents, substitute, walk)
 from ..leaves import contiguous_strides
 
 BLOCK = 256                 # threads per block
@@ -100,7 +100,7 @@ def _schedule(plan, k: Kernel) -> list:
     rsize = int(np.prod(k.rspace, dtype=np.int64))
     outputs = k.size
     if (r.scan or r.chunk or r.op in (Op.ARGMAX, Op.ARGMIN) or outputs >= THREAD_OUTPUTS
-            or rsize < BLOCK_REDUCE_MIN or outputs == 0):
+            or rsize < BLOCK_REDUCE_MIN or outputs == 0 or ordered_product(r)):
         return [_scheduled(k, CUDASchedule("thread_reduce", outputs, _grid(outputs), BLOCK))]
     want = -(-rsize // (BLOCK * ITEMS_PER_THREAD))
     splits = max(1, min(want, MAX_REDUCE_BLOCKS // outputs))

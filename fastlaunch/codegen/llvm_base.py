@@ -637,8 +637,14 @@ class LLVMEmitter:
         if dt.kind == "b":
             return fw.op(f"{'or' if op in (Op.SUM, Op.MAX, Op.ANY) else 'and'} i1 {acc}, {v}")
         if op in (Op.SUM, Op.PROD):
-            if dt.kind == "f":  # reassociation lets LLVM keep several partial sums in vectors
-                return fw.op(f"{'fadd' if op is Op.SUM else 'fmul'} reassoc {ty} {acc}, {v}")
+            if dt.kind == "f" and op is Op.SUM:
+                # reassociation lets LLVM keep several partial sums in vectors
+                return fw.op(f"fadd reassoc {ty} {acc}, {v}")
+            if dt.kind == "f":
+                # one product at a time, in order, as NumPy's multiply.reduce: where a
+                # partial product overflows or underflows, the order decides between inf, 0
+                # and NaN (inf * 0), not only the last bits
+                return fw.op(f"fmul {ty} {acc}, {v}")
             return fw.op(f"{'add' if op is Op.SUM else 'mul'} {ty} {acc}, {v}")
         if op in (Op.MAX, Op.MIN):
             if dt.kind == "f":
@@ -939,9 +945,7 @@ class LLVMEmitter:
             op = "fpext" if dst.itemsize > src.itemsize else "fptrunc"
             return fw.op(f"{op} {st} {v} to {dt_}")
         if src.kind == "f":
-            # saturating: NaN and out-of-range values give a defined value instead of poison
-            sign = "si" if dst.kind == "i" else "ui"
-            return self.mod.intrinsic(fw, f"llvm.fpto{sign}.sat.{dt_}.{_suffix(src)}", dt_, [(st, v)])
+            return self.float_to_int(v, src, dst)
         if dst.kind == "f":
             return fw.op(f"{'sitofp' if src.kind == 'i' else 'uitofp'} {st} {v} to {dt_}")
         if dst.itemsize == src.itemsize:
@@ -949,6 +953,47 @@ class LLVMEmitter:
         if dst.itemsize < src.itemsize:
             return fw.op(f"trunc {st} {v} to {dt_}")
         return fw.op(f"{'sext' if src.kind == 'i' else 'zext'} {st} {v} to {dt_}")
+
+
+    def float_to_int(self, v: str, src: np.dtype, dst: np.dtype) -> str:
+        """A float cast to an integer dtype as NumPy casts on x86-64: C's conversion, which
+        is the CPU's truncating cvtt instruction.  Values in range truncate toward zero;
+        NaN, infinities and values outside give the instruction's "integer indefinite"
+        (INT_MIN of its 32- or 64-bit form); int8/16 and uint8/16 take the low bits of the
+        32-bit form, uint32 those of the 64-bit form; uint64 converts values of 2**63 and
+        up less 2**63 with the signed form and adds it back, the others with the signed
+        form.  (NumPy warns "invalid value encountered in cast"; kernels do not.  NumPy's
+        SIMD loop for float32/64 -> uint32 converts as uint64 does, in 32 bits, so outside
+        [-2**31, 2**32) NumPy's own values depend on where an element falls in the array:
+        fastlaunch gives its scalar loop's.)"""
+        fw = self.fw
+        if src.itemsize == 2:                         # exactly, then as from float32
+            v, src = fw.op(f"fpext half {v} to float"), np.dtype(np.float32)
+        st, dt_ = llvm_type(src), llvm_type(dst)
+
+        def cvtt(x: str, bits: int) -> str:
+            top = float(2 ** (bits - 1))
+            below = -top - 1.0
+            # valid where trunc(x) is in [-top, top): x > -top - 1, or x >= -top where
+            # -top - 1 rounds to -top in the source type
+            exact = float(np.array(below, src)) == below
+            lo = fw.op(f"fcmp {'ogt' if exact else 'oge'} {st} {x}, "
+                       f"{const_text(below if exact else -top, src)}")
+            ok = fw.op(f"and i1 {lo}, {fw.op(f'fcmp olt {st} {x}, {const_text(top, src)}')}")
+            # fptosi is poison outside the range: the select never takes it there
+            t = fw.op(f"fptosi {st} {x} to i{bits}")
+            return fw.op(f"select i1 {ok}, i{bits} {t}, i{bits} {_signed(1 << (bits - 1), bits)}")
+
+        bits = dst.itemsize * 8
+        if dst == np.uint64:
+            off = float(2 ** (bits - 1))
+            big = fw.op(f"fcmp oge {st} {v}, {const_text(off, src)}")
+            high = cvtt(fw.op(f"fsub {st} {v}, {const_text(off, src)}"), bits)
+            high = fw.op(f"xor i{bits} {high}, {_signed(1 << (bits - 1), bits)}")
+            return fw.op(f"select i1 {big}, i{bits} {high}, i{bits} {cvtt(v, bits)}")
+        wide = 64 if bits == 64 or dst.kind == "u" and bits == 32 else 32
+        r = cvtt(v, wide)
+        return r if wide == bits else fw.op(f"trunc i{wide} {r} to {dt_}")
 
 
 def _signed(value: int, bits: int) -> int:
@@ -1013,7 +1058,13 @@ def lower_op(em: LLVMEmitter, op: Op, out: np.dtype, args: list, dts: list) -> s
     if op is Op.RECIPROCAL:
         if kind == "f":
             return fw.op(f"fdiv {ty} {fconst(1)}, {a}")
-        return _int_divide(em, dt, "1" if kind != "b" else "true", a, floor=False)
+        q = _int_divide(em, dt, "1" if kind != "b" else "true", a, floor=False)
+        if kind == "i" and dt.itemsize >= 4:
+            # NumPy's integer loop converts 1.0 / x: of 0, inf, which x86-64's conversion
+            # makes INT_MIN (float_to_int; the narrower types and unsigned ones get 0)
+            low = _signed(1 << (dt.itemsize * 8 - 1), dt.itemsize * 8)
+            return select(fw.op(f"icmp eq {ty} {a}, 0"), str(low), q)
+        return q
     if op is Op.SIGN:
         if kind == "f":
             pos = fw.op(f"fcmp ogt {ty} {a}, {fconst(0)}")

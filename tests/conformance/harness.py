@@ -11,7 +11,10 @@ What is compared (see `assert_same`):
     finite values within `rtol * |expected| + atol` (presets in TOLERANCES, picked by the
     result dtype); signed zeros must match where the test asks for it (`signed_zero=True`);
   * the arguments after the call (in-place updates of inputs must replay);
-  * a second call (the replay path of the cached program) gives the same answer again.
+  * a second call (the replay path of the cached program) gives the same answer again;
+  * a third call with new values of the same signature (`new_values`: floats scaled by 33/32,
+    integers and booleans permuted, a sorted row kept sorted; the same shapes, dtypes and
+    memory layouts) replays the same program and agrees with NumPy on those values.
 
 If NumPy raises, the compiled function must raise the same exception class (fastlaunch's
 TracingError is *not* accepted in its place: it means "not supported").
@@ -236,6 +239,52 @@ def _copy_layout(a: np.ndarray) -> np.ndarray:
     return out
 
 
+# Floats of the new-values call: scaled by 33/32, exact in every float dtype, so that every
+# non-zero finite value changes (by far more than any tolerance) while zeros, infinities,
+# NaNs, signs, order and ties stay where they were (per-element masks and bounds still fit).
+NEW_VALUE_SCALE = 33 / 32
+
+
+def new_values(args, key=()):
+    """Arguments of the same signature as `args` (dtypes, shapes, memory layouts) holding other
+    values: float and complex arrays scaled by NEW_VALUE_SCALE; integer and boolean arrays
+    permuted (deterministically), rows sorted along the last axis kept sorted (index arrays
+    stay in range, bins ordered); scalars and empty arrays as they were.  None when nothing
+    changed (then a call would only repeat the replay)."""
+    rng = rng_for("new values", *key)
+    changed = []
+
+    def one(a):
+        if isinstance(a, (tuple, list)):
+            return type(a)(one(x) for x in a)
+        if isinstance(a, dict):
+            return {k: one(v) for k, v in a.items()}
+        if not isinstance(a, np.ndarray) or a.size == 0 or a.dtype.kind not in "fciub":
+            return a
+        stride0 = tuple(slice(0, 1) if st == 0 and n > 1 else slice(None)
+                        for st, n in zip(a.strides, a.shape))
+        core = a[stride0]                        # a broadcast input: its distinct elements
+        if a.dtype.kind in "fc":
+            with np.errstate(all="ignore"):
+                vals = core * a.dtype.type(NEW_VALUE_SCALE)
+        else:
+            vals = rng.permutation(core.ravel()).reshape(core.shape)
+            if core.ndim and core.shape[-1] > 1:
+                if np.all(core[..., 1:] >= core[..., :-1]):
+                    vals = np.sort(vals, axis=-1)
+                elif np.all(core[..., 1:] <= core[..., :-1]):
+                    vals = np.flip(np.sort(vals, axis=-1), axis=-1)
+        vals = vals.astype(a.dtype)
+        changed.append(not np.array_equal(vals, core, equal_nan=True))
+        if core.shape != a.shape:
+            return np.broadcast_to(np.array(vals, order="C"), a.shape)
+        out = _copy_layout(a)
+        out[...] = vals
+        return out
+    out = [one(a) for a in args]
+    return out if any(changed) else None
+
+
 def public_error_class(err: BaseException) -> type:
     """The exception class a conforming implementation must raise where NumPy raised `err`:
     its first base that is a builtin or in numpy.exceptions (NumPy's private subclasses, such as
@@ -257,8 +306,13 @@ def run_numpy(fn, args, kwargs=None):
 
 
 def check(fn, *args, tol="exact", signed_zero=False, mask=None, values=True, atol=0.0,
-          kwargs=None, compile_kw=None, replay=True):
-    """Run fn(*args) with NumPy and compiled; compare results, argument updates and errors."""
+          kwargs=None, compile_kw=None, replay=True, new_args=None):
+    """Run fn(*args) with NumPy and compiled; compare results, argument updates and errors.
+    `atol` may be a callable(expected) or (expected, args) -> atol, evaluated for each call
+    with that call's results and arguments (the new-values call has other ones); a plain
+    atol computed from `args` must also hold for the new values (floats scaled by
+    NEW_VALUE_SCALE).  `new_args`: a callable that restores relations between arguments
+    in the new values (new_values(args) -> the arguments of the new-values call)."""
     expected, np_err, np_args = run_numpy(fn, args, kwargs)
     cfn = fl.compile(fn, **(compile_kw or {}))
     fl_args = _fresh(args)
@@ -270,6 +324,8 @@ def check(fn, *args, tol="exact", signed_zero=False, mask=None, values=True, ato
     with np.errstate(all="ignore"):
         got = cfn(*fl_args, **(kwargs or {}))
     opts = dict(tol=tol, signed_zero=signed_zero, mask=mask, values=values, atol=atol)
+    if callable(atol):                   # a bound computed from the call's result and args
+        opts["atol"] = _call_bound(atol, expected, args)
     assert_same(expected, got, **opts)
     _compare_args(np_args, fl_args, opts)
     if replay:
@@ -278,14 +334,46 @@ def check(fn, *args, tol="exact", signed_zero=False, mask=None, values=True, ato
             got2 = cfn(*fl_args2, **(kwargs or {}))
         assert_same(expected, got2, path="result (replayed call)", **opts)
         _compare_args(np_args, fl_args2, opts)
+        _check_new_values(fn, cfn, args, kwargs, opts, atol, new_args)
         assert len(cfn.traces) == 1, f"replay re-traced: {cfn.stats}"
     return got
+
+
+def _check_new_values(fn, cfn, args, kwargs, opts, atol, new_args):
+    """The compiled function on new values of the traced signature (`new_values`): the same
+    program replayed, compared with NumPy on those values (or raising as NumPy does)."""
+    args3 = new_values(args)
+    if args3 is None:
+        return
+    if new_args is not None:
+        args3 = new_args(args3)
+    expected, np_err, np_args = run_numpy(fn, args3, kwargs)
+    if callable(atol) and np_err is None:
+        opts = dict(opts, atol=_call_bound(atol, expected, args3))
+    fl_args = _fresh(args3)
+    with np.errstate(all="ignore"):
+        if np_err is not None:
+            with pytest.raises(public_error_class(np_err)):
+                cfn(*fl_args, **(kwargs or {}))
+            return
+        got = cfn(*fl_args, **(kwargs or {}))
+    assert_same(expected, got, path="result (replayed on new values)", **opts)
+    _compare_args(np_args, fl_args, opts)
+
+
+def _call_bound(atol, expected, args):
+    """A callable atol's value for one call: atol(expected), or atol(expected, args) where it
+    takes the call's arguments too (an error bound computed from the inputs)."""
+    if len(inspect.signature(atol).parameters) >= 2:
+        return atol(expected, args)
+    return atol(expected)
 
 
 def check_many(variants: dict, *args, atol=None, **kw):
     """Check many small bodies (label -> fn(*args)) with one compiled function returning a
     dict, so that they share one trace.  Bodies NumPy rejects are checked one by one (the
-    compiled function must raise the same error).  `atol` may be a callable(label, expected)."""
+    compiled function must raise the same error).  `atol` may be a callable(label, expected)
+    or (label, expected, args), evaluated for each call's results (and arguments)."""
     ok = {}
     for label, f in variants.items():
         _, err, _ = run_numpy(f, args)
@@ -296,8 +384,13 @@ def check_many(variants: dict, *args, atol=None, **kw):
     if not ok:
         return
     if callable(atol):
-        expected = run_numpy(lambda *xs: {k: f(*xs) for k, f in ok.items()}, args)[0]
-        atol = {k: atol(k, v) for k, v in expected.items()}
+        per_label = atol
+        if len(inspect.signature(per_label).parameters) >= 3:
+            def atol(expected, args_):
+                return {k: per_label(k, v, args_) for k, v in expected.items()}
+        else:
+            def atol(expected):
+                return {k: per_label(k, v) for k, v in expected.items()}
     check(lambda *xs: {k: f(*xs) for k, f in ok.items()}, *args, atol=atol or 0.0, **kw)
 
 

@@ -7,7 +7,9 @@ Arithmetic that fastlaunch composes with NumPy's own formulas (+ - * /, reciproc
 conjugate, comparisons, |z|) is compared on every special value; NumPy's SIMD loops may use
 FMA for products, so those are compared within an error bound of eps * |a| * |b| per part.
 Transcendental functions (libm's cexp/clog/csqrt/... in NumPy, composed of real libm calls
-here) are compared on finite values within a bound relative to |z|.
+here) are compared on finite values within a bound relative to |z|, and every function at
+each combination of special parts (zeros, infinities, NaN, overflow edges): NaNs, infinities
+and signed zeros exactly as NumPy's (C99 Annex G).
 """
 from __future__ import annotations
 
@@ -45,6 +47,15 @@ REFUSED_UNARY = ["tan", "tanh", "arcsin", "arccos", "arctan", "arcsinh", "arccos
 
 for _n, _c in {**EXACT_UNARY, **ARITH_UNARY, **TRANSC_UNARY}.items():
     cover(f"np.{_n}", _c, COMPLEX, test="test_complex.py")
+_FMA_NOTE = ("complex: each product rounded on its own (ar*br - ai*bi); NumPy's SIMD loop, on "
+             "a CPU with FMA, rounds ar*br - ai*bi once: the last bit of a part may differ, and "
+             "where a product of finite parts overflows NumPy may give an infinity where "
+             "fastlaunch gives NaN ((1e300+1e300j)**2: NumPy -inf+infj, fastlaunch nan+infj)")
+cover("np.square", A, COMPLEX, note=_FMA_NOTE, test="test_complex.py::test_unary_arith")
+cover("np.exp", E, COMPLEX, note="complex exp, sin, cos, sinh, cosh: zeros, infinities and NaNs "
+      "as C99 Annex G (the C library NumPy calls), and finite where exp(x) alone overflows but "
+      "its product with a sine does not; tested at every combination of special parts",
+      test="test_complex.py::test_every_function_at_special_values")
 
 
 @pytest.mark.parametrize("dtype", COMPLEX, ids=short)
@@ -93,6 +104,62 @@ def test_special_values_of_exp_log_sqrt(dtype):
           mask=lambda e: np.isfinite(e.real) & np.isfinite(e.imag) | np.isinf(e.real))
 
 
+def _special_grid(dt, extra=()):
+    """Every complex value whose parts are zeros, ones, infinities, NaN or `extra`."""
+    p = np.dtype(dt).char.lower()
+    vals = np.array([0.0, -0.0, 1.0, -1.0, 2.5, -2.5, np.inf, -np.inf, np.nan, *extra], p)
+    z = np.zeros((len(vals), len(vals)), dt)
+    z.real, z.imag = vals[:, None], vals[None, :]
+    return z.ravel()
+
+
+def _relative(dt, k, by_label=None):
+    """An absolute tolerance of k eps |expected| per element (the larger finite part's
+    magnitude: the modulus may overflow where the parts do not); `by_label`: other k's."""
+    def atol(label, expected):
+        with np.errstate(all="ignore"):
+            re, im = (np.nan_to_num(np.abs(p), nan=0.0, posinf=0.0)
+                      for p in (expected.real, expected.imag))
+            return (by_label or {}).get(label, k) * _eps(dt) * np.maximum(re, im)
+    return atol
+
+
+@pytest.mark.parametrize("dtype", COMPLEX, ids=short)
+def test_every_function_at_special_values(dtype):
+    """Each complex function at every combination of special parts, plus values where exp,
+    sinh, cosh overflow alone but not multiplied by a sine (past t = floor((emax-1) ln 2),
+    2t and 3t), as NumPy gives them: NaNs and infinities where NumPy has them, signed zeros
+    with NumPy's signs (C99 Annex G, as the C library's cexp/csin/ccosh/... compute them),
+    finite values within a few ulps of |z|.  Replayed on the same grid reversed."""
+    big = [710.5, -711.0, 1500.0, 1e-300] if dtype == np.complex128 else \
+        [89.5, -90.0, 200.0, 1e-30]
+    z = _special_grid(dtype, big)
+    names = sorted({**EXACT_UNARY, **ARITH_UNARY, **TRANSC_UNARY})
+    for group in (names[:12], names[12:]):
+        check_many({n: getattr(np, n) for n in group}, z, tol="exact", signed_zero=True,
+                   atol=_relative(dtype, 16))
+        check_many({n: getattr(np, n) for n in group}, z[::-1].copy(), tol="exact",
+                   signed_zero=True, atol=_relative(dtype, 16))
+
+
+@pytest.mark.parametrize("dtype", COMPLEX, ids=short)
+def test_binary_functions_at_special_values(dtype):
+    """*, /, ** (array exponents: NumPy's integral powers by multiplication, cpow otherwise)
+    and literal exponents (NumPy's fast paths: square, sqrt, reciprocal; npy_cpow's zero base)
+    at every pair of the special grid."""
+    z = _special_grid(dtype, [2.0, 0.5])
+    a, b = np.repeat(z, z.size), np.tile(z, z.size)
+    body = {"multiply": lambda a, b: a * b, "divide": lambda a, b: a / b,
+            "power": lambda a, b: a ** b}
+    # cexp(b clog(a)): the rounding of clog's parts, times |b clog(a)|, reaches the result
+    bound = _relative(dtype, 16, {"power": 64})
+    check_many(body, a, b, tol="exact", signed_zero=True, atol=bound)
+    check_many(body, b, a, tol="exact", signed_zero=True, atol=bound)
+    literal = {f"** {e!r}": (lambda e: lambda x: x ** e)(e)
+               for e in (2, 3, 0.5, -1, -2, 2.0, 1, 0, 2.5, -0.5, 1j, 99)}
+    check_many(literal, z, tol="exact", signed_zero=True, atol=_relative(dtype, 64))
+
+
 @pytest.mark.parametrize("dtype", COMPLEX, ids=short)
 @pytest.mark.parametrize("name", REFUSED_UNARY)
 def test_unary_refused(dtype, name):
@@ -110,7 +177,13 @@ BINARY = {"add": A, "subtract": A, "multiply": A, "divide": A, "equal": CMP, "no
           "logical_or": "logical", "logical_xor": "logical"}
 for _n, _c in BINARY.items():
     cover(f"np.{_n}", _c, COMPLEX, test="test_complex.py::test_binary")
-cover("np.power", A, COMPLEX, test="test_complex.py::test_power")
+cover("np.multiply", A, COMPLEX, note=_FMA_NOTE, test="test_complex.py::test_binary")
+cover("np.power", A, COMPLEX, note="complex: NumPy's npy_cpow element by element (integral "
+      "exponents below 100 in magnitude by repeated multiplication, else the C library's "
+      "cexp(b clog(a))); where |b| is large, b clog(a) magnifies the last-bit differences of "
+      "fastlaunch's log(|a|) and arg(a) against the C library's clog: relative errors grow "
+      "as |b| ulps, and a result past overflow may be an infinity of another sign",
+      test="test_complex.py::test_binary_functions_at_special_values")
 
 
 def _pairs(dt):

@@ -28,6 +28,10 @@ elementwise bound on how far a correct implementation may be from V:
     (NaN, inf, out of range).  Those positions are not compared (dtype and shape still are).
 Operations that are ill-conditioned on inexact operands (floor_divide, power, argmax, ...) are
 only generated on exactly reproducible operands.
+
+Each program runs three times compiled: on its inputs, again on copies of them (the replay),
+and on new values of the same signature (harness.new_values), whose results and bounds the
+generator's steps recompute (`_evaluate`).
 """
 from __future__ import annotations
 
@@ -42,7 +46,7 @@ from hypothesis import strategies as st
 
 import fastlaunch as fl
 
-from .harness import Mismatch, assert_same, cover, make
+from .harness import Mismatch, assert_same, cover, make, new_values, public_error_class
 
 DTYPES = [np.dtype(t) for t in (np.float16, np.float32, np.float64, np.float32, np.float64,
                                 np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
@@ -530,6 +534,8 @@ class Program:
     inputs: list                      # (description, value)
     lines: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
+    steps: list = field(default_factory=list)     # per line: (op, operand positions, params)
+    out_positions: list = field(default_factory=list)
 
     def source(self) -> str:
         args = ", ".join(f"x{i}" for i in range(len(self.inputs)))
@@ -625,12 +631,14 @@ def programs(draw, max_ops=12):
             E = _err(op, operands, [errs[i] for i in picks], V, params)
         name = f"v{len(vals)}"
         prog.lines.append(f"{name} = {src}")
+        prog.steps.append((op, picks, params))
         vals.append(V)
         errs.append(E)
         depth.append(1 + max(depth[i] for i in picks))
         names.append(name)
     if not prog.lines:
         prog.lines.append(f"v{len(vals)} = np.add(x0, 1)")
+        prog.steps.append((ADD_ONE, [0], {}))
         with np.errstate(all="ignore"):
             V = vals[0] + 1 if np.asarray(vals[0]).dtype != np.bool_ else np.add(vals[0], 1)
         vals.append(V)
@@ -647,7 +655,38 @@ def programs(draw, max_ops=12):
     outs = list(dict.fromkeys(outs))
     prog.outputs = [names[i] for i in outs]
     prog.bounds = [errs[i] for i in outs]
+    prog.out_positions = outs
     return prog
+
+
+ADD_ONE = Op("add one", 1, "exact", "np.add({0}, 1)")
+
+
+def _evaluate(prog: Program, inputs: list):
+    """NumPy's values of the program's results on other inputs, and their error bounds,
+    computed as `programs` computed them: (results, bounds), or the exception NumPy raises.
+    An operation generated only on exact operands gets an undetermined (inf) bound where its
+    operand is not exact on these inputs."""
+    vals = list(inputs)
+    errs = [np.zeros(np.shape(v)) for v in vals]
+    for op, picks, params in prog.steps:
+        operands = [vals[i] for i in picks]
+        src = op.template.format(*[f"a{k}" for k in range(len(picks))], p=params)
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                V = eval(src, {"np": np}, {f"a{k}": v for k, v in enumerate(operands)})
+        except Exception as err:   # noqa: BLE001 - the compiled function must raise it too
+            return err
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if op.needs_exact and not all(is_exact(errs[i]) for i in picks):
+                E = np.full(np.shape(V), np.inf)
+            else:
+                E = _err(op, operands, [errs[i] for i in picks], V, params)
+        vals.append(V)
+        errs.append(E)
+    return [vals[i] for i in prog.out_positions], [errs[i] for i in prog.out_positions]
 
 
 class _Draw:
@@ -682,6 +721,24 @@ def run_program(prog: Program):
         assert_same(expected, result, values=False, path="result" + label)
         for i, (e, g, E) in enumerate(zip(expected, result, prog.bounds)):
             _compare(e, g, E, f"result[{i}] ({prog.outputs[i]}){label}")
+    # the same program on new values of the same signature, against NumPy's on those values
+    fresh = new_values([v for _, v in prog.inputs])
+    if fresh is None:
+        return
+    evaluated = _evaluate(prog, fresh)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        if isinstance(evaluated, Exception):
+            with pytest.raises(public_error_class(evaluated)):
+                cf(*[_fresh(v) for v in fresh])
+            return
+        third = cf(*[_fresh(v) for v in fresh])
+    expected3, bounds3 = evaluated
+    label = " (replayed on new values)"
+    assert_same(tuple(expected3), third, values=False, path="result" + label)
+    for i, (e, g, E) in enumerate(zip(expected3, third, bounds3)):
+        _compare(e, g, E, f"result[{i}] ({prog.outputs[i]}){label}")
+    assert len(cf.traces) == 1, f"replay re-traced: {cf.stats}"
 
 
 def _compare(e, g, E, path):

@@ -59,17 +59,58 @@ def _variants(f, extra=None, empty=True, zero_d=True):
     return v
 
 
-def _sum_atol(x_max, eps, power=1):
-    """atol for a reduction over up to 1000 elements of magnitude <= x_max."""
-    return lambda label, expected: 8 * 1000 * eps * x_max ** power
+def _summation_bound(variants, kind="sum", skip_nan=False):
+    """atol callable(label, expected) for float sums, means, running sums, variances and
+    standard deviations, from their error analysis: NumPy's own error, measured against the
+    result in extended precision (np.longdouble: exact enough to see float64's last bits),
+    plus the bound the compiled method guarantees.  That method sums n terms, in any order,
+    in its accumulator (float16 in float32, float32 in float64, float64 in float64: unit
+    roundoff u_acc), then rounds to the result (u): within n u_acc sum|x_i| + u |s|.  A
+    mean is that divided by n, rounded again (the same formula with mean|x_i|, 2 u |mean|);
+    a variance (two passes, ddof: the mean, then the squared deviations, each rounded to the
+    result type u, summed) within (4 n u_acc + 6 u) sum x_i^2 / (n - ddof) + 2 u |var| (the
+    mean's error e enters as 2 e mean|d_i| <= 2 e sqrt(mean x_i^2) by Cauchy-Schwarz), its
+    square root within min(B / std, sqrt(B)) + 2 u std (|sqrt(a) - sqrt(b)| =
+    |a - b| / (sqrt(a) + sqrt(b))).
 
-
-def _scale(args, dtype):
-    dt = np.dtype(dtype)
-    with np.errstate(all="ignore"):
-        m = max(float(np.max(np.abs(a.astype(np.float64)), initial=0)) for a in args)
-    eps = float(np.finfo(dt if dt.kind == "f" else np.float64).eps)
-    return m, eps
+    `variants`: label -> (count, size, exact): `count` the label's np.sum (np.cumsum) over
+    the same axes, applied to ones (n per output); `size` applied to |x| (x^2 for var and
+    std: np.mean's, times n / (n - ddof)) in float64; `exact` the label's own body, applied to
+    the arguments as np.longdouble.  skip_nan: NaN terms count nowhere (np.nansum, np.nanmean).
+    The bound is computed from each call's own arguments (the new-values call's too)."""
+    def atol(label, expected, args):
+        e = np.asarray(expected)
+        if e.dtype.kind not in "fc":
+            return 0.0
+        wide = [np.asarray(a, np.float64) for a in args]
+        longs = [np.asarray(a).astype(np.longdouble) for a in args]
+        if skip_nan:
+            ones = [np.where(np.isnan(a), 0.0, 1.0) for a in wide]
+            mags = [np.nan_to_num(np.abs(a), nan=0.0, posinf=np.inf) for a in wide]
+        else:
+            ones = [np.ones_like(a) for a in wide]
+            mags = [np.abs(a) for a in wide]
+        if kind != "sum":
+            mags = [m * m for m in mags]
+        u = float(np.finfo(e.dtype).eps) / 2
+        u_acc = float(np.finfo(np.float32).eps) / 2 if e.dtype == np.float16 else \
+            float(np.finfo(np.float64).eps) / 2
+        count, size, exact = variants[label]
+        with np.errstate(all="ignore"):
+            n = np.asarray(count(*ones), np.float64)
+            true = np.asarray(exact(*longs), np.longdouble)
+            numpy_error = np.abs(e.astype(np.longdouble) - true).astype(np.float64)
+            true = np.abs(true.astype(np.float64))
+            spread = np.asarray(size(*mags), np.float64)
+            if kind == "sum":
+                bound = n * u_acc * spread
+            else:     # the deviations and squares round in the result type, term by term
+                bound = 4 * n * u_acc * spread + 6 * u * spread
+            if kind == "std":
+                bound = np.minimum(bound / true, np.sqrt(bound))
+            bound = numpy_error + bound + 2 * u * true
+        return np.nan_to_num(bound, nan=0.0, posinf=0.0)
+    return atol
 
 
 METHODS = ["sum", "prod", "mean", "max", "min", "argmax", "argmin", "any", "all", "std", "var"]
@@ -91,7 +132,6 @@ def test_reduction(name, dtype):
     f = getattr(np, name)
     domain = (0.5, 1.5) if name == "prod" and dt.kind == "f" else None
     args = _inputs(dt, domain)
-    m, eps = _scale(args, dt)
     extra = {}
     if name in ("argmax", "argmin"):
         # no tuple axes for arg-reductions
@@ -108,14 +148,44 @@ def test_reduction(name, dtype):
         tol, atol = "exact", None
     elif name == "prod":
         tol, atol = "reduce", None
-    elif name == "var":
-        tol, atol = "reduce", _sum_atol(m, eps, 2)
-    else:
-        tol, atol = "reduce", _sum_atol(m, eps)
+    else:           # the bound carries everything: no relative tolerance on top
+        tol, atol = "exact", _summation_bound(_bound_variants(name, variants),
+                                              "sum" if name in ("sum", "mean") else name)
     check_many(variants, *args, tol=tol, atol=atol)
     # the method form
+    method_bound = 0.0
+    if atol is not None:
+        size = getattr(np, name) if name in ("sum", "mean") else np.mean
+        f = getattr(np, name)
+        bound = _summation_bound({
+            0: (lambda x3, x1: np.sum(x3, axis=1), lambda x3, x1: size(x3, axis=1),
+                lambda x3, x1: f(x3, axis=1)),
+            1: (lambda x3, x1: np.sum(x1), lambda x3, x1: size(x1), lambda x3, x1: f(x1))},
+            "sum" if name in ("sum", "mean") else name)
+        method_bound = lambda e, xs: (bound(0, e[0], xs), bound(1, e[1], xs))  # noqa: E731
     check(lambda x3, x1: (getattr(x3, name)(axis=1), getattr(x1, name)()), args[0], args[1],
-          tol=tol, atol=atol(None, None) if atol else 0.0)
+          tol=tol, atol=method_bound)
+
+
+def _bound_variants(name, variants):
+    """label -> (count, size, exact) for _summation_bound: the counts np.sum's over the
+    label's axes, the magnitudes the reduction's own (np.mean's for var and std, times
+    n / (n - ddof)), the exact values the label's body."""
+    count = _variants(np.sum)
+    size = _variants(getattr(np, name) if name in ("sum", "mean") else np.mean)
+    out = {k: (count[k], size[k], variants[k]) for k in count}
+    for ddof in (1, 2, 1000):
+        for label, pick, ax in ((f"ddof={ddof}", 1, None), (f"ax0 ddof={ddof}", 0, 0)):
+            if label not in variants:
+                continue
+
+            def total(*xs, pick=pick, ax=ax):
+                return np.sum(xs[pick], axis=ax)
+
+            def mean(*xs, pick=pick, ax=ax, d=ddof):
+                return np.sum(xs[pick], axis=ax) / max(xs[pick].shape[0] - d, 1)
+            out[label] = (total, mean, variants[label])
+    return out
 
 
 @pytest.mark.parametrize(("name", "dtype"), [param(n, d, name=f"np.{n}",
@@ -131,6 +201,47 @@ def test_reduction_special_values(name, dtype):
                      [-np.inf, -np.inf, 0.5, 0.5], [1e30, -1e30, 3.0, 0.0]], dt)
     check(lambda r: (f(r, axis=1), f(r, axis=0), f(r[2:3]), f(r[4]), f(r[5]), f(r[6])), rows,
           tol="reduce")
+
+
+@pytest.mark.parametrize("dtype", [param(d, name="np.prod", dtype=d, id=short(d)) for d in FLOATS])
+def test_prod_in_numpys_order(dtype):
+    """NumPy multiplies a float product's elements one at a time, in C order (float16: a
+    run over trailing reduced axes in float32, rounded once).  Where a partial product
+    overflows or underflows, the order decides between inf, 0 and NaN (inf * 0), so the
+    compiled product must take the same order: bit for bit, NaN and signed zeros included,
+    for short and long products (long ones were split over threads), rows and columns."""
+    dt = np.dtype(dtype)
+    rng = np.random.default_rng(25)
+    big, small = (1e200, 1e-200) if dt == np.float64 else \
+        ((1e30, 1e-30) if dt == np.float32 else (300.0, 0.002))
+    choices = np.array([big, small, 0.0, 1.5, -2.0, np.inf, big * 10], dt)
+    cf = fl.compile(lambda x, y: (np.prod(x), np.prod(y, axis=0), np.prod(y, axis=1),
+                                  np.prod(y), y.prod(axis=1, keepdims=True)))
+    for n in (9, 17, 1000, 300_000):
+        for _ in range(3):                               # the trace, then replays
+            x = rng.choice(choices, n)
+            _prod_both(cf, x, rng.choice(choices, (n // 8 + 1, 8 if n < 1000 else 300)))
+    # finite values: the same bits as NumPy, not only the same class
+    _prod_both(cf, rng.uniform(0.5, 1.5, 100_000).astype(dt),
+               rng.uniform(0.5, 1.5, (301, 257)).astype(dt))
+
+
+def _prod_both(cf, x, y):
+    with np.errstate(all="ignore"):
+        want = (np.prod(x), np.prod(y, axis=0), np.prod(y, axis=1), np.prod(y),
+                y.prod(axis=1, keepdims=True))
+        for got, w in zip(cf(x, y), want):
+            np.testing.assert_array_equal(got, w)
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(w))
+
+
+cover("np.prod", RED, FLOATS, test="test_reductions.py::test_prod_in_numpys_order",
+      note="float products in NumPy's order (one element at a time, in C order of the reduced "
+           "axes; float16 runs over trailing reduced axes in float32): NumPy's bits, inf/0/NaN "
+           "included, for C-ordered operands; a float product is not split over threads, so "
+           "it runs at NumPy's speed (about 1 ns an element). float16 products of other "
+           "layouts (NumPy's run follows memory: a transposed operand) or over axes mixing "
+           "the last with outer ones round where NumPy's do not")
 
 
 def test_reduction_empty_errors():
@@ -391,16 +502,15 @@ def test_nan_reduction(name, dtype):
         for a in (args[0], args[1], args[5]):
             a[rng.random(a.shape) < 0.2] = np.nan
         args[5][1] = np.nan     # an all-NaN slice along axis 1: NaN (with a RuntimeWarning)
-    with np.errstate(all="ignore"):
-        m = max(float(np.nanmax(np.abs(a.astype(np.float64)), initial=0)) for a in args)
-    eps = float(np.finfo(dt if dt.kind == "f" else np.float64).eps)
     exact = name in ("nanmax", "nanmin") or (dt.kind in "iub" and name == "nansum")
     variants = _variants(f)
+    count, size = _variants(np.sum), _variants(np.nansum if name == "nansum" else np.nanmean)
+    bound = _summation_bound({k: (count[k], size[k], variants[k]) for k in count},
+                             skip_nan=True)
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        check_many(variants, *args, tol="exact" if exact else "reduce",
-                   atol=None if exact else _sum_atol(m, eps))
+        check_many(variants, *args, tol="exact", atol=None if exact else bound)
 
 
 # ---- np.linalg.norm --------------------------------------------------------------------------------
@@ -446,6 +556,22 @@ def test_norm(dtype):
             np.max(np.abs(np.asarray(e, np.float64)), initial=0)))
 
 
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (0, 0), (2, 0, 3), (2, 3, 0), (0,), (4, 0)])
+def test_norm_of_empty_arrays(shape):
+    """NumPy's largest-kind norms (vector inf, matrix 1, inf, 2, nuc, fro) start from 0: an
+    empty vector or matrix has norm 0.0; the smallest-kind ones (-inf, -1, -2) raise
+    ValueError, as does a matrix order named for a vector."""
+    x = np.zeros(shape)
+    axis = (-2, -1) if len(shape) > 1 else -1
+    ords = [None, 2, 1, np.inf, -np.inf, 0, 3, "fro"] if len(shape) == 1 or shape == (4, 0) \
+        else [None, "fro", "nuc", 1, -1, 2, -2, np.inf, -np.inf]
+    if shape == (4, 0):
+        axis = -1
+    for o in ords:
+        for keepdims in (False, True):
+            check(lambda x: np.linalg.norm(x, o, axis=axis, keepdims=keepdims), x, tol="exact")
+
+
 cover("np.linalg.norm", RED, NORM_DTYPES, test="test_reductions.py::test_norm",
       note="vector norms (ord None/1/2/inf/-inf/0/3), along an axis, keepdims; matrix "
            "Frobenius/1/inf norms, 2/-2/'nuc' from the singular values (LAPACK gesdd)")
@@ -470,8 +596,16 @@ def test_cumulative(name, dtype):
     x1 = make((1000,), dt, domain=domain, special=False)
     xt = make((7, 5), dt, "T", domain=domain, special=False)
     e2 = make((3, 0), dt)
-    m, eps = _scale((x3, x1, xt), dt)
-    variants = {
+    variants = _cum_variants(f)
+    variants["method"] = lambda x3, x1, xt, e2: getattr(xt, name)(axis=0)
+    exact = dt.kind in "iub"
+    running = {k: (v, v, variants[k]) for k, v in _cum_variants(np.cumsum).items()}
+    check_many(variants, x3, x1, xt, e2, tol="exact" if exact or name == "cumsum" else "reduce",
+               atol=None if exact or name == "cumprod" else _summation_bound(running))
+
+
+def _cum_variants(f):
+    return {
         "3d ax0": lambda x3, x1, xt, e2: f(x3, axis=0),
         "3d ax1": lambda x3, x1, xt, e2: f(x3, axis=1),
         "3d ax-1": lambda x3, x1, xt, e2: f(x3, axis=-1),
@@ -482,11 +616,8 @@ def test_cumulative(name, dtype):
         "T ax1": lambda x3, x1, xt, e2: f(xt, axis=1),
         "empty": lambda x3, x1, xt, e2: f(e2, axis=1),
         "dtype": lambda x3, x1, xt, e2: f(xt, axis=1, dtype=np.float64),
-        "method": lambda x3, x1, xt, e2: getattr(xt, name)(axis=0),
+        "method": lambda x3, x1, xt, e2: f(xt, axis=0),
     }
-    exact = dt.kind in "iub"
-    check_many(variants, x3, x1, xt, e2, tol="exact" if exact else "reduce",
-               atol=None if exact or name == "cumprod" else _sum_atol(m, eps))
 
 
 ACC = "np.add.accumulate / np.multiply.accumulate"

@@ -219,6 +219,13 @@ def test_searchsorted(dtype):
     v = make((5, 11), dt)
     one = np.sort(make((1,), dt))
     empty = np.zeros(0, dt)
+
+    def new_args(args):
+        # the new-values call keeps `perm` the sorter of the shuffled array
+        a2, _, p, *rest = args
+        s2 = np.empty_like(a2)
+        s2[p] = a2
+        return [a2, s2, p, *rest]
     check_many({
         "left": lambda a, s, p, v, o, e: np.searchsorted(a, v),
         "right": lambda a, s, p, v, o, e: np.searchsorted(a, v, side="right"),
@@ -230,7 +237,7 @@ def test_searchsorted(dtype):
         "empty": lambda a, s, p, v, o, e: np.searchsorted(e, v),
         "method": lambda a, s, p, v, o, e: a.searchsorted(v[1], side="right"),
         "python scalar": lambda a, s, p, v, o, e: np.searchsorted(a, 1),
-    }, a, shuffled, perm, v, one, empty)
+    }, a, shuffled, perm, v, one, empty, new_args=new_args)
 
 
 def test_searchsorted_errors():

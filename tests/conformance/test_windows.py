@@ -210,7 +210,7 @@ WINDOW_VIEWS = {
 
 @pytest.mark.parametrize("dtype", _p("np.lib.stride_tricks.sliding_window_view"))
 def test_window_views(dtype):
-    """as_strided cases use strides of C-contiguous arrays (a traced array reports those), so
+    """as_strided cases on C-contiguous arrays (a traced array's memory is C-ordered), so
     that NumPy reads the same elements."""
     dt = np.dtype(dtype)
     args = [np.ascontiguousarray(a) if a.ndim else a for a in _inputs(dt)]
@@ -246,14 +246,38 @@ def test_window_views_are_read_only():
     check(lambda x: swv(x, 3).copy() * 2, x)
 
 
+def _ast(x, shape, strides):
+    # through the module attribute, which fastlaunch intercepts while it traces
+    return np.lib.stride_tricks.as_strided(x, shape, strides)
+
+
+def test_as_strided_of_views_reads_the_memory_they_view():
+    """A view's .strides and as_strided over it are those of NumPy's view of a C-contiguous
+    array: as_strided may read any element of the viewed array's memory from the view's
+    first element (backwards from v[9], a column view's rows), and only outside that
+    memory is it refused."""
+    v, x = make((20,), np.float64), make((5, 6), np.float64)
+    check(lambda v: _ast(v[9:], (10,), (-8,)), v)
+    check(lambda v: (_ast(v[::-1], (5,), v[::-1].strides), _ast(v[::2], (3, 2), (16, 8)),
+                     _ast(v.reshape(4, 5)[1:], (3, 2), (40, 8)), v[3:][::-2].strides), v)
+    check(lambda x: (_ast(x[:, 1:], x[:, 1:].shape, x[:, 1:].strides), _ast(x[2], (2, 6), (48, 8)),
+                     _ast(x.T, (6, 5), x.T.strides), x[1:, ::2].strides, x[None, 1].strides), x)
+    with pytest.raises(ValueError, match="outside"):
+        fl.compile(lambda v: _ast(v[9:], (11,), (-8,)))(v)
+    with pytest.raises(ValueError, match="outside"):
+        fl.compile(lambda v: _ast(v[9:], (12,), (8,)))(v)
+
+
 cover("np.lib.stride_tricks.sliding_window_view", WINDOWS, DTYPES,
       test="test_windows.py::test_window_views",
       note="read-only, as in NumPy: one gather with index arithmetic, never a copy; "
            "writeable=True raises TracingError")
 cover("np.lib.stride_tricks.as_strided", WINDOWS, DTYPES,
       test="test_windows.py::test_window_views",
-      note="read-only (a write raises TracingError); strides are taken relative to the value "
-           "as a C-contiguous array, which is what a traced array's .strides reports; strides "
-           "that reach outside the array raise ValueError (NumPy would read other memory); "
+      note="read-only (a write raises TracingError); strides are taken over the memory of "
+           "the array a value views, as a C-contiguous array (what a traced array's .strides "
+           "reports: NumPy's strides for a view of a C-contiguous argument; an argument of "
+           "another layout is taken as C-contiguous); strides that reach outside that memory "
+           "raise ValueError (NumPy would read other memory); "
            "only calls through np.lib.stride_tricks.as_strided are intercepted (not a name "
            "imported with `from numpy.lib.stride_tricks import as_strided`)")

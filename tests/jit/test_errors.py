@@ -263,3 +263,76 @@ def test_out_of_bounds_index_array_raises_index_error():
     with pytest.raises(IndexError):
         cf(x, np.array([0, 5]))
     np.testing.assert_array_equal(cf(x, np.array([1, 2])), x[[1, 2]])
+
+
+def _setitem(x, i):
+    x[i] = 1.0
+    return x
+
+
+def _setcols(x, i):
+    x[:, i] = 1.0
+    return x
+
+
+def _add_at(x, i):
+    np.add.at(x, i, 1.0)
+    return x
+
+
+@pytest.mark.parametrize("fn, x, bad, good", [
+    # an empty axis: every index is out of bounds
+    (lambda x, i: x[i], np.zeros(0), [0, 3], []),
+    (lambda x, i: np.take(x, i), np.zeros(0), [1], []),
+    (_setitem, np.zeros(0), [0, 3], []),
+    (_add_at, np.zeros(0), [1], []),
+    # an empty result from another axis: NumPy checks the indices all the same
+    (lambda x, i: x[:, i], np.zeros((0, 3)), [7], [2, -3]),
+    (_setcols, np.zeros((0, 3)), [7], [2, -3]),
+    # a broadcast axis: the index selects no memory, yet must be in bounds
+    (lambda x, i: np.broadcast_to(x, (5, 3))[i], np.ones(3), [7], [4, -5]),
+    (lambda x, i: np.broadcast_to(x[:, None], (3, 5))[:, i], np.ones(3), [-6], [4, -5]),
+    (lambda x, i: np.broadcast_to(x, (5, 3))[i].sum(axis=1), np.ones(3), [5], [4, -5]),
+    (lambda x, i: x.reshape(3, 1)[:, i].max(), np.ones(3), [1], [0, -1]),
+])
+def test_index_arrays_into_empty_or_broadcast_axes_are_checked(fn, x, bad, good):
+    """NumPy raises IndexError for an index out of bounds of an axis however many elements
+    the result has, and whether or not the axis has memory behind it; the check is made on
+    every call, not only on the traced one."""
+    def numpy_(i):
+        return fn(x.copy(), np.array(i, dtype=np.intp))
+    cf = fl.compile(fn)
+    with pytest.raises(IndexError):
+        numpy_(bad)
+    with pytest.raises(IndexError):
+        cf(x.copy(), np.array(bad, dtype=np.intp))
+    np.testing.assert_array_equal(cf(x.copy(), np.array(good, dtype=np.intp)), numpy_(good))
+    further = [b + 1 if b >= 0 else b - 1 for b in bad]
+    with pytest.raises(IndexError):              # a replay with new values
+        cf(x.copy(), np.array(further, dtype=np.intp))
+
+
+def _set_uint(x, i):
+    x[i] = -1.0
+    return x
+
+
+@pytest.mark.parametrize("fn", [lambda x, i: x[i], lambda x, i: x[:, i], lambda x, i: x[[0, 1], i],
+                                _set_uint])
+@pytest.mark.parametrize("wrap", [np.uint64, lambda v: np.array(v, np.uint64)],
+                         ids=["scalar", "0-d array"])
+def test_uint64_scalar_index_of_2_63_or_more_overflows(fn, wrap):
+    """NumPy takes a 0-d index as a Python int: a uint64 of 2**63 or more is an
+    OverflowError (an index *array*'s uint64 values wrap to intp instead, as in NumPy)."""
+    x = np.arange(25.0).reshape(5, 5)
+    cf = fl.compile(fn)
+    np.testing.assert_array_equal(cf(x.copy(), wrap(3)), fn(x.copy(), wrap(3)))
+    for big in (2**64 - 1, 2**63):
+        with pytest.raises(OverflowError):
+            fn(x.copy(), wrap(big))
+        with pytest.raises(OverflowError):
+            cf(x.copy(), wrap(big))
+    np.testing.assert_array_equal(cf(x.copy(), wrap(4)), fn(x.copy(), wrap(4)))
+    # index arrays wrap, in NumPy and here
+    big = np.array([2**64 - 1], np.uint64)
+    np.testing.assert_array_equal(cf(x.copy(), big), fn(x.copy(), big))

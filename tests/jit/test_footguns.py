@@ -268,3 +268,20 @@ def test_method_state_is_read_when_tracing():
     np.testing.assert_array_equal(_Model(5.0).apply(x), x * 5.0)   # another object: traced
     with pytest.raises(TypeError, match="static arguments"):
         fl.compile(_Model.apply.__wrapped__)(m, x)         # self not static: refused, with a hint
+
+
+def test_no_floating_point_warnings_and_casts_give_numpys_values():
+    """NaN, inf and out-of-range floats cast to integers give NumPy's (x86-64) values, with
+    no RuntimeWarning from the compiled call (NumPy warns)."""
+    import warnings
+    x = np.array([np.nan, np.inf, -1.0, 300.0, 3e9, -3e9, 1e20])
+    cf = fl.compile(lambda x: (x.astype(np.int64), x.astype(np.int32), x.astype(np.uint8),
+                               x / 0.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = cf(x)
+    with np.errstate(all="ignore"):
+        want = (x.astype(np.int64), x.astype(np.int32), x.astype(np.uint8), x / 0.0)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    assert got[2][2] == 255
