@@ -473,13 +473,47 @@ class LoadedIteration(LoadedProgram):
 
 
 def _mismatch(static_positions, want: list, names: list, args) -> str:
-    """Name the first argument leaf that does not match the saved signature."""
+    """Name the first argument (then the first leaf) that does not match the saved signature."""
     from .pytree import flatten
     static = set(static_positions)
+    positions = [i for i in range(len(args)) if i not in static]
+    # the saved leaves of each argument, in order: consecutive leaves share their argument's name
+    groups: list = []
+    for j, name in enumerate(names):
+        if groups and groups[-1][0] == name:
+            groups[-1][1].append(j)
+        else:
+            groups.append((name, [j]))
+    named = not names or not names[0].startswith("leaf ")
+    if named and len(positions) != len(groups):
+        return (f"this saved program takes {len(groups)} non-static argument"
+                f"{'' if len(groups) == 1 else 's'} ({', '.join(g[0] for g in groups)}), got "
+                f"{len(positions)}")
     leaves = []
-    for i, a in enumerate(args):
-        if i not in static:
-            leaves += flatten(a)[0]
+    for k, i in enumerate(positions):
+        got = flatten(args[i])[0]
+        if named:
+            name, js = groups[k]
+            if isinstance(args[i], (list, tuple)) and (len(js) != 1 or want[js[0]].is_array) \
+                    and len(got) != len(js):
+                w = want[js[0]]
+                kind = type(args[i]).__name__
+                if len(js) == 1:
+                    return (f"{name}: expected an array {w.dtype}{list(w.shape)}, got a Python "
+                            f"{kind} (pass np.asarray(...))")
+                if len(args[i]) == len(js):
+                    # a flat container like the saved one: name the item that is a list
+                    for item, (x, j) in enumerate(zip(args[i], js)):
+                        if isinstance(x, (list, tuple)) and want[j].is_array:
+                            return (f"{name}[{item}]: expected an array {want[j].dtype}"
+                                    f"{list(want[j].shape)}, got a Python "
+                                    f"{type(x).__name__} (pass np.asarray(...))")
+                return (f"{name}: expected a container of {len(js)} arrays/scalars, got a "
+                        f"Python {kind} of {len(args[i])} items")
+            if len(got) != len(js):
+                return (f"{name}: the saved program takes {len(js)} array/scalar leaves for "
+                        f"it, got {len(got)} ({type(args[i]).__name__})")
+        leaves += got
     if len(leaves) != len(want):
         return (f"this saved program takes {len(want)} array/scalar arguments, "
                 f"got {len(leaves)}")
@@ -505,7 +539,7 @@ def finish_results(raw, finish: dict, leaves):
     if finish["flags"] is not None:
         flags = raw[finish["flags"]]
         # rows up to the stopping one were written (all false but it); later rows are not
-        first = int(np.argmax(flags))
+        first = int(flags.argmax())
         ran = first + 1 if flags[first] else n
     rows = -(-ran // every) if every else 0
     out = []
