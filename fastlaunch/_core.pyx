@@ -1139,7 +1139,8 @@ cdef class Entry:
     cdef uint64_t last_used
     cdef public object info
     # None, or a callable (call args, program result) -> result that applies the trace's side
-    # effects on argument containers; only calls with containers (never the flat path) have it
+    # effects on argument containers (only calls with containers have it), or the finishing
+    # of an fl.iterate loop's results (flat calls too)
     cdef public object post
 
     def __cinit__(self, *args, **kwargs):
@@ -1278,16 +1279,20 @@ cdef class Dispatcher:
         self._tick += 1
         entry.last_used = self._tick
         self._mru = entry
-        if entry.executable.nmutated:
+        if entry.executable.nmutated or entry.post is not None:
             return self._hit_mutating(entry, vals, objs, args)
         return entry.executable.invoke(vals, objs)
 
     cdef object _hit_mutating(self, Entry entry, int64_t *vals, PyObject **objs, tuple args):
-        # arguments updated in place may alias others: such a call has programs of its own
+        # arguments updated in place may alias others: such a call has programs of its own;
+        # an entry with a post (fl.iterate's loops that put their results together) runs it
         try:
-            return entry.executable.invoke(vals, objs)
+            result = entry.executable.invoke(vals, objs)
         except AliasedArgumentsError as err:
             return self._on_aliased(args, {}, err)
+        if entry.post is not None:
+            return entry.post(args, result)
+        return result
 
     def _on_aliased(self, args, kwargs, err):
         """A call whose in-place argument overlaps another (err: AliasedArgumentsError)."""
