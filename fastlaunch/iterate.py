@@ -72,7 +72,26 @@ def iterate(step: Callable[..., Any], n: int, *args: Any,
     collect=False (the array itself when one argument is carried).  Ctrl-C stops the loop at an iteration boundary (KeyboardInterrupt); the
     caller's arrays are then as they were, except any the step itself updates in place,
     which hold the state of the last completed iteration (as after a Python loop
-    interrupted between two calls)."""
+    interrupted between two calls).
+
+    A repeated call with the same step and options (the same `until` function object, not a
+    new lambda each time) finds its loop program in a table, as a compiled function does:
+    it costs about a replay.
+
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> @fl.compile
+        ... def step(p, target, lr):
+        ...     r = np.sin(p) - target
+        ...     return p - lr * 2 * r * np.cos(p), np.mean(r * r)
+        >>> p, losses = fl.iterate(step, 100, np.zeros(3), np.full(3, 0.5), 0.1, carry="p")
+        >>> losses.shape, bool(losses[-1] < 1e-6)
+        ((100,), True)
+        >>> p, losses = fl.iterate(step, 100, np.zeros(3), np.full(3, 0.5), 0.1, carry="p",
+        ...                        until=lambda loss: loss < 1e-3)
+        >>> len(losses), bool(losses[-1] < 1e-3 <= losses[-2])   # stopped at the first
+        (16, True)
+    """
     try:
         # a repeated call with the same options: the Iterated by those options as given (the
         # types are part of the key: collect=0 is refused where collect=False is not)
@@ -111,7 +130,7 @@ def iterated(step: Callable[P, Any], n: int, *, carry: str | int | Sequence[str 
         >>> loop = fl.iterated(step, 3, carry="p")
         >>> p, losses = loop(np.zeros(2), np.ones(2))
         >>> p, losses
-        (array([0.875, 0.875]), array([1.      , 0.25    , 0.0625  ]))
+        (array([0.875, 0.875]), array([1.    , 0.25  , 0.0625]))
         >>> loop.save("loop.flp", np.zeros(2), np.ones(2))    # fl.load("loop.flp") replays it
     """
     compiled = _compiled(step)
@@ -209,7 +228,16 @@ class Iterated(_core.Dispatcher, Generic[P]):
     function: arguments whose signature has a loop program run it at once, the entry's `post`
     putting the results together where the program's own are not already what `iterate`
     returns (an `until`, collect=k, constant results).  Anything else (a new signature,
-    arguments to prepare: scalars or non-contiguous carried arrays, n == 0) takes `_miss`."""
+    arguments to prepare: scalars or non-contiguous carried arrays, n == 0) takes `_miss`.
+
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> halve = fl.iterated(fl.compile(lambda x: (x / 2, x.sum())), 3, carry="x")
+        >>> halve(np.ones(2))
+        (array([0.125, 0.125]), array([2. , 1. , 0.5]))
+        >>> print(halve.lower(np.ones(2)).bytecode.splitlines()[0])  # doctest: +ELLIPSIS
+        ; ... slots, ... argument words, 1 kernels, ...
+    """
 
     if TYPE_CHECKING:
         def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any: ...

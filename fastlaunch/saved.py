@@ -284,7 +284,19 @@ def _keys(j) -> list:
 
 
 class LoadedProgram(_core.Dispatcher):
-    """A saved program, callable with arguments of the saved signature only."""
+    """A saved program (see `load`), callable with arguments of the saved signature only: an
+    argument of another dtype, shape or kind is a TypeError naming it.
+
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> fl.compile(lambda x: x * 2).save("double.flp", np.ones(2))
+        >>> double = fl.load("double.flp")
+        >>> double(np.arange(2.0))
+        array([0., 2.])
+        >>> double([1.0, 2.0])
+        Traceback (most recent call last):
+        TypeError: argument 'x': expected an array float64[2], got a Python list (pass np.asarray(...))
+    """
 
     def __init__(self, path, meta, entry, leaves, names):
         super().__init__(tuple(meta["static_positions"]), True)
@@ -326,7 +338,19 @@ def load(path: str | os.PathLike, backend: str | None = None, *,
     what that guarantees.
 
     In both modes the bytecode is verified before anything runs, and a file that fails any
-    check raises SavedProgramError (a ValueError)."""
+    check raises SavedProgramError (a ValueError).
+
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> scale = fl.compile(lambda x, y: np.exp(x) * y)
+        >>> x, y = np.zeros(3), np.full(3, 2.0)
+        >>> scale.save("scale.flp", x, y)
+        >>> loaded = fl.load("scale.flp")         # in any process: no tracing, no function
+        >>> loaded(x, y)
+        array([2., 2., 2.])
+        >>> fl.load("scale.flp", machine_code=False)(x, y)   # kernels generated again
+        array([2., 2., 2.])
+    """
     path = os.fspath(path)
     with _invalid(path):
         meta, program, objects = _read(path)
