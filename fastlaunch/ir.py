@@ -291,6 +291,11 @@ class Graph:
         self.checks: list = []
         self.check: Node | None = None
         self.check_errors: list = []
+        self.warned: set = set()    # warnings given once per trace (stdlib_calls.py)
+        # called with no arguments after every 4th new node (trace.py's count of the traced
+        # code's loop iterations: a sample is enough, and a call costs a walk up the stack),
+        # or None
+        self.observer = None
 
     def add(self, op: Op, dtype, shape, inputs=(), **attrs) -> Node:
         """Make a node, or return the structurally equal node that already exists."""
@@ -305,6 +310,8 @@ class Graph:
             node = Node(op, dtype, shape, inputs, attrs, len(self.nodes))
             self.nodes.append(node)
             self._interned[key] = node
+            if self.observer is not None and not len(self.nodes) & 3:
+                self.observer()
         return node
 
     def add_const(self, array: np.ndarray) -> Node:

@@ -467,6 +467,62 @@ class Traced:
     # paths (argument position, then keys/indices) of argument lists and dicts the function
     # mutated; when non-empty, the outputs are those of (result, [final contents per path])
     effects: list = None
+    # the most loop iterations one frame of the traced code ran while making nodes (see
+    # LoopCounter): a Python loop unrolled into the graph
+    loop_iterations: int = 0
+
+
+# modules whose frames are not the user's code: a node made inside np.linalg's Python code or
+# fastlaunch's own expansions belongs to the user's line that called them
+_LIBRARY_MODULES = ("fastlaunch", "numpy", "scipy")
+
+
+class LoopCounter:
+    """Counts, per frame of the traced code, the new nodes made at a bytecode offset below the
+    previous one's in that frame: a jump back, i.e. one more iteration of a loop (or
+    comprehension) making nodes.  Nodes that one call makes (np.linalg.inv of an 8x8 matrix
+    written out as thousands of nodes) come from one offset and count nothing.  Called for
+    every 4th node (Graph.observer): a loop whose body makes fewer nodes counts fewer
+    iterations than it ran, which the thresholds (jit.UNROLLED_*) allow for."""
+
+    __slots__ = ("last", "most", "kinds")
+
+    def __init__(self):
+        self.last: dict = {}     # id(frame) -> (frame, offset of its last node, jumps back)
+        self.most = 0
+        self.kinds: dict = {}    # code -> _LIBRARY, _USER or _TOP (trace_function: stop)
+
+    def __call__(self):
+        f = sys._getframe(2)         # above Graph.add
+        last, kinds = self.last, self.kinds
+        while f is not None:
+            kind = kinds.get(f.f_code)
+            if kind is None:
+                kind = kinds[f.f_code] = _frame_kind(f)
+            if kind == _USER:
+                seen = last.get(id(f))
+                if seen is not None and seen[0] is f:
+                    count = seen[2]
+                    if f.f_lasti < seen[1]:
+                        count += 1
+                        if count > self.most:
+                            self.most = count
+                else:
+                    count = 0
+                last[id(f)] = (f, f.f_lasti, count)
+            elif kind == _TOP:
+                break
+            f = f.f_back
+
+
+_LIBRARY, _USER, _TOP = 0, 1, 2
+
+
+def _frame_kind(frame) -> int:
+    if frame.f_code is trace_function.__code__:
+        return _TOP
+    module = frame.f_globals.get("__name__", "")
+    return _LIBRARY if module.split(".", 1)[0] in _LIBRARY_MODULES else _USER
 
 
 def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
@@ -474,6 +530,7 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
     array's dtype and shape, a scalar's dtype and weak Python type).  `build_args(tracers)`
     rebuilds the call's (args, kwargs) around the tracers.  Returns (Traced, result tree)."""
     g = Graph()
+    g.observer = loops = LoopCounter()
     previous = getattr(_state, "graph", None)
     _state.graph = g
     try:
@@ -529,9 +586,11 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
         ops.seal_checks(g)
         traced = _finish(g, result_and_effects, tracers, storages)
         traced.effects = [path for path, _ in effects]
+        traced.loop_iterations = loops.most + 1 if loops.most else 0    # jumps back + 1
         return traced, result_and_effects
     finally:
         _state.graph = previous
+        g.observer = None            # drops the frames it kept
 
 
 class SpecializeRequest(TracingError):
