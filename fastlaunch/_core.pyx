@@ -45,7 +45,8 @@ cdef extern from "Python.h":
     void Py_XDECREF(PyObject *o)
 
 cdef extern from "numpy/arrayobject.h":
-    PyObject *array_return "PyArray_Return" (PyObject *arr)    # steals arr, returns a new ref
+    ctypedef struct PyArrayObject
+    PyObject *array_return "PyArray_Return" (PyArrayObject *arr)   # steals arr, returns a new ref
 
 # ---- signature encoding ------------------------------------------------------------------
 # One tag word per node of the argument tree; arrays add their shape (and strides, unless
@@ -946,7 +947,7 @@ cdef class Executable:
             if not self.res_scalar[i]:
                 return <object>outs[k]
             Py_INCREF(<object>outs[k])         # PyArray_Return steals one reference...
-            ref = array_return(outs[k])        # ...and returns a new one to the scalar
+            ref = array_return(<PyArrayObject *>outs[k])   # ...and returns a new one to the scalar
             result = <object>ref
             Py_XDECREF(ref)
             return result
