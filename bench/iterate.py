@@ -4,7 +4,7 @@ step, Numba and NumPy, side by side in one run (issue 14's acceptance benchmark)
     python bench/iterate.py                         # 10 000 iterations at 16 elements
     python bench/iterate.py --iters 10000 --sizes 16,1000 --batches 9
 
-Every runner runs the same loop: the DESIGN.md optimisation step (the one in
+Every runner runs the same loop: the README's optimisation step (the one in
 bench/workloads.py and bench/replay_ab.py) `iters` times, the parameters carried from one
 iteration to the next and the loss of every iteration kept:
 

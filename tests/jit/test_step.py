@@ -1,4 +1,4 @@
-"""Acceptance: the DESIGN.md optimisation step, compiled, follows NumPy step by step."""
+"""Acceptance: the README's optimisation step, compiled, follows NumPy step by step."""
 import numpy as np
 import pytest
 
