@@ -102,14 +102,18 @@ class CachedParallelBuild(build_ext):
         super().build_extensions()
 
     def build_extension(self, ext):
+        cached = getattr(ext, "cached", None)
+        if cached is None:           # not from this file's list
+            return super().build_extension(ext)
         target = self.get_ext_fullpath(ext.name)
-        cached = os.path.join(CACHE, f"{ext.name}-{self._key(ext)}{os.path.splitext(target)[1]}")
-        if not self.force and os.path.isfile(cached):
+        if os.path.isfile(cached) and not self.force:
             os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
             shutil.copyfile(cached, target)
             os.utime(cached)                 # recently used: kept longest
             print(f"fastlaunch: {ext.name} unchanged, taken from {os.path.relpath(cached)}")
             return
+        if any(src.endswith(".pyx") for src in ext.sources):       # --force on a cached one
+            (ext,) = cythonize([ext], compiler_directives={"language_level": "3"})
         super().build_extension(ext)
         try:
             os.makedirs(CACHE, exist_ok=True)
@@ -122,32 +126,55 @@ class CachedParallelBuild(build_ext):
         except OSError as err:       # a read-only checkout: no cache, the build stands
             print(f"fastlaunch: extension cache not written: {err}", file=sys.stderr)
 
-    def _key(self, ext) -> str:
-        """A hash of what the extension's shared object is made of."""
-        h = hashlib.sha256()
-        compiler = getattr(self.compiler, "compiler_so", None) or []
-        linker = getattr(self.compiler, "linker_so", None) or []
-        for part in (ext.name, sys.version, sysconfig.get_config_var("EXT_SUFFIX"),
-                     np.__version__, compiler, linker, ext.include_dirs, ext.define_macros,
-                     ext.undef_macros, ext.extra_compile_args, ext.extra_link_args,
-                     ext.libraries, ext.library_dirs, os.environ.get("CFLAGS"),
-                     os.environ.get("LDFLAGS"), os.environ.get("CC")):
-            h.update(repr(part).encode() + b"\0")
-        package = os.path.join(HERE, "fastlaunch")
-        headers = sorted(glob.glob(os.path.join(package, "**", "*.h"), recursive=True) +
-                         glob.glob(os.path.join(package, "*.pxd")))
-        for path in list(ext.sources) + list(ext.depends) + headers:
-            with open(path, "rb") as fh:
-                h.update(os.path.basename(path).encode() + b"\0" + fh.read())
-        for d in ext.include_dirs:           # cuda.h and NumPy's headers: by their contents
-            for name in ("cuda.h", "numpy/_numpyconfig.h"):
-                path = os.path.join(d, name)
-                if os.path.isfile(path):
-                    with open(path, "rb") as fh:
-                        h.update(fh.read())
-        return h.hexdigest()[:24]
+
+def _key(ext) -> str:
+    """A hash of what the extension's shared object is made of, from its inputs (its .pyx and
+    C sources, every header and .pxd of the package, Cython's and NumPy's versions and
+    headers, cuda.h, the compiler and flags): known before Cython runs, so that a cached
+    extension is not even translated again."""
+    import Cython
+    h = hashlib.sha256()
+    # not the include folders' paths: pip's isolated build environment is a new temporary
+    # folder every time (NumPy's and cuda.h's headers are hashed by contents below)
+    config = [sysconfig.get_config_var(v) for v in ("CC", "CFLAGS", "CCSHARED", "LDSHARED",
+                                                     "EXT_SUFFIX")]
+    env = [os.environ.get(v) for v in ("CC", "CFLAGS", "LDFLAGS", "LDSHARED",
+                                       "FASTLAUNCH_DEBUG_BUILD")]
+    for part in (ext.name, sys.version, config, env, Cython.__version__, np.__version__,
+                 ext.define_macros, ext.undef_macros, ext.extra_compile_args,
+                 ext.extra_link_args, ext.libraries, ext.library_dirs):
+        h.update(repr(part).encode() + b"\0")
+    package = os.path.join(HERE, "fastlaunch")
+    headers = sorted(glob.glob(os.path.join(package, "**", "*.h"), recursive=True) +
+                     glob.glob(os.path.join(package, "*.pxd")))
+    for path in list(ext.sources) + list(ext.depends) + headers:
+        with open(os.path.join(HERE, path), "rb") as fh:
+            h.update(os.path.basename(path).encode() + b"\0" + fh.read())
+    for d in ext.include_dirs:               # cuda.h and NumPy's headers: by their contents
+        for name in ("cuda.h", "numpy/_numpyconfig.h", "numpy/__init__.pxd",
+                     "numpy/__init__.cython-30.pxd"):
+            path = os.path.join(d, name)
+            if os.path.isfile(path):
+                with open(path, "rb") as fh:
+                    h.update(fh.read())
+    return h.hexdigest()[:24]
 
 
-setup(ext_modules=cythonize(extensions, nthreads=JOBS,
-                            compiler_directives={"language_level": "3"}),
-      cmdclass={"build_ext": CachedParallelBuild})
+def _prepare(exts) -> list:
+    """Each extension with its cache entry (ext.cached); Cython runs on the others only."""
+    fresh = []
+    for ext in exts:
+        ext.cached = os.path.join(CACHE, f"{ext.name}-{_key(ext)}"
+                                  f"{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}")
+        if not os.path.isfile(ext.cached):
+            fresh.append(ext)
+    if fresh:
+        cached = {ext.name: ext.cached for ext in fresh}
+        fresh = cythonize(fresh, nthreads=JOBS, compiler_directives={"language_level": "3"})
+        for ext in fresh:
+            ext.cached = cached[ext.name]
+    by_name = {ext.name: ext for ext in fresh}
+    return [by_name.get(ext.name, ext) for ext in exts]
+
+
+setup(ext_modules=_prepare(extensions), cmdclass={"build_ext": CachedParallelBuild})
