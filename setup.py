@@ -177,4 +177,14 @@ def _prepare(exts) -> list:
     return [by_name.get(ext.name, ext) for ext in exts]
 
 
-setup(ext_modules=_prepare(extensions), cmdclass={"build_ext": CachedParallelBuild})
+def _license() -> dict:
+    """The license metadata: an SPDX expression and its file (PEP 639) where setuptools reads
+    them (77 on: the older forms print deprecation banners there), else the text form."""
+    import setuptools
+    if int(setuptools.__version__.split(".")[0]) >= 77:
+        return {"license_expression": "BSD-3-Clause", "license_files": ["LICENSE"]}
+    return {"license": "BSD-3-Clause"}
+
+
+setup(ext_modules=_prepare(extensions), cmdclass={"build_ext": CachedParallelBuild},
+      **_license())

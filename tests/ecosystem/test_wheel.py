@@ -35,9 +35,6 @@ def _prerequisites():
             __import__(module)
         except ImportError:
             return f"{module} is not installed"
-    import setuptools
-    if int(setuptools.__version__.split(".")[0]) < 77:      # pyproject.toml's build-system
-        return f"setuptools {setuptools.__version__} is older than 77 (pip install -U setuptools)"
     return None
 
 
