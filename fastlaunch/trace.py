@@ -590,7 +590,11 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
         return traced, result_and_effects
     finally:
         _state.graph = previous
-        g.observer = None            # drops the frames it kept
+        # drop the frames the counter kept: a finished frame holds its caller's (f_back), so
+        # they would make a cycle through this frame's locals and keep the whole trace's
+        # objects (kernels, plans) alive until a garbage collection
+        g.observer = None
+        loops.last.clear()
 
 
 class SpecializeRequest(TracingError):

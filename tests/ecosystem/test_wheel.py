@@ -35,6 +35,13 @@ def _prerequisites():
             __import__(module)
         except ImportError:
             return f"{module} is not installed"
+    try:
+        import setuptools.command.bdist_wheel  # noqa: F401  (setuptools 70.1 on)
+    except ImportError:
+        try:
+            import wheel  # noqa: F401
+        except ImportError:
+            return "setuptools older than 70.1 without the wheel package: no bdist_wheel"
     return None
 
 

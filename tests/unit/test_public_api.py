@@ -5,6 +5,7 @@ import inspect
 import os
 import pathlib
 import pydoc
+import re
 import site
 import subprocess
 import sys
@@ -128,8 +129,6 @@ def test_mypy_checks_calls_of_compiled_functions_against_their_parameters(tmp_pa
         [sys.executable, "-m", "mypy", "--follow-imports=silent", "--no-error-summary",
          "--cache-dir", str(tmp_path / "cache"), "--show-error-codes", str(user)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    lines = [line.split(str(user) + ":", 1)[-1] for line in done.stdout.splitlines()
-             if ": error:" in line]
-    errors = {int(line.split(":")[0]) for line in lines}
+    errors = {int(m[1]) for m in re.finditer(r"user\.py:(\d+): error:", done.stdout)}
     assert errors == {44, 45, 46, 47, 48, 49}, "\n".join([done.stdout, done.stderr])
     assert done.returncode == 1
