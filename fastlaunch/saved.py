@@ -464,6 +464,14 @@ def _iterate_finish(meta, program: Program, nresults: int, nleaves: int):
     if "iterate" not in meta:
         return None
     finish = check_finish(meta["iterate"], nresults, nleaves)
+    # stacked rows and the stop flags are arrays the program makes (a file that says a
+    # constant or an argument is one fails here, not when called)
+    stacked = [x for kind, x in finish["results"] if kind == "stack"]
+    if finish["flags"] is not None:
+        stacked.append(finish["flags"])
+    if any(_list(meta["results"][x], "result")[0] != ResultKind.RESULT_NEW for x in stacked):
+        raise SavedProgramError("iterate: a stacked result or the flags are not arrays the "
+                                "program makes")
     # what fl.iterate records: one loop, whose LOOP and NEXTs all count to the iteration
     # count the results are for
     loops = program.loops()
