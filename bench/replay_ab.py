@@ -4,7 +4,7 @@
     python bench/replay_ab.py /path/to/old /path/to/new --rounds 7
 
 Each round starts one fresh process per tree (in alternating order), so that both trees see
-the same machine noise; each process times the DESIGN.md optimisation step at 16 elements
+the same machine noise; each process times the README's optimisation step at 16 elements
 (float32) and an empty call of the same arguments in interleaved batches, and reports its
 median.  The table gives the median over rounds of those medians.  This is the check for
 changes that touch the replay path: "within 5%" means the ratio column.

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 
 import numpy as np
 
 from fastlaunch._version import __version__
-from fastlaunch.benchtools import floor_call, fmt_time, format_table, interleaved, plot_times
+from fastlaunch.benchtools import (floor_call, fmt_time, format_table, interleaved_samples,
+                                   plot_times, swing)
 from fastlaunch.jit import compile as compile_fn
 
 
 def step(p, m, v, target, lr):
-    """The optimisation step of DESIGN.md: a loss reduction and an Adam-like update."""
+    """The README's optimisation step: a loss reduction and an Adam-like update."""
     y = np.sin(p) + p * p
     r = y - target
     loss = np.mean(r * r)
@@ -51,6 +53,9 @@ def _loop_runner(fn, n, dtype, restart_every=50):
 
 DEMO_SIZES = (16, 1024, 65536, 1048576, 4194304)
 QUICK_SIZES = (16, 65536, 1048576)
+# a size whose numpy/replay ratio, batch by batch, spans more than this factor is flagged: the
+# machine was busy (other processes take the cores or the memory bus for parts of the run)
+SWING = 1.5
 
 
 def _progress(text: str, end: str = "\n"):
@@ -79,6 +84,11 @@ def demo(sizes=DEMO_SIZES, dtype=np.float32, quick=False, plot: str | None = "fa
                 if err > 1e-5 or np.asarray(w).dtype != np.asarray(g).dtype:
                     raise SystemExit(f"fastlaunch {name} disagrees with NumPy at n={n}: {err:.2e}")
     _progress(f" equal ({time.perf_counter() - t0:.1f} s)")
+    load = _load()
+    if load is not None and load[0] > 0.5 * load[1]:
+        _progress(f"note: the load average is {load[0]:.1f} on {load[1]} CPUs: other work is "
+                  f"running, and the timings will vary with it")
+    swings = []
     rows, series = [], {name: [] for name in ("numpy", "re-trace", "replay", "empty call",
                                               "np.copyto, same bytes")}
     batch = 0.005 if quick else 0.03
@@ -100,9 +110,13 @@ def demo(sizes=DEMO_SIZES, dtype=np.float32, quick=False, plot: str | None = "fa
         }
         # no foreign thread pools here (the pause is for peers' spinning workers); ours
         # spin 0.2 ms after a job
-        t = interleaved(runners, min_batch_seconds=batch, batches=5 if quick else 7,
-                        settle_seconds=0.002)
+        samples = interleaved_samples(runners, min_batch_seconds=batch,
+                                      batches=5 if quick else 7, settle_seconds=0.002)
+        t = {name: statistics.median(s) for name, s in samples.items()}
+        lo, hi = swing(samples, "numpy", "replay")
         _progress(f" {time.perf_counter() - t0:.1f} s")
+        if hi > SWING * lo:
+            swings.append((n, lo, hi))
         for name in series:
             series[name].append(t[name])
         # the replay's lower bound: the empty call (per-call overhead) or moving its bytes once
@@ -111,11 +125,12 @@ def demo(sizes=DEMO_SIZES, dtype=np.float32, quick=False, plot: str | None = "fa
             bound = f"{t['replay'] / t['empty call']:.1f}x empty call"
         else:
             bound = f"{t['replay'] / t['np.copyto, same bytes']:.1f}x copy"
+        mark = "*" if swings and swings[-1][0] == n else ""
         rows.append([n, fmt_time(t["numpy"]), fmt_time(t["re-trace"]), fmt_time(t["replay"]),
                      fmt_time(t["empty call"]), fmt_time(t["np.copyto, same bytes"]),
-                     f"{t['numpy'] / t['replay']:.1f}x", f"{t['re-trace'] / t['replay']:.1f}x",
-                     bound])
-    print(f"fastlaunch {__version__}: the optimisation step of DESIGN.md, {np.dtype(dtype)}, "
+                     f"{t['numpy'] / t['replay']:.1f}x{mark}",
+                     f"{t['re-trace'] / t['replay']:.1f}x", bound])
+    print(f"fastlaunch {__version__}: the README's optimisation step, {np.dtype(dtype)}, "
           f"per-iteration median (outputs checked against NumPy first)\n")
     print(format_table(["n", "numpy", "re-trace", "replay", "empty call", "copy same bytes",
                         "numpy/replay", "re-trace/replay", "replay vs bound"], rows))
@@ -123,6 +138,22 @@ def demo(sizes=DEMO_SIZES, dtype=np.float32, quick=False, plot: str | None = "fa
           f"call (a compiled call's\nfixed cost: same arguments, fresh outputs, no work) and "
           f"np.copyto moving the step's bytes once\n(7 arrays of n: reads p, m, v, target; "
           f"writes p, m, v).")
+    below = [row for row in rows if float(row[-1].split("x")[0]) < 1.0]
+    if any(row[-1].endswith("copy") for row in below):
+        print("Below 1x against the copy: the replay's kernels write large results with "
+              "streaming stores, which\nskip the read of each cache line that np.copyto's "
+              "ordinary stores make first (a third of a\ncopy's memory traffic), so the step "
+              "moves its bytes in less time than the copy does.")
+    if any(row[-1].endswith("empty call") for row in below):
+        print("Below 1x against the empty call: the two differ by less than the timing noise "
+              "(both are medians of\nshort batches).")
+    if swings:
+        where = ", ".join(f"n={n}: {lo:.1f}x to {hi:.1f}x" for n, lo, hi in swings)
+        load = _load()
+        busy = f" (load average {load[0]:.1f} on {load[1]} CPUs)" if load else ""
+        print(f"* numpy/replay swung between timing batches ({where}): the machine was busy"
+              f"{busy};\n  these speed-ups are uncertain: run the demo again on an idle "
+              f"machine.")
     print(f"Kernels: {replay.lower(*[np.zeros(16, dtype)] * 4, 1e-2).program.launch_count()} "
           f"launches per step at n=16.")
     written = None
@@ -137,7 +168,17 @@ def demo(sizes=DEMO_SIZES, dtype=np.float32, quick=False, plot: str | None = "fa
         else:
             print(f"\nplot: {written}")
     print("\nbench/ has the full suite (more workloads, sizes and peers): python bench/run.py")
-    return {"rows": rows, "plot": written}
+    return {"rows": rows, "plot": written, "swings": swings}
+
+
+def _load():
+    """(1-minute load average, CPUs this process may use), or None where unknown."""
+    try:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+            os.cpu_count()
+        return os.getloadavg()[0], cpus or 1
+    except OSError:
+        return None
 
 
 def cache_command(clear: bool):

@@ -45,7 +45,8 @@ cdef extern from "Python.h":
     void Py_XDECREF(PyObject *o)
 
 cdef extern from "numpy/arrayobject.h":
-    PyObject *array_return "PyArray_Return" (PyObject *arr)    # steals arr, returns a new ref
+    ctypedef struct PyArrayObject
+    PyObject *array_return "PyArray_Return" (PyArrayObject *arr)   # steals arr, returns a new ref
 
 # ---- signature encoding ------------------------------------------------------------------
 # One tag word per node of the argument tree; arrays add their shape (and strides, unless
@@ -949,7 +950,7 @@ cdef class Executable:
             if not self.res_scalar[i]:
                 return <object>outs[k]
             Py_INCREF(<object>outs[k])         # PyArray_Return steals one reference...
-            ref = array_return(outs[k])        # ...and returns a new one to the scalar
+            ref = array_return(<PyArrayObject *>outs[k])   # ...and returns a new one to the scalar
             result = <object>ref
             Py_XDECREF(ref)
             return result
@@ -1142,7 +1143,8 @@ cdef class Entry:
     cdef uint64_t last_used
     cdef public object info
     # None, or a callable (call args, program result) -> result that applies the trace's side
-    # effects on argument containers; only calls with containers (never the flat path) have it
+    # effects on argument containers (only calls with containers have it), or the finishing
+    # of an fl.iterate loop's results (flat calls too)
     cdef public object post
 
     def __cinit__(self, *args, **kwargs):
@@ -1281,16 +1283,20 @@ cdef class Dispatcher:
         self._tick += 1
         entry.last_used = self._tick
         self._mru = entry
-        if entry.executable.nmutated:
+        if entry.executable.nmutated or entry.post is not None:
             return self._hit_mutating(entry, vals, objs, args)
         return entry.executable.invoke(vals, objs)
 
     cdef object _hit_mutating(self, Entry entry, int64_t *vals, PyObject **objs, tuple args):
-        # arguments updated in place may alias others: such a call has programs of its own
+        # arguments updated in place may alias others: such a call has programs of its own;
+        # an entry with a post (fl.iterate's loops that put their results together) runs it
         try:
-            return entry.executable.invoke(vals, objs)
+            result = entry.executable.invoke(vals, objs)
         except AliasedArgumentsError as err:
             return self._on_aliased(args, {}, err)
+        if entry.post is not None:
+            return entry.post(args, result)
+        return result
 
     def _on_aliased(self, args, kwargs, err):
         """A call whose in-place argument overlaps another (err: AliasedArgumentsError)."""

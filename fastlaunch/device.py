@@ -17,7 +17,16 @@ __all__ = ["DeviceArray", "to_device"]
 
 def to_device(arr, backend: str | None = None) -> DeviceArray:
     """A DeviceArray holding a copy of `arr` in the memory of `backend` ("cuda", or "devsim"
-    for tests; None: FASTLAUNCH_BACKEND, else cuda)."""
+    for tests; None: FASTLAUNCH_BACKEND, else cuda).  A compiled function given one binds it
+    without a copy and returns DeviceArrays; `.numpy()` copies one back.
+
+    Example (on the devsim test backend; with a GPU: backend="cuda"):
+        >>> import numpy as np, fastlaunch as fl
+        >>> x = fl.to_device(np.arange(3.0), "devsim")
+        >>> twice = fl.compile(lambda a: a * 2, backend="devsim")
+        >>> twice(x).numpy()
+        array([0., 2., 4.])
+    """
     import os
     name = backend or os.environ.get("FASTLAUNCH_BACKEND") or "cuda"
     b = get_backend(name)

@@ -319,6 +319,11 @@ class Graph:
         # `site`, a callable), for rolling its loops (roll.py); None: not recorded
         self.sites: list | None = None
         self.site = None
+        self.warned: set = set()    # warnings given once per trace (stdlib_calls.py)
+        # called with no arguments after every 4th new node (trace.py's count of the traced
+        # code's loop iterations: a sample is enough, and a call costs a walk up the stack),
+        # or None
+        self.observer = None
 
     def add(self, op: Op, dtype, shape, inputs=(), **attrs) -> Node:
         """Make a node, or return the structurally equal node that already exists."""
@@ -335,6 +340,8 @@ class Graph:
             self._interned[key] = node
             if self.sites is not None:
                 self.sites.append(self.site() if self.site is not None else None)
+            if self.observer is not None and not len(self.nodes) & 3:
+                self.observer()
         return node
 
     def add_const(self, array: np.ndarray) -> Node:

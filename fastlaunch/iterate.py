@@ -23,8 +23,13 @@ and putting the results together; the loop itself is record.py's and the interpr
 """
 from __future__ import annotations
 
+import functools
 import math
+import os
+import threading
 import weakref
+from typing import TYPE_CHECKING, Any, Callable, Generic, Sequence
+
 
 import numpy as np
 
@@ -32,7 +37,7 @@ from . import _core, bytecode, forking
 from ._launch import ResultKind
 from .backends.base import CallLayout
 from .fuse import Plan
-from .jit import Compiled, Lowered, _EntryInfo
+from .jit import Compiled, Lowered, P, _EntryInfo
 from .link import link_entry
 from .pytree import TreeDef, flatten
 from .record import Loop, LoopPart, record_loop
@@ -45,8 +50,10 @@ from .trace import Tracer, current_graph, new_tracer, tracing
 __all__ = ["iterate", "iterated", "Iterated"]
 
 
-def iterate(step, n, *args, carry=(), collect=True, until=None, inplace=False,
-            checkpoints=None):
+def iterate(step: Callable[..., Any], n: int, *args: Any,
+            carry: str | int | Sequence[str | int] = (), collect: bool | int = True,
+            until: Callable[..., Any] | None = None, inplace: bool = False,
+            checkpoints: int | None = None) -> Any:
     """Run `step` n times in one call, feeding the carried arguments their new values.
 
     step: a compiled function (fl.compile) or a plain one (compiled on first use).
@@ -82,9 +89,42 @@ def iterate(step, n, *args, carry=(), collect=True, until=None, inplace=False,
     collect=False (the array itself when one argument is carried).  Ctrl-C stops the loop at an iteration boundary (KeyboardInterrupt); the
     caller's arrays are then as they were, except any the step itself updates in place,
     which hold the state of the last completed iteration (as after a Python loop
-    interrupted between two calls)."""
-    return iterated(step, n, carry=carry, collect=collect, until=until, inplace=inplace,
-                    checkpoints=checkpoints)(*args)
+    interrupted between two calls).
+
+    A repeated call with the same step and options (the same `until` function object, not a
+    new lambda each time) finds its loop program in a table, as a compiled function does:
+    it costs about a replay.
+
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> @fl.compile
+        ... def step(p, target, lr):
+        ...     r = np.sin(p) - target
+        ...     return p - lr * 2 * r * np.cos(p), np.mean(r * r)
+        >>> p, losses = fl.iterate(step, 100, np.zeros(3), np.full(3, 0.5), 0.1, carry="p")
+        >>> losses.shape, bool(losses[-1] < 1e-6)
+        ((100,), True)
+        >>> p, losses = fl.iterate(step, 100, np.zeros(3), np.full(3, 0.5), 0.1, carry="p",
+        ...                        until=lambda loss: loss < 1e-3)
+        >>> len(losses), bool(losses[-1] < 1e-3 <= losses[-2])   # stopped at the first
+        (16, True)
+    """
+    try:
+        # a repeated call with the same options: the Iterated by those options as given (the
+        # types are part of the key: collect=0 is refused where collect=False is not)
+        loop = step._iterated[(n, carry, collect, until, inplace, checkpoints, type(n), type(collect))]
+    except (AttributeError, KeyError, TypeError):     # a plain function, new, unhashable
+        loop = iterated(step, n, carry=carry, collect=collect, until=until, inplace=inplace,
+                        checkpoints=checkpoints)
+        if isinstance(step, Compiled):
+            try:
+                fast = step.__dict__.setdefault("_iterated", {})
+                if len(fast) >= MAX_CACHED:
+                    fast.clear()
+                fast[(n, carry, collect, until, inplace, checkpoints, type(n), type(collect))] = loop
+            except TypeError:                      # unhashable options (carry as a list)
+                pass
+    return loop(*args)
 
 
 # Iterated objects of each step, by their options (a fresh lambda as `until` each call finds
@@ -95,10 +135,23 @@ _CACHE_LOCK = forking.lock(forking.TABLE)
 MAX_CACHED = 64
 
 
-def iterated(step, n, *, carry=(), collect=True, until=None, inplace=False,
-             checkpoints=None) -> "Iterated":
+def iterated(step: Callable[P, Any], n: int, *, carry: str | int | Sequence[str | int] = (),
+             collect: bool | int = True, until: Callable[..., Any] | None = None,
+             inplace: bool = False,
+             checkpoints: int | None = None) -> Iterated[P]:
     """The loop `iterate` runs, as an object: call it with the step's arguments; `.lower()`,
-    `.dis()` show its bytecode and `.save(path, *args)` writes it for `fl.load`."""
+    `.dis()` show its bytecode and `.save(path, *args)` writes it for `fl.load`.  The same
+    step and options give the same object (and its loop programs).
+
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> step = fl.compile(lambda p, t: (p - 0.5 * (p - t), np.mean((p - t) ** 2)))
+        >>> loop = fl.iterated(step, 3, carry="p")
+        >>> p, losses = loop(np.zeros(2), np.ones(2))
+        >>> p, losses
+        (array([0.875, 0.875]), array([1.    , 0.25  , 0.0625]))
+        >>> loop.save("loop.flp", np.zeros(2), np.ones(2))    # fl.load("loop.flp") replays it
+    """
     compiled = _compiled(step)
     key = (_int_count(n), _carry_key(carry), _collect_key(collect), _fn_key(until),
            bool(inplace), _checkpoints(checkpoints))
@@ -197,13 +250,35 @@ def _fn_key(fn):
     return ("code", code, tuple(cells), fn.__defaults__)
 
 
-class Iterated:
+class Iterated(_core.Dispatcher, Generic[P]):
     """A compiled step run n times in one call (see `iterate`); one loop program per argument
-    signature, built on first use."""
+    signature, built on first use.
 
-    def __init__(self, step, n, *, carry=(), collect=True, until=None, inplace=False,
-                 checkpoints=None):
-        self.step = _compiled(step)
+    A call is the dispatcher's fast path (`_core.Dispatcher.__call__`), as for a compiled
+    function: arguments whose signature has a loop program run it at once, the entry's `post`
+    putting the results together where the program's own are not already what `iterate`
+    returns (an `until`, collect=k, constant results).  Anything else (a new signature,
+    arguments to prepare: scalars or non-contiguous carried arrays, n == 0) takes `_miss`.
+
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> halve = fl.iterated(fl.compile(lambda x: (x / 2, x.sum())), 3, carry="x")
+        >>> halve(np.ones(2))
+        (array([0.125, 0.125]), array([2. , 1. , 0.5]))
+        >>> print(halve.lower(np.ones(2)).bytecode.splitlines()[0])  # doctest: +ELLIPSIS
+        ; ... slots, ... argument words, 1 kernels, ...
+    """
+
+    if TYPE_CHECKING:
+        def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any: ...
+
+    def __init__(self, step: Callable[P, Any], n: int, *,
+                 carry: str | int | Sequence[str | int] = (), collect: bool | int = True,
+                 until: Callable[..., Any] | None = None, inplace: bool = False,
+                 checkpoints: int | None = None) -> None:
+        step = _compiled(step)
+        super().__init__(step._static, True)
+        self.step = step
         self.checkpoints = _checkpoints(checkpoints)
         self.n = _int_count(n)
         self.carry = _carry_key(carry)
@@ -213,7 +288,7 @@ class Iterated:
         _fn_key(until)
         self.until = until
         self.inplace = bool(inplace)
-        self._entries: dict = {}         # signature bytes -> [_LoopEntry]
+        self._loops: dict = {}           # signature bytes -> [_LoopEntry]
         self._lock = forking.trace_lock()
         self.__name__ = f"iterate({self.step.__name__}, {self.n})"
 
@@ -221,12 +296,12 @@ class Iterated:
         return f"<fastlaunch.Iterated {self.__name__}, carry={self.carry}>"
 
     # ---- a call ------------------------------------------------------------------------
-    def __call__(self, *args, **kwargs):
+    def _miss(self, args, kwargs):
         if kwargs:
             raise TypeError("fl.iterate passes the step's arguments positionally")
         if tracing():
             return self._traced(tuple(args))
-        call, originals = self._prepare(tuple(args))
+        call, originals, scalars = self._prepare(tuple(args))
         if self.n == 0:
             return self._no_iterations(tuple(args), call)
         loop, call, copies = self._entry(call)
@@ -249,6 +324,16 @@ class Iterated:
                 np.copyto(arr, items[c])
                 items[c] = arr
             out = items[0] if loop.finish["structure"] == "leaf" else type(out)(items)
+        if scalars:
+            # a scalar state passed as a Python or NumPy scalar comes back as a NumPy scalar,
+            # as the Python loop over the compiled step gives it
+            positions = self._positions(call)
+            single = not isinstance(out, (tuple, list))
+            items = [out] if single else list(out)
+            for pos in scalars:
+                c = positions.index(pos)
+                items[c] = items[c][()]
+            out = items[0] if single else type(out)(items)
         return out
 
     # ---- inside a traced function: a loop node of the caller's graph ---------------------
@@ -341,6 +426,10 @@ class Iterated:
         items = carried + [new_tracer(s_) for s_ in stacks]
         return items[0] if structure.get("single") else tuple(items)
 
+    def _on_aliased(self, args, kwargs, err):
+        # the fast path met arguments that overlap one the loop writes: the slow path says so
+        return self._miss(args, kwargs)
+
     def _positions(self, call) -> list:
         names = self.step._param_names
         out = []
@@ -369,8 +458,9 @@ class Iterated:
     def _prepare(self, call):
         """The call with every carried argument a C-contiguous array (the loop's own buffers
         are; the step's kernels are compiled for one layout), and {position: caller's array}
-        of those copied where their final values must be written back."""
-        originals = {}
+        of those copied where their final values must be written back, and the positions of
+        scalars carried as 0-d arrays."""
+        originals, scalars = {}, []
         call = list(call)
         for pos in self._positions(call):
             x = call[pos]
@@ -378,9 +468,19 @@ class Iterated:
                 raise TypeError(f"fl.iterate: carried {self._name(pos, call)} is a DeviceArray; "
                                 f"a loop carries NumPy arrays (pass x.numpy()); device arrays "
                                 f"may be loop-invariant arguments")
+            if isinstance(x, (bool, int, float, complex, np.generic)):
+                # a scalar state (a Python float, a NumPy scalar) is carried as a 0-d array,
+                # of the dtype NumPy gives it (float64 for a Python float)
+                if self.inplace:
+                    raise ValueError(f"fl.iterate(inplace=True): carried {self._name(pos, call)} "
+                                     f"is a {type(x).__name__}, which cannot be written in "
+                                     f"place; pass a NumPy array")
+                call[pos] = x = np.asarray(x)
+                scalars.append(pos)
             if not isinstance(x, np.ndarray):
                 raise TypeError(f"fl.iterate: carried {self._name(pos, call)} must be a NumPy "
-                                f"array, got {type(x).__name__} (pass np.asarray(x))")
+                                f"array or a scalar, got {type(x).__name__} (pass "
+                                f"np.asarray(x))")
             if self.inplace and not x.flags.writeable:
                 raise ValueError(f"fl.iterate(inplace=True): carried {self._name(pos, call)} is "
                                  f"read-only")
@@ -397,7 +497,7 @@ class Iterated:
                     if np.shares_memory(a, b):
                         raise ValueError("fl.iterate(inplace=True): two carried arguments "
                                          "share memory")
-        return tuple(call), originals
+        return tuple(call), originals, scalars
 
     def _entry(self, call):
         """The loop entry for this call's signature (built on a miss), the call as it runs
@@ -422,14 +522,15 @@ class Iterated:
             found = self._find(enc, call)
             if found is None:
                 found = self._build(call)
-                self._entries.setdefault(sig, []).append(found)
+                self._loops.setdefault(sig, []).append(found)
+                self._install(found.fast)
         mutated = set(found.entry.executable.program.mutated_leaves)
         return found, call, {i: a for i, a in copies.items() if i in mutated}
 
     def _find(self, enc, call):
         sig, _, keys, statics = enc
         words = None
-        for loop in self._entries.get(sig, ()):
+        for loop in self._loops.get(sig, ()):
             if loop.keys != keys or loop.statics != statics:
                 continue
             if loop.entry.specialized:
@@ -638,8 +739,17 @@ class Iterated:
                                      list(info.statics), list(info.static_values), raw,
                                      out_tree, dict(info.int_bounds), list(info.leaf_names))
         loop_entry.info.specialized = dict(info.specialized)
-        return _LoopEntry(loop_entry, finish, list(info.keys), list(info.statics),
+        # the dispatcher's entry: the same executable, with what puts the results together
+        # unless the program's results already are what iterate returns
+        fast = _core.Entry(entry.signature, list(info.keys), list(info.statics),
+                           loop_entry.executable, loop_entry.info, entry.specialized)
+        if not _direct(finish, prog, raw):
+            params = any(kind == "param" for kind, _ in finish["results"])
+            fast.post = functools.partial(_finish_call, finish,
+                                          self.step._static if params else None)
+        return _LoopEntry(loop_entry, finish, list(info.keys), list(info.statics), fast,
                           sum(nbytes for _, _, nbytes in self._stacked(rows)))
+
 
     def _stacked(self, rows) -> list:
         """(shape, dtype, bytes) of each stacked result."""
@@ -748,22 +858,26 @@ class Iterated:
         return list(out) if info.out_tree.kind == "list" else tuple(out)
 
     # ---- introspection and saving ---------------------------------------------------------
-    def lower(self, *args) -> Lowered:
+    def lower(self, *args: P.args, **kwargs: P.kwargs) -> Lowered:
         """The loop's graph(s), kernels and bytecode for these arguments (built if needed)."""
-        call, _ = self._prepare(tuple(args))
+        if kwargs:
+            raise TypeError("fl.iterate passes the step's arguments positionally")
+        call, _, _ = self._prepare(tuple(args))
         if self.n == 0:
             raise ValueError("fl.iterate: a loop of 0 iterations has no program")
         return self._entry(call)[0].entry.info.lowered
 
-    def dis(self, *args, file=None):
+    def dis(self, *args: Any, file: Any = None) -> None:
         """Print the loop's bytecode for these arguments."""
         import sys
         print(self.lower(*args).bytecode, file=file or sys.stdout)
 
-    def save(self, path, *args):
+    def save(self, path: str | os.PathLike, *args: P.args, **kwargs: P.kwargs) -> None:
         """Write the loop program for these arguments' signature to `path`; fl.load(path)
         replays it in another process (returning what this call returns)."""
-        call, _ = self._prepare(tuple(args))
+        if kwargs:
+            raise TypeError("fl.iterate passes the step's arguments positionally")
+        call, _, _ = self._prepare(tuple(args))
         if self.n == 0:
             raise ValueError("fl.iterate: a loop of 0 iterations has no program to save")
         loop = self._entry(call)[0]
@@ -772,11 +886,38 @@ class Iterated:
 
 
 class _LoopEntry:
-    __slots__ = ("entry", "finish", "keys", "statics", "stacked_bytes")
+    """A loop program: `entry` (saved, lowered), `fast` (the same executable in the
+    dispatcher's table, with the finishing step as its post where one is needed)."""
+    __slots__ = ("entry", "finish", "keys", "statics", "fast", "stacked_bytes")
 
-    def __init__(self, entry, finish, keys, statics, stacked_bytes=0):
+    def __init__(self, entry, finish, keys, statics, fast, stacked_bytes=0):
         self.entry, self.finish, self.keys, self.statics = entry, finish, keys, statics
+        self.fast = fast
         self.stacked_bytes = stacked_bytes
+
+
+def _direct(finish: dict, program, raw: list) -> bool:
+    """Whether the loop program's raw results are what iterate returns, as they are: each
+    result raw or a full stack of rows, in order, in the returned structure."""
+    if finish["flags"] is not None or len(finish["results"]) != len(raw):
+        return False
+    n, every = finish["n"], finish["every"]
+    rows = -(-n // every) if every else 0
+    for i, (kind, x) in enumerate(finish["results"]):
+        if kind not in ("raw", "stack") or x != i:
+            return False
+        if kind == "stack":
+            rkind, index, _ = raw[x]
+            if rkind != ResultKind.RESULT_NEW or program.outputs[index][2][0] != rows:
+                return False
+    # the program returns a tuple (its out_tree): a single array is taken out of it by post
+    return finish["structure"] == "tuple"
+
+
+def _finish_call(finish, static, args, raw):
+    """Entry.post of a loop program whose results need putting together (static: None where
+    no result is an argument's value, so the arguments need no flattening)."""
+    return finish_results(raw, finish, () if static is None else _leaves(args, static))
 
 
 def _c_strides(shape) -> tuple:

@@ -17,14 +17,15 @@ import types
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence, TextIO
+from typing import (TYPE_CHECKING, Any, Callable, Concatenate, Generic, ParamSpec, Protocol,
+                    Sequence, TextIO, TypeVar, overload)
 
 import numpy as np
 
 # numpy_api, numpy_funcs, creation, rng, scipy_funcs: the tracer's NumPy API (registered on
 # import) and the calls intercepted while tracing
 from . import (_core, bytecode, creation, env, forking, fuse, numpy_api,  # noqa: F401
-               numpy_funcs, ops, record, rng, scipy_funcs)
+               numpy_funcs, ops, record, rng, scipy_funcs, stdlib_calls)
 from .backends import get_backend
 from ._launch import ResultKind, Space
 from .backends.base import CallLayout
@@ -34,6 +35,19 @@ from .link import link_entry
 from .pytree import NestingError, flatten, register_method_class
 from . import roll
 from .trace import Attr, SpecializeRequest, trace_function
+
+# Typing (PEP 612): a compiled function keeps its function's parameters P and result type R,
+# so a type checker checks calls of `@fl.compile def f(x: np.ndarray) -> ...` as calls of f.
+# The pattern for every wrapper of a function: a class generic in [P, R] whose __call__ takes
+# `*args: P.args, **kwargs: P.kwargs`, and for a decorator usable bare and with options,
+# two overloads: (fn: Callable[P, R], *, options) -> Wrapper[P, R], and (fn: None = None, *,
+# options) -> a protocol whose generic __call__ maps Callable[P, R] to Wrapper[P, R]
+# (`CompileDecorator`).
+P = ParamSpec("P")
+R = TypeVar("R")
+P2 = ParamSpec("P2")
+R2 = TypeVar("R2")
+T = TypeVar("T")
 
 RETRACE_WARNING_AFTER = 8
 TRACE_HISTORY = 1000        # TraceRecords kept per compiled function (.stats['history'])
@@ -46,6 +60,19 @@ class StaticArraysWarning(UserWarning):
 
 class RetraceWarning(UserWarning):
     """A compiled function keeps meeting new signatures: each one is traced and compiled anew."""
+
+
+class UnrolledLoopWarning(UserWarning):
+    """A trace that repeats one pattern of operations many times: a Python loop inside the
+    compiled function, unrolled into the program (traced, fused and compiled in full, every
+    iteration of it).  fl.iterate runs such a loop over a compiled step instead."""
+
+
+# A trace of at least UNROLLED_NODES graph nodes made by a Python loop that ran at least
+# UNROLLED_ITERATIONS times (trace.LoopCounter) warns: such a loop is traced, fused and
+# compiled in full (300 iterations of the README's step: 2,400 nodes, 175 kernels, 47 s)
+UNROLLED_NODES = 1000
+UNROLLED_ITERATIONS = 64
 
 
 @dataclass
@@ -96,12 +123,35 @@ class _EntryInfo:
     specialized: dict = field(default_factory=dict)  # leaf -> value the trace was keyed by
 
 
-class Compiled(_core.Dispatcher):
-    """The callable returned by fastlaunch.compile."""
+class Compiled(_core.Dispatcher, Generic[P, R]):
+    """The callable returned by fastlaunch.compile: call it as the function it compiles.
 
-    def __init__(self, fn, *, static_argnums=(), static_argnames=(), backend=None, replay=True,
-                 seed=None, max_entries: int | None = None,
-                 pickle_programs: bool = False):
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> step = fl.compile(lambda x, y: np.sin(x) * y)
+        >>> step(np.zeros(3), np.ones(3))          # traced once, replayed after
+        array([0., 0., 0.])
+        >>> step.stats["traces"]
+        1
+    """
+    if TYPE_CHECKING:
+        __wrapped__: Callable[P, R]
+
+        def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+
+        @overload
+        def __get__(self, obj: None, objtype: type | None = None) -> Compiled[P, R]: ...
+
+        @overload
+        def __get__(self: Compiled[Concatenate[T, P2], R2], obj: T,
+                    objtype: type | None = None) -> Compiled[P2, R2]: ...
+
+        def __get__(self, obj: Any, objtype: type | None = None) -> Any: ...
+
+    def __init__(self, fn: Callable[P, R], *, static_argnums: int | Sequence[int] = (),
+                 static_argnames: str | Sequence[str] = (), backend: str | None = None,
+                 replay: bool = True, seed: int | None = None, max_entries: int | None = None,
+                 pickle_programs: bool = False) -> None:
         if not callable(fn):
             raise TypeError(f"fastlaunch.compile: expected a function to compile, got "
                             f"{type(fn).__name__} {fn!r:.60}")
@@ -477,7 +527,8 @@ class Compiled(_core.Dispatcher):
             try:
                 namespace = getattr(self.__wrapped__, "__globals__", None)
                 with creation.intercepting(namespace), rng.intercepting(), \
-                        numpy_funcs.intercepting(namespace), scipy_funcs.intercepting(namespace):
+                        numpy_funcs.intercepting(namespace), scipy_funcs.intercepting(namespace), \
+                        stdlib_calls.intercepting(namespace):
                     traced, result = trace_function(self.__wrapped__, build_args, leaves)
                 # Python loops of many identical iterations: one loop body each
                 traced.rolled = roll.roll_loops(traced.graph)
@@ -490,6 +541,17 @@ class Compiled(_core.Dispatcher):
                         from None
                 special |= new
                 needs = req.what
+        if traced.loop_iterations >= UNROLLED_ITERATIONS and \
+                len(traced.graph.nodes) >= UNROLLED_NODES:
+            text = (f"{self.__name__}: a Python loop inside it ran {traced.loop_iterations} "
+                    f"iterations while tracing, making {len(traced.graph.nodes)} operations: "
+                    f"the loop is unrolled into the program, every iteration traced, fused and "
+                    f"compiled. Make one iteration the compiled function and run the loop with "
+                    f"fl.iterate(step, n, ..., carry=...): traced once, looped inside the "
+                    f"interpreter")
+            if env.log_enabled():
+                print(f"[fastlaunch] {text}", file=sys.stderr)
+            warnings.warn(text, UnrolledLoopWarning, stacklevel=3)
         for name, gen, before in captured:
             if not _same_state(_rng_state(gen), before):
                 raise TracingError(
@@ -603,7 +665,7 @@ class Compiled(_core.Dispatcher):
                 "uncached_traces": self.retraces, "programs_loaded": self.programs_loaded,
                 "history": list(self.traces)}
 
-    def clear(self):
+    def clear(self) -> None:
         """Forget every traced signature; kernels no other function uses are unloaded (the
         disk cache keeps them cheap to load again)."""
         with self._lock:
@@ -618,11 +680,11 @@ class Compiled(_core.Dispatcher):
         if release is not None:
             release()
 
-    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+    def lower(self, *args: P.args, **kwargs: P.kwargs) -> Lowered:
         """Trace for these arguments (without running) and return the IR, kernels and bytecode."""
         return self._entry_for(args, kwargs).info.lowered
 
-    def save(self, path: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
+    def save(self, path: str | os.PathLike, *args: P.args, **kwargs: P.kwargs) -> None:
         """Write the program traced for these arguments' signature to `path`;
         fastlaunch.load(path) replays it in another process without this function."""
         from .saved import save_entry
@@ -669,7 +731,7 @@ class Compiled(_core.Dispatcher):
     def __repr__(self):
         return f"<fastlaunch.Compiled {self.__qualname__} ({len(self._entries_list())} entries)>"
 
-    def __get__(self, obj, objtype=None):
+    def __get__(self, obj, objtype=None):  # type: ignore[no-redef]
         """A compiled method: `self` is its first argument.  Unless it is static, its class is
         taken apart by attributes (pytree.register_method_class): array attributes are traced
         leaves read on every call, the others keyed by value."""
@@ -680,7 +742,7 @@ class Compiled(_core.Dispatcher):
         return types.MethodType(self, obj)
 
     # ---- pickling and Dask -------------------------------------------------------------
-    def with_programs(self, *args, **kwargs) -> "Compiled":
+    def with_programs(self, *args: P.args, **kwargs: P.kwargs) -> Compiled[P, R]:
         """Trace (without running) for these example arguments' signature and mark this function
         to ship its programs when pickled: a process that unpickles it installs them and calls
         them without tracing or compiling.  Returns self:
@@ -771,17 +833,43 @@ class Compiled(_core.Dispatcher):
         return ("fastlaunch.Compiled", normalize_token(self.__wrapped__), options)
 
 
+class CompileDecorator(Protocol):
+    """What `fl.compile(...)` with options and no function returns: a decorator that keeps the
+    decorated function's parameters and result type."""
+
+    def __call__(self, fn: Callable[P, R], /) -> Compiled[P, R]: ...
+
+
+@overload
+def compile(fn: Callable[P, R], *, static_argnums: int | Sequence[int] = (),
+            static_argnames: str | Sequence[str] = (), backend: str | None = None,
+            replay: bool = True, seed: int | None = None, max_entries: int | None = None,
+            pickle_programs: bool = False) -> Compiled[P, R]: ...
+
+
+@overload
+def compile(fn: None = None, *, static_argnums: int | Sequence[int] = (),
+            static_argnames: str | Sequence[str] = (), backend: str | None = None,
+            replay: bool = True, seed: int | None = None, max_entries: int | None = None,
+            pickle_programs: bool = False) -> CompileDecorator: ...
+
+
 def compile(fn: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
             static_argnames: str | Sequence[str] = (), backend: str | None = None,
             replay: bool = True, seed: int | None = None,
             max_entries: int | None = None,
-            pickle_programs: bool = False) -> Compiled | Callable[[Callable], Compiled]:
+            pickle_programs: bool = False) -> Any:
     """Compile a NumPy function: traced once per signature, then replayed from bytecode.
 
+    Use it as `@fl.compile`, as `@fl.compile(static_argnames="n", ...)`, or as
+    `fl.compile(fn, ...)`; the result is a `Compiled`, called as `fn` is.
+
     static_argnums / static_argnames: arguments whose *value* is part of the signature.
-    backend: "cpu" (LLVM), "null" (no kernels run: for structure tests) or "devsim" (the CPU's
-        kernels behind a simulated device-memory boundary: for tests of the device paths);
-        None: the FASTLAUNCH_BACKEND environment variable, else "cpu".
+    backend: "cpu" (LLVM on this machine), "cuda" (NVIDIA GPUs: PTX through LLVM's NVPTX
+        target; see the README's CUDA section), "null" (no kernels run: for structure
+        tests) or "devsim" (the CPU's kernels behind a simulated device-memory boundary: for
+        tests of the device paths); None: the FASTLAUNCH_BACKEND environment variable, else
+        "cpu".
     replay=False re-traces on every call (hitting the kernel cache): the "before" baseline.
     seed: random numbers drawn inside fn (np.random.*, default_rng()) come from this seed
         (each traced signature counts its calls from it; a forked child's draws are salted
@@ -789,6 +877,23 @@ def compile(fn: Callable | None = None, *, static_argnums: int | Sequence[int] =
     max_entries: signatures kept (least recently used dropped past it); default 512.
     pickle_programs: a pickled copy carries the programs traced so far (see
         Compiled.with_programs), so that the receiving process neither traces nor compiles them.
+
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> @fl.compile
+        ... def step(p, target, lr):
+        ...     r = np.sin(p) - target
+        ...     return p - lr * 2 * r * np.cos(p), np.mean(r * r)
+        >>> p, loss = step(np.zeros(4), np.full(4, 0.5), 0.1)   # traced, then replayed
+        >>> float(loss)
+        0.25
+        >>> @fl.compile(static_argnames="n")
+        ... def power(x, n):
+        ...     for _ in range(n - 1):
+        ...         x = x * x
+        ...     return x
+        >>> power(np.full(2, 3.0), 2)
+        array([9., 9.])
     """
     def wrap(f):
         return Compiled(f, static_argnums=static_argnums, static_argnames=static_argnames,

@@ -2330,7 +2330,15 @@ for _f in (np.nonzero, np.argwhere, np.flatnonzero, np.unique, np.extract, np.co
 def asarray(obj: Any) -> Any:
     """Inside a traced function: `obj` (a NumPy array or nested list) as a traced constant, so
     that NumPy-level indexing by traced values works (`fl.asarray(table)[idx]`).  Outside a
-    trace this is np.asarray."""
+    trace this is np.asarray.
+
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> table = np.array([10.0, 20.0, 30.0])
+        >>> lookup = fl.compile(lambda i: fl.asarray(table)[i])   # table[i] would not trace
+        >>> lookup(np.array([2, 0]))
+        array([30., 10.])
+    """
     if not tracing():
         return np.asarray(obj)
     return array(obj)

@@ -284,7 +284,19 @@ def _keys(j) -> list:
 
 
 class LoadedProgram(_core.Dispatcher):
-    """A saved program, callable with arguments of the saved signature only."""
+    """A saved program (see `load`), callable with arguments of the saved signature only: an
+    argument of another dtype, shape or kind is a TypeError naming it.
+
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> fl.compile(lambda x: x * 2).save("double.flp", np.ones(2))
+        >>> double = fl.load("double.flp")
+        >>> double(np.arange(2.0))
+        array([0., 2.])
+        >>> double([1.0, 2.0])
+        Traceback (most recent call last):
+        TypeError: argument 'x': expected an array float64[2], got a Python list (pass np.asarray(...))
+    """
 
     def __init__(self, path, meta, entry, leaves, names):
         super().__init__(tuple(meta["static_positions"]), True)
@@ -326,7 +338,19 @@ def load(path: str | os.PathLike, backend: str | None = None, *,
     what that guarantees.
 
     In both modes the bytecode is verified before anything runs, and a file that fails any
-    check raises SavedProgramError (a ValueError)."""
+    check raises SavedProgramError (a ValueError).
+
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> scale = fl.compile(lambda x, y: np.exp(x) * y)
+        >>> x, y = np.zeros(3), np.full(3, 2.0)
+        >>> scale.save("scale.flp", x, y)
+        >>> loaded = fl.load("scale.flp")         # in any process: no tracing, no function
+        >>> loaded(x, y)
+        array([2., 2., 2.])
+        >>> fl.load("scale.flp", machine_code=False)(x, y)   # kernels generated again
+        array([2., 2., 2.])
+    """
     path = os.fspath(path)
     with _invalid(path):
         meta, program, objects = _read(path)
@@ -440,6 +464,14 @@ def _iterate_finish(meta, program: Program, nresults: int, nleaves: int):
     if "iterate" not in meta:
         return None
     finish = check_finish(meta["iterate"], nresults, nleaves)
+    # stacked rows and the stop flags are arrays the program makes (a file that says a
+    # constant or an argument is one fails here, not when called)
+    stacked = [x for kind, x in finish["results"] if kind == "stack"]
+    if finish["flags"] is not None:
+        stacked.append(finish["flags"])
+    if any(_list(meta["results"][x], "result")[0] != ResultKind.RESULT_NEW for x in stacked):
+        raise SavedProgramError("iterate: a stacked result or the flags are not arrays the "
+                                "program makes")
     # what fl.iterate records: one loop, whose LOOP and NEXTs all count to the iteration
     # count the results are for
     loops = program.loops()
@@ -473,13 +505,47 @@ class LoadedIteration(LoadedProgram):
 
 
 def _mismatch(static_positions, want: list, names: list, args) -> str:
-    """Name the first argument leaf that does not match the saved signature."""
+    """Name the first argument (then the first leaf) that does not match the saved signature."""
     from .pytree import flatten
     static = set(static_positions)
+    positions = [i for i in range(len(args)) if i not in static]
+    # the saved leaves of each argument, in order: consecutive leaves share their argument's name
+    groups: list = []
+    for j, name in enumerate(names):
+        if groups and groups[-1][0] == name:
+            groups[-1][1].append(j)
+        else:
+            groups.append((name, [j]))
+    named = not names or not names[0].startswith("leaf ")
+    if named and len(positions) != len(groups):
+        return (f"this saved program takes {len(groups)} non-static argument"
+                f"{'' if len(groups) == 1 else 's'} ({', '.join(g[0] for g in groups)}), got "
+                f"{len(positions)}")
     leaves = []
-    for i, a in enumerate(args):
-        if i not in static:
-            leaves += flatten(a)[0]
+    for k, i in enumerate(positions):
+        got = flatten(args[i])[0]
+        if named:
+            name, js = groups[k]
+            if isinstance(args[i], (list, tuple)) and (len(js) != 1 or want[js[0]].is_array) \
+                    and len(got) != len(js):
+                w = want[js[0]]
+                kind = type(args[i]).__name__
+                if len(js) == 1:
+                    return (f"{name}: expected an array {w.dtype}{list(w.shape)}, got a Python "
+                            f"{kind} (pass np.asarray(...))")
+                if len(args[i]) == len(js):
+                    # a flat container like the saved one: name the item that is a list
+                    for item, (x, j) in enumerate(zip(args[i], js)):
+                        if isinstance(x, (list, tuple)) and want[j].is_array:
+                            return (f"{name}[{item}]: expected an array {want[j].dtype}"
+                                    f"{list(want[j].shape)}, got a Python "
+                                    f"{type(x).__name__} (pass np.asarray(...))")
+                return (f"{name}: expected a container of {len(js)} arrays/scalars, got a "
+                        f"Python {kind} of {len(args[i])} items")
+            if len(got) != len(js):
+                return (f"{name}: the saved program takes {len(js)} array/scalar leaves for "
+                        f"it, got {len(got)} ({type(args[i]).__name__})")
+        leaves += got
     if len(leaves) != len(want):
         return (f"this saved program takes {len(want)} array/scalar arguments, "
                 f"got {len(leaves)}")
@@ -505,7 +571,7 @@ def finish_results(raw, finish: dict, leaves):
     if finish["flags"] is not None:
         flags = raw[finish["flags"]]
         # rows up to the stopping one were written (all false but it); later rows are not
-        first = int(np.argmax(flags))
+        first = int(flags.argmax())
         ran = first + 1 if flags[first] else n
     rows = -(-ran // every) if every else 0
     out = []

@@ -187,27 +187,57 @@ def _assert_passing_value(frame):
 
 
 _BUILTIN_MINMAX = re.compile(r"(?<![\w.])(max|min)\(")
+# `out[i] = x`, `out[0], out[1] = a, b`, `out[i] += x`: a store into something subscripted
+_SUBSCRIPT_STORE = re.compile(r"\]\s*(?:,[^=]*)?(?:[-+*/%@&|^]|//|\*\*|<<|>>)?=(?!=)")
+
+_CHOICE = ("express data-dependent choices with np.where(cond, a, b), or make the deciding "
+           "argument static with static_argnames=/static_argnums=")
+_STORE = ("storing a traced value into a NumPy array (out[i] = x) converts it to a Python "
+          "number: create `out` from a traced value instead, e.g. "
+          "np.zeros_like(x), or with np.zeros/np.empty inside fn (np.ndarray(shape) is NumPy's "
+          "own class, which fastlaunch cannot intercept: use np.empty(shape))")
+_CONVERT = ("return it from the function (a 0-d array) and convert it after the call; "
+            "for data-dependent choices use np.where(cond, a, b), or make the deciding argument "
+            "static with static_argnames=/static_argnums=")
 
 
-def _bool_hint(frame) -> str:
-    """What the user's line does with bool(tracer), where the source says so."""
-    try:
-        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-    except Exception:   # noqa: BLE001  (no source: no hint)
+def _source_line(frame) -> str:
+    """The line the user's code is at: `frame`, or the first frame outside fastlaunch above it
+    (a TraceBuffer forwards bool()/float() to its tracer)."""
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "fastlaunch":
+        frame = frame.f_back
+    if frame is None:
         return ""
+    try:
+        return linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    except Exception:   # noqa: BLE001  (no source: no line)
+        return ""
+
+
+def _bool_advice(frame) -> str:
+    """What to do instead of bool(tracer), for what the user's line does with it."""
+    line = _source_line(frame)
     if line.startswith("assert "):
-        return (" in an `assert` whose failure fastlaunch cannot tell from one of its parts "
-                "(`assert a or b`, or an assert rewritten by a tool such as pytest): `assert "
-                "cond` and `assert a and b` on traced values become checks made every time the "
-                "function runs; or check the inputs before the call")
+        return ("an `assert` whose failure fastlaunch cannot tell from one of its parts "
+                "(`assert a or b`, or an assert rewritten by a tool such as pytest) cannot be "
+                "checked: `assert cond` and `assert a and b` on traced values become checks "
+                "made every time the function runs; or check the inputs before the call")
     if _BUILTIN_MINMAX.search(line):
-        return (" in Python's max()/min(), which compare values one by one: use "
-                "np.maximum(a, b) / np.minimum(a, b), or x.max() / x.min()")
+        return ("Python's max()/min() compare values one by one: use np.maximum(a, b) / "
+                "np.minimum(a, b), or x.max() / x.min()")
     if line.startswith("while "):
-        return (" as a `while` condition: the number of iterations depends on the data; loop "
-                "a fixed number of times (for _ in range(n)) with np.where to freeze "
-                "converged values")
-    return ""
+        return ("here it is a `while` condition, so the number of iterations depends on the "
+                "data. Loop a fixed number of times (for _ in range(n)) with np.where to "
+                "freeze converged values, or make one iteration the compiled function and "
+                "run the loop with fastlaunch.iterate(step, n, ..., until=lambda ...: converged)")
+    return _CHOICE
+
+
+def _value_advice(frame) -> str:
+    """What to do instead of float(tracer) / int(tracer) / x.item() / x.tolist()."""
+    if _SUBSCRIPT_STORE.search(_source_line(frame)):
+        return _STORE
+    return _CONVERT
 
 
 class Tracer:
@@ -291,27 +321,24 @@ class Tracer:
     __hash__ = None  # like ndarray: == makes arrays, so tracers are unhashable
 
     # ---- data-dependent Python control flow cannot be traced ----
-    def _concrete(self, what: str):
+    def _concrete(self, what: str, advice: str):
+        """Raise for a Python-level use of this array's value: `what` names the use, `advice`
+        what to do instead (specific to that use: see _bool_advice, _value_advice)."""
         positions = _scalar_argument_positions(self.node)
         if positions:
             # computed from Python scalar arguments only: the trace can use their values
             raise SpecializeRequest(positions, what)
         raise TracingError(
             f"{what} needs the value of a traced array ({self.dtype}{list(self.shape)}), which is "
-            f"not known while tracing. Express data-dependent choices with np.where(cond, a, b), "
-            f"or make the deciding argument static with static_argnames=/static_argnums=. "
-            f"(Storing a traced value into a NumPy array, out[i] = x, does this too: create "
-            f"`out` from a traced value instead, e.g. np.zeros_like(x), or with np.zeros/"
-            f"np.empty inside fn; np.ndarray(shape) is NumPy's own class, which fastlaunch "
-            f"cannot intercept: use np.empty(shape).)")
+            f"not known while tracing: {advice}.")
 
     def __bool__(self):
         frame = sys._getframe(1)
         passing = _assert_passing_value(frame)
         if passing is not None:
             return self._assert(passing, frame)
-        self._concrete("bool(x) (an `if`, `while`, `and`/`or` or `not` on an array)"
-                       + _bool_hint(frame))
+        self._concrete("bool(x) (an `if`, `while`, `and`/`or` or `not` on an array)",
+                       _bool_advice(frame))
 
     def _assert(self, passing: bool, frame) -> bool:
         """bool(x) as the test of an `assert`: a runtime check.  The trace goes on as if the
@@ -335,23 +362,26 @@ class Tracer:
         return passing
 
     def __float__(self):
-        self._concrete("float(x)")
+        self._concrete("float(x)", _value_advice(sys._getframe(1)))
 
     def __int__(self):
-        self._concrete("int(x)")
+        self._concrete("int(x)", _value_advice(sys._getframe(1)))
 
     def __index__(self):
-        self._concrete("using a traced array as a Python index (operator.index); to index a "
-                       "NumPy array by a traced index use fastlaunch.asarray(array)[index], and")
+        self._concrete("using a traced array as a Python index or size (operator.index)",
+                       "to index a NumPy array by a traced index use "
+                       "fastlaunch.asarray(array)[index] (a list or tuple: make it an array "
+                       "first); a size or count (range(n), a shape) must be static: pass it as "
+                       "a Python int, or name it in static_argnames=")
 
     def __complex__(self):
-        self._concrete("complex(x)")
+        self._concrete("complex(x)", _value_advice(sys._getframe(1)))
 
     def tolist(self):
-        self._concrete("x.tolist()")
+        self._concrete("x.tolist()", _CONVERT)
 
     def item(self, *args):
-        self._concrete("x.item()")
+        self._concrete("x.item()", _CONVERT)
 
     def __array__(self, dtype=None, copy=None):
         library, where = naming.converting_function(sys._getframe(1))
@@ -492,9 +522,64 @@ class Traced:
     effects: list = None
     # iterations of each Python loop rolled into a loop node (roll.py)
     rolled: list = None
+    # the most loop iterations one frame of the traced code ran while making nodes (see
+    # LoopCounter): a Python loop unrolled into the graph
+    loop_iterations: int = 0
 
 
+# modules whose frames are not the user's code: a node made inside np.linalg's Python code or
+# fastlaunch's own expansions belongs to the user's line that called them
 _LIBRARY_MODULES = ("fastlaunch", "numpy", "scipy")
+
+
+class LoopCounter:
+    """Counts, per frame of the traced code, the new nodes made at a bytecode offset below the
+    previous one's in that frame: a jump back, i.e. one more iteration of a loop (or
+    comprehension) making nodes.  Nodes that one call makes (np.linalg.inv of an 8x8 matrix
+    written out as thousands of nodes) come from one offset and count nothing.  Called for
+    every 4th node (Graph.observer): a loop whose body makes fewer nodes counts fewer
+    iterations than it ran, which the thresholds (jit.UNROLLED_*) allow for."""
+
+    __slots__ = ("last", "most", "kinds")
+
+    def __init__(self):
+        self.last: dict = {}     # id(frame) -> (frame, offset of its last node, jumps back)
+        self.most = 0
+        self.kinds: dict = {}    # code -> _LIBRARY, _USER or _TOP (trace_function: stop)
+
+    def __call__(self):
+        f = sys._getframe(2)         # above Graph.add
+        last, kinds = self.last, self.kinds
+        while f is not None:
+            kind = kinds.get(f.f_code)
+            if kind is None:
+                kind = kinds[f.f_code] = _frame_kind(f)
+            if kind == _USER:
+                seen = last.get(id(f))
+                if seen is not None and seen[0] is f:
+                    count = seen[2]
+                    if f.f_lasti < seen[1]:
+                        count += 1
+                        if count > self.most:
+                            self.most = count
+                else:
+                    count = 0
+                last[id(f)] = (f, f.f_lasti, count)
+            elif kind == _TOP:
+                break
+            f = f.f_back
+
+
+_LIBRARY, _USER, _TOP = 0, 1, 2
+
+
+def _frame_kind(frame) -> int:
+    if frame.f_code is trace_function.__code__:
+        return _TOP
+    module = frame.f_globals.get("__name__", "")
+    return _LIBRARY if module.split(".", 1)[0] in _LIBRARY_MODULES else _USER
+
+
 _user_code: "weakref.WeakKeyDictionary | dict" = {}
 
 
@@ -535,6 +620,7 @@ def trace_function(fn, build_args, leaves: list, roll: bool = True) -> tuple[Tra
     g = Graph()
     if roll:
         g.sites, g.site = [], _site
+    g.observer = loops = LoopCounter()
     previous = getattr(_state, "graph", None)
     _state.graph = g
     try:
@@ -590,12 +676,18 @@ def trace_function(fn, build_args, leaves: list, roll: bool = True) -> tuple[Tra
         ops.seal_checks(g)
         traced = _finish(g, result_and_effects, tracers, storages)
         traced.effects = [path for path, _ in effects]
+        traced.loop_iterations = loops.most + 1 if loops.most else 0    # jumps back + 1
         return traced, result_and_effects
     except BaseException:
         g.sites = g.site = None          # (they hold the traced code's frames)
         raise
     finally:
         _state.graph = previous
+        # drop the frames the counter kept: a finished frame holds its caller's (f_back), so
+        # they would make a cycle through this frame's locals and keep the whole trace's
+        # objects (kernels, plans) alive until a garbage collection
+        g.observer = None
+        loops.last.clear()
 
 
 _TRACE_CODE = trace_function.__code__

@@ -390,17 +390,70 @@ def test_assert_that_cannot_become_a_check_is_explained():
         return x / d
 
     text = _message(checked, np.ones(3))
-    assert "in an `assert`" in text
+    assert text.startswith("bool(x) (an `if`, `while`, `and`/`or` or `not` on an array) needs "
+                           "the value of a traced array (bool[]), which is not known while "
+                           "tracing: an `assert` whose failure fastlaunch cannot tell"), text
+    assert text.endswith("or check the inputs before the call."), text
 
 
 def test_while_on_traced_values_is_explained():
+    """The `while` hint follows the sentence it explains (it was spliced into the middle of
+    it), and names the way to loop: a fixed count with np.where, or fl.iterate with until."""
     def iterate(x):
         while np.abs(x).max() > 1:
             x = x / 2
         return x
 
     text = _message(iterate, np.full(3, 5.0))
-    assert "as a `while` condition" in text
+    assert text == (
+        "bool(x) (an `if`, `while`, `and`/`or` or `not` on an array) needs the value of a "
+        "traced array (bool[]), which is not known while tracing: here it is a `while` "
+        "condition, so the number of iterations depends on the data. Loop a fixed number of "
+        "times (for _ in range(n)) with np.where to freeze converged values, or make one "
+        "iteration the compiled function and run the loop with fastlaunch.iterate(step, n, "
+        "..., until=lambda ...: converged)."), text
+
+
+def test_needs_the_value_advice_is_the_raising_calls_own():
+    """Each "needs the value" error ends with advice for the call that raised it, and only
+    that: no paragraph about storing into NumPy arrays after an `if`, no `if` advice after a
+    store."""
+    def branch(x):
+        if x.sum() > 0:
+            return x
+        return -x
+
+    def to_float(x):
+        return x * float(x.sum())
+
+    def store(x):
+        out = np.ndarray(2)
+        out[0] = x.sum()
+        return out
+
+    def index(x, i):
+        return [1.0, 2.0][i.sum()] * x
+
+    text = _message(branch, np.ones(3))
+    assert text.endswith("which is not known while tracing: express data-dependent choices "
+                         "with np.where(cond, a, b), or make the deciding argument static "
+                         "with static_argnames=/static_argnums=."), text
+    text = _message(to_float, np.ones(3))
+    assert text.startswith("float(x) needs the value of a traced array (float64[]), which is "
+                           "not known while tracing: return it from the function (a 0-d "
+                           "array) and convert it after the call"), text
+    for t in (_message(branch, np.ones(3)), text):
+        assert "out[i] = x" not in t and "np.ndarray" not in t, t
+    text = _message(store, np.ones(3))
+    assert "float(x) needs the value of a traced array (float64[]), which is not known while " \
+        "tracing: storing a traced value into a NumPy array (out[i] = x) converts it to a " \
+        "Python number: create `out` from a traced value instead" in text, text
+    assert "np.where" not in text, text
+    text = _message(index, np.ones(3), np.ones(2, np.int64))
+    assert text.startswith("using a traced array as a Python index or size (operator.index) "
+                           "needs the value of a traced array (int64[]), which is not known "
+                           "while tracing: to index a NumPy array by a traced index use "
+                           "fastlaunch.asarray(array)[index]"), text
 
 
 def test_shipped_program_with_a_string_in_its_arguments():
