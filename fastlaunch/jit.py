@@ -404,7 +404,7 @@ class Compiled(_core.Dispatcher):
     def _device_view(self, name: str, obj):
         """A DeviceArray over another library's CUDA array (CuPy, PyTorch, ...): no copy, so
         in-place updates reach it."""
-        view = getattr(self.backend, "from_cuda_array", None)
+        view = getattr(self.backend, "from_cuda_array", None)     # optional (backends/base.py)
         if view is None:
             raise TypeError(f"{name}: a CUDA array ({type(obj).__name__}) can only be passed to a "
                             f"function compiled with backend='cuda' (this one: "
@@ -606,9 +606,7 @@ class Compiled(_core.Dispatcher):
             self.trace_seconds = 0.0
             self.retraces = 0
             self._warned_at = 0
-        release = getattr(self.backend, "release", None)
-        if release is not None:
-            release()
+        self.backend.release()
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Trace for these arguments (without running) and return the IR, kernels and bytecode."""

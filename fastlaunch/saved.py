@@ -114,7 +114,10 @@ def dumps_entry(entry, backend, static_positions, iterate=None) -> bytes:
                      bool(scalar)] for kind, index, scalar in info.results],
         "out_tree": info.out_tree.to_json(),
         "int_bounds": [[leaf, lo, hi] for leaf, (lo, hi) in sorted(info.int_bounds.items())],
-        "kernels": [{"label": label, "text": backend.kernel_text(k), "desc": kernel_to_json(d)}
+        # "schedule": what the backend decided that the description does not show (a CUDA
+        # split), for schedule_kernel on load
+        "kernels": [{"label": label, "text": backend.kernel_text(k), "desc": kernel_to_json(d),
+                     "schedule": dict(d.schedule.saved)}
                     for (label, _, _), k, d in zip(info.lowered.kernels, info.kernels,
                                                    descriptions)],
         "graph": info.lowered.graph,
@@ -378,7 +381,7 @@ def _load(path, meta, program: Program, objects, backend, machine_code):
     for i, km in enumerate(kmeta):
         if type(km) is not dict:
             raise SavedProgramError(f"kernels: entry {i} is malformed")
-        k = be.schedule_kernel(kernel_from_json(km.get("desc")))
+        k = be.schedule_kernel(kernel_from_json(km.get("desc")), km.get("schedule", {}))
         set_extents(k)
         program.kernels[i] = kernel_info(k, program.kernels[i].name)
         kernels.append((k, km))

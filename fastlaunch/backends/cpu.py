@@ -174,8 +174,8 @@ class CPUBackend:
     def schedule(self, plan):
         return cpu_schedule.schedule(plan)
 
-    def schedule_kernel(self, kernel: Kernel) -> Kernel:
-        return cpu_schedule.schedule_kernel(kernel)
+    def schedule_kernel(self, kernel: Kernel, saved: dict | None = None) -> Kernel:
+        return cpu_schedule.schedule_kernel(kernel, saved)
 
     def link(self, program, kernels, call):
         from ..link import host_executable

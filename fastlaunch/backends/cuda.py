@@ -207,6 +207,9 @@ class CUDABackend:
     def schedule(self, plan):
         return cuda_schedule.schedule(plan)
 
+    def schedule_kernel(self, kernel: Kernel, saved: dict | None = None) -> Kernel:
+        return cuda_schedule.schedule_kernel(kernel, saved)
+
     def source(self, kernel: Kernel) -> str:
         """The kernel's LLVM IR for nvptx64 (before libdevice and optimisation)."""
         return generate(kernel, llvm_major=llvm.llvm_version_info[0])
@@ -263,6 +266,10 @@ class CUDABackend:
     def from_cuda_array(self, obj):
         """A DeviceArray viewing another library's CUDA array (no copy)."""
         return cuda_extension().from_cuda_array(obj)
+
+    def release(self) -> int:
+        """Nothing to free: each executable owns the CUDA modules it loaded."""
+        return 0
 
     def link(self, program, kernels, call):
         from ..link import LinkError, executable_layout
