@@ -19,12 +19,13 @@ from libc.string cimport memcmp, memcpy, memmove, memset
 
 cimport numpy as cnp
 import numpy as np
-import struct
 import threading
 
 from fastlaunch._launch cimport *
 from fastlaunch import env as _env
-from fastlaunch.pytree import object_parts as _object_parts
+# static_key (re-exported: `_core.static_key`) is pytree's, so that pytree needs nothing of
+# this module: the two would import each other
+from fastlaunch.pytree import object_parts as _object_parts, static_key
 
 cnp.import_array()
 
@@ -235,28 +236,14 @@ cdef int encode_args(tuple args, tuple static_positions, Words *sig, Words *vals
     for i in range(len(args)):
         if static_positions and i in static_positions:
             words_push(sig, TAG_STATIC)
-            statics.append(static_key(args[i]))
+            t = type(args[i])
+            # pytree.static_key's own answer for these types, without the call
+            statics.append((t, args[i]) if t is int or t is str or t is bool or args[i] is None
+                           else static_key(args[i]))
             continue
         if encode_value(args[i], sig, vals, leaves, keys) != ENCODED:
             return NOT_ENCODABLE
     return ENCODED
-
-
-def static_key(value):
-    """What a static argument's value is keyed by: its type as well as its value (1 and 1.0,
-    np.float64(2) and 2.0 trace differently), floats by their bits (0.0 and -0.0 differ; every
-    NaN of one sign is one key, so a static NaN does not re-trace on every call)."""
-    t = type(value)
-    if t is float or isinstance(value, np.floating):
-        f = float(value)
-        if f != f:
-            return (t, "nan", bool(np.signbit(f)))
-        return (t, struct.pack("<d", f))
-    if t is tuple:
-        return (t,) + tuple(static_key(v) for v in value)
-    if t is frozenset:
-        return (t, frozenset(static_key(v) for v in value))
-    return (t, value)
 
 
 def encode(tuple args, tuple static_positions=()):
