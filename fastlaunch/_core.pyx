@@ -806,6 +806,7 @@ cdef class Executable:
         self.unflatten = layout.unflatten
         self.kernel_errors = list(layout.kernel_errors)
         self.polls = layout.polls
+        self.copies_back = layout.copies_back
         self.keepalive = layout.keepalive
 
     def __dealloc__(self):
@@ -959,9 +960,13 @@ cdef class Executable:
     cdef int _check_mutated(self, int64_t *leaf_words, PyObject **leaf_objs) except -1:
         """Arguments written in place must be writeable and distinct from the others: the
         byte ranges the recorder knows are compared here; only where two ranges meet does
-        np.shares_memory decide (x[::2] and x[1::2] interleave without sharing)."""
-        cdef Py_ssize_t i, j, m
+        np.shares_memory decide (x[::2] and x[1::2] interleave without sharing), except
+        between two arguments that the program copies back whole (copies_back: a crossing
+        backend's TO_HOST of each one's byte span), where the second copy would undo the
+        first one's writes: those are aliased, and get a program of their own (one span)."""
+        cdef Py_ssize_t i, j, k, m
         cdef int64_t a0, a1, b0, b1
+        cdef bint both_copied
         for i in range(self.nmutated):
             m = self.mutated[i]
             leaf = <object>leaf_objs[m]
@@ -975,10 +980,18 @@ cdef class Executable:
                     continue
                 b0 = leaf_words[j] + self.leaf_lo[j]
                 b1 = leaf_words[j] + self.leaf_hi[j]
+                if not (a0 < b1 and b0 < a1):
+                    continue
+                both_copied = False
+                if self.copies_back and type(leaf) is not DeviceArray and \
+                        type(<object>leaf_objs[j]) is not DeviceArray:
+                    for k in range(self.nmutated):
+                        if self.mutated[k] == j:
+                            both_copied = True
                 # device arrays: their byte ranges decide (NumPy cannot look at them)
-                if a0 < b1 and b0 < a1 and (
-                        type(leaf) is DeviceArray or type(<object>leaf_objs[j]) is DeviceArray
-                        or np.shares_memory(leaf, <object>leaf_objs[j])):
+                if (both_copied or type(leaf) is DeviceArray or
+                        type(<object>leaf_objs[j]) is DeviceArray or
+                        np.shares_memory(leaf, <object>leaf_objs[j])):
                     raise AliasedArgumentsError(
                         f"argument leaf {m} is updated in place and overlaps argument leaf "
                         f"{j}; fastlaunch treats arguments as distinct arrays: pass a copy",

@@ -220,7 +220,7 @@ class Compiled(_core.Dispatcher):
         substitute: dict = {}       # base leaf -> the 1-D span array passed in its place
         layout = []                 # the groups' layouts: part of the key
         refused = []                # (leaves, why)
-        for group in _overlap_groups(leaves):
+        for group in _overlap_groups(leaves, spans=self.backend.memory.crosses):
             first = leaves[group[0]]
             if all(_same_view(first, leaves[k]) for k in group[1:]):
                 for k in group[1:]:
@@ -1151,9 +1151,10 @@ def _stand_in(x: np.ndarray) -> np.ndarray:
 
 
 
-def _overlap_groups(leaves) -> list:
+def _overlap_groups(leaves, spans: bool = False) -> list:
     """The array leaves that overlap in memory, in groups (transitively): lists of leaf
-    positions, each in order, each of two or more."""
+    positions, each in order, each of two or more.  spans: leaves whose byte spans meet
+    overlap too (x[::2] and x[1::2]): a crossing backend copies each span whole."""
     arrays = [(k, x) for k, x in enumerate(leaves) if isinstance(x, np.ndarray) and x.size]
     parent = {k: k for k, _ in arrays}
 
@@ -1163,12 +1164,19 @@ def _overlap_groups(leaves) -> list:
         return k
     for a, (k, x) in enumerate(arrays):
         for k2, y in arrays[a + 1:]:
-            if root(k) != root(k2) and np.shares_memory(x, y):
+            if root(k) != root(k2) and (np.shares_memory(x, y) or
+                                        spans and _spans_meet(x, y)):
                 parent[max(root(k), root(k2))] = min(root(k), root(k2))
     groups: dict = {}
     for k, _ in arrays:
         groups.setdefault(root(k), []).append(k)
     return [g for g in groups.values() if len(g) > 1]
+
+
+def _spans_meet(x: np.ndarray, y: np.ndarray) -> bool:
+    bounds = getattr(getattr(np.lib, "array_utils", np), "byte_bounds")
+    (a0, a1), (b0, b1) = bounds(x), bounds(y)
+    return a0 < b1 and b0 < a1
 
 
 @dataclass(frozen=True)

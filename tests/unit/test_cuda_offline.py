@@ -445,3 +445,22 @@ def _saved_bytes(blobs) -> bytes:
     payload = b"".join(struct.pack("<Q", len(b)) + b for b in blobs)
     return saved._HEADER.pack(saved.MAGIC, saved.FORMAT_VERSION, 0, len(payload),
                               hashlib.sha256(payload).digest()) + payload
+
+
+def test_interleaved_arguments_updated_in_place_get_one_span_on_cuda():
+    """CUDA copies each argument updated in place back as its whole byte span, as devsim does
+    (tests/jit/test_aliasing.py checks the values there): x[::2] and x[1::2] are aliased, one
+    span copied back once, instead of two copies of which the second undoes the first."""
+    def bump(a, b):
+        a += 1
+        b *= 2
+    f = fl.compile(bump, backend="cuda")
+    x, ref = np.arange(10.0), np.arange(10.0)
+    if _gpu_usable():
+        f(x[::2], x[1::2])
+        bump(ref[::2], ref[1::2])
+        np.testing.assert_array_equal(x, ref)
+    else:
+        with pytest.raises(BackendUnavailableError):
+            f(x[::2], x[1::2])
+    assert [t.reason.split(":")[0] for t in f.traces] == ["first call", "aliased arguments"]
