@@ -720,16 +720,16 @@ class Compiled(_core.Dispatcher):
         from . import saved
         from .pytree import TreeDef
         where = f"{self.__qualname__}: shipped program"
-        meta, program, kernels, entry = saved.loads_entry(data, self.backend.name, where)
+        meta, program, kernels, entry, plan = saved.loads_entry(data, self.backend.name, where)
         if tuple(meta["static_positions"]) != self._static:
             raise saved.SavedProgramError(f"{where}: static positions "
                                           f"{meta['static_positions']}, expected {self._static}")
         static_values = [saved._static_value(v) for v in meta["statics"]]
         leaves = saved._signature_specs(bytes.fromhex(meta["signature"]))
         lowered = Lowered(meta["graph"],
-                          [(k["label"], "(shipped program: no kernel plan)", ck.source)
-                           for k, ck in zip(meta["kernels"], kernels)],
-                          program.disassemble(), None, program)
+                          [(k.label, k.describe(), ck.source)
+                           for k, ck in zip(plan.compiled_kernels(), kernels)],
+                          program.disassemble(), plan, program)
         entry.info = _EntryInfo(
             leaves, lowered, kernels,
             [k if type(k) is str else tuple(k) for k in meta["keys"]],   # str: a const

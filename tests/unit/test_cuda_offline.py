@@ -406,11 +406,12 @@ def test_a_program_saved_for_cuda_loads_for_cuda(tmp_path):
     f.save(path, x, y)
     want = lowered.program.kernels
     for machine_code in (True, False):
-        _, program, kernels, entry = saved.loads_entry(path.read_bytes(), "cuda",
+        _, program, kernels, _, plan = saved.loads_entry(path.read_bytes(), "cuda",
                                                       machine_code=machine_code)
         assert [(k.params, k.launch_size, k.arg_ranges) for k in program.kernels] == \
             [(k.params, k.launch_size, k.arg_ranges) for k in want]
         assert [k.source for k in kernels] == [src for _, _, src in lowered.kernels]
+        assert [k.describe() for k in plan.kernels] == [k.describe() for k in lowered.plan.kernels]
         loaded = fl.load(path, backend="cuda", machine_code=machine_code)
         if _gpu_usable():
             got, want_values = loaded(x, y), split_sum(x, y)
