@@ -28,7 +28,6 @@ import ctypes.util
 import dataclasses
 import hashlib
 import logging
-import os
 import time
 import weakref
 
@@ -87,7 +86,7 @@ def _load_math(features: str, mode: str) -> MathTarget:
     wide = 512 if "+avx512f" in flags else 0
     inline = mode != "libm" and "+fma" in flags
     inline_all = inline and mode == "inline"
-    if os.environ.get("FASTLAUNCH_NO_LIBMVEC"):
+    if env.no_libmvec():
         return MathTarget(vector_bits=wide, inline=inline, inline_all=inline_all)
     try:
         llvm.load_library_permanently("libmvec.so.1")
