@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ._launch import Opcode, Routine, Space
+from .kernel import ArgKind  # noqa: F401  (re-exported: how a kernel takes an argument word)
 from .leaves import element_range
 
 # Operand names per opcode, for the disassembler; their count must match the width in the enum.
@@ -205,13 +206,6 @@ class SlotRole(str, enum.Enum):
     RNG = "rng"
     ALIAS = "alias"
     COUNTER = "counter"
-
-
-class ArgKind(str, enum.Enum):
-    """How a kernel takes an argument word (_launch.ArgKind)."""
-    BUFFER = "buffer"
-    SCALAR = "scalar"
-    STATUS = "status"
 
 
 SPACE_NAMES = {Space.SPACE_HOST: "host", Space.SPACE_DEVICE: "device"}

@@ -14,6 +14,7 @@ inputs untouched.
 """
 from __future__ import annotations
 
+import enum
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -57,15 +58,33 @@ _SCALAR_ROLES = ("param", "rng")      # buffers passed to kernels by value
 UNROLL_PACKED = 256
 
 
+class BufferRole(str, enum.Enum):
+    """What a plan buffer holds.  A str enum: it compares equal to (and prints as) its
+    value."""
+    INPUT = "input"      # an array argument
+    PARAM = "param"      # a scalar argument
+    CONST = "const"      # an array the trace captured
+    OUTPUT = "output"    # a result
+    TEMP = "temp"        # a materialised intermediate
+    STATUS = "status"    # the call's error word
+    RNG = "rng"          # the call's random key
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass
 class Buffer:
     id: int
-    role: str            # input | const | param | output | temp | status
+    role: BufferRole     # given as a BufferRole or its value
     dtype: np.dtype
     size: int            # elements (0 for params)
     ref: int = -1        # input/param position, const index or output index
     strides: tuple = ()  # element strides of the buffer as the kernels address it
     shape: tuple = ()
+
+    def __post_init__(self):
+        self.role = BufferRole(self.role)
 
 
 @dataclass
