@@ -10,6 +10,10 @@ arguments, a first call, an argument type the encoder does not know) goes to the
 `_miss` callback, which traces and compiles.  `Executable` is the interface every backend
 implements (_core.pxd); `HostExecutable` is the host one, whose interpreter knows only
 bytecode, slots and function pointers.
+
+Size: over 1,000 lines: one extension module, because the encoder, the dispatcher and the
+host interpreter share C-level state with no Python call between them; issue 26 gives the
+three interpreters one dispatch loop and narrows what a backend sees of `Executable`.
 """
 from cpython.ref cimport PyObject, Py_INCREF
 from cpython.tuple cimport PyTuple_New

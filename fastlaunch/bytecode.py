@@ -11,6 +11,10 @@ The verifier is what makes a program safe to run: every index, count and element
 interpreter or a kernel uses is checked against the tables (and, for a loaded program,
 against the argument signature), so a program that passes cannot address memory outside its
 buffers, whatever file it came from.
+
+Size: over 1,000 lines: the verifier (about half of it) must read exactly the tables the
+assembler and the serialiser write, so the program and its checks are kept together; the
+verifier is the part to move out if the opcode table grows.
 """
 from __future__ import annotations
 

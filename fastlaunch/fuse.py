@@ -11,6 +11,10 @@ packed dims, so each store reads its entry.  In-place updates of inputs are writ
 after every read of the old values, and through a temporary where a kernel would read what it
 overwrites; their indices are checked before the first write, so a bad index leaves the
 inputs untouched.
+
+Size: over 1,000 lines: the fusion rules share the fuser's state (buffers, users, what is
+materialised), so they stay in one module until the IR-and-fusion folder of issue 26's layout
+gives the rule families (row, sibling, pack) files of their own.
 """
 from __future__ import annotations
 

@@ -3,6 +3,10 @@
 The per-call fast path lives in `_core.Dispatcher.__call__` (Cython).  This file is the slow
 path it falls back to: binding keyword arguments, tracing a new signature, fusing, compiling,
 recording and verifying a program, and installing it as a cache entry.
+
+Size: over 1,000 lines: the slow path, pickling and the argument-aliasing geometry (about
+300 lines) share `Compiled`; issue 26 moves the compile stages into one artifact module and
+aliasing into a module of its own.
 """
 from __future__ import annotations
 
