@@ -119,10 +119,10 @@ def demo(sizes=DEMO_SIZES, dtype=np.float32, quick=False, plot: str | None = "fa
           f"per-iteration median (outputs checked against NumPy first)\n")
     print(format_table(["n", "numpy", "re-trace", "replay", "empty call", "copy same bytes",
                         "numpy/replay", "re-trace/replay", "replay vs bound"], rows))
-    print(f"\nreplay vs bound: the replay's time over its lower bound, the larger of the empty "
-          f"call (a compiled call's\nfixed cost: same arguments, fresh outputs, no work) and "
-          f"np.copyto moving the step's bytes once\n(7 arrays of n: reads p, m, v, target; "
-          f"writes p, m, v).")
+    print("\nreplay vs bound: the replay's time over its lower bound, the larger of the empty "
+          "call (a compiled call's\nfixed cost: same arguments, fresh outputs, no work) and "
+          "np.copyto moving the step's bytes once\n(7 arrays of n: reads p, m, v, target; "
+          "writes p, m, v).")
     print(f"Kernels: {replay.lower(*[np.zeros(16, dtype)] * 4, 1e-2).program.launch_count()} "
           f"launches per step at n=16.")
     written = None

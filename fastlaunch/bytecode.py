@@ -1407,7 +1407,7 @@ class _CodeVerifier:
         # the result (a recorded call writes each matrix's own result; zero batch strides
         # could otherwise repeat one small call 2^56 times)
         items = sizes[0] * sizes[1]
-        for slot, lo, hi, w in libcall_extents(routine, list(ops[1:])):
+        for _, lo, hi, w in libcall_extents(routine, list(ops[1:])):
             if w and hi >= lo and items > hi - lo + 1:
                 self.err(f"{where}: a batch of {items} {info.name} calls for a result of "
                          f"{hi - lo + 1} elements (at most one per element)")
@@ -1460,7 +1460,7 @@ class _CodeVerifier:
             st.vals.pop(dst, None)
 
     def bind(self, where, ops, st: _State):
-        p, nslots = self.p, self.nslots
+        p = self.p
         args_at, list_at, count = ops
         if count < 0 or not 0 <= list_at <= list_at + count <= len(p.arg_lists):
             self.err(f"{where}: argument list [{list_at}, +{count}) out of range")

@@ -63,10 +63,10 @@ def iterate(step, n, *args, carry=(), collect=True, until=None, inplace=False):
 
     Returns the step's results with the carried ones final and the others stacked: a tuple
     (or a single value, where the step returns one), or only the carried values with
-    collect=False (the array itself when one argument is carried).  Ctrl-C stops the loop at an iteration boundary (KeyboardInterrupt); the
-    caller's arrays are then as they were, except any the step itself updates in place,
-    which hold the state of the last completed iteration (as after a Python loop
-    interrupted between two calls)."""
+    collect=False (the array itself when one argument is carried).  Ctrl-C stops the loop at
+    an iteration boundary (KeyboardInterrupt); the caller's arrays are then as they were,
+    except any the step itself updates in place, which hold the state of the last completed
+    iteration (as after a Python loop interrupted between two calls)."""
     return iterated(step, n, carry=carry, collect=collect, until=until, inplace=inplace)(*args)
 
 
@@ -479,7 +479,7 @@ class Iterated:
 
         # the program's results: carried values, stacked rows, flags; then put together
         raw, finish_results_spec = [], []
-        for c, final in enumerate(finals):
+        for final in finals:
             if final[0] == "leaf":
                 raw.append((ResultKind.RESULT_INPUT, final[1], False))
             else:

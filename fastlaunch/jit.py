@@ -535,7 +535,8 @@ class Compiled(_core.Dispatcher):
         if traced.effects:
             entry.post = ContainerEffects(traced.effects)
         lowered = Lowered(str(traced.graph),
-                          [(k.label, k.describe(), ck.source) for k, ck in zip(plan.compiled_kernels(), kernels)],
+                          [(k.label, k.describe(), ck.source)
+                           for k, ck in zip(plan.compiled_kernels(), kernels)],
                           program.disassemble(), plan, program, fused)
         static_values = [call[i] for i in self._static if i < len(call)]
         entry.info = _EntryInfo(leaves, lowered, kernels, keys, statics, static_values, results,
@@ -931,7 +932,7 @@ def _foreign_device_array(leaf) -> bool:
             not hasattr(type(leaf), "__cuda_array_interface__"):
         return False
     try:
-        leaf.__cuda_array_interface__
+        leaf.__cuda_array_interface__  # noqa: B018  (asked for: a CPU tensor raises)
     except Exception:                 # noqa: BLE001  (AttributeError, RuntimeError, ...)
         return False
     return True
@@ -1017,7 +1018,8 @@ def _foreign_view(name: str, leaf):
             return np.from_dlpack(leaf)
         except (BufferError, TypeError, ValueError, RuntimeError) as err:
             raise TypeError(f"{name}: {cls.__name__} cannot be shared with NumPy through "
-                            f"DLPack without a copy ({err}); pass np.asarray(x) for a copy")
+                            f"DLPack without a copy ({err}); pass np.asarray(x) for a copy") \
+                from None
     if hasattr(leaf, "__array_interface__") or hasattr(leaf, "__array_struct__"):
         view = np.asarray(leaf)
         if isinstance(view, np.ndarray) and view.dtype != object:
@@ -1178,7 +1180,7 @@ def _overlap_groups(leaves, spans: bool = False) -> list:
 
 
 def _spans_meet(x: np.ndarray, y: np.ndarray) -> bool:
-    bounds = getattr(getattr(np.lib, "array_utils", np), "byte_bounds")
+    bounds = getattr(np.lib, "array_utils", np).byte_bounds
     (a0, a1), (b0, b1) = bounds(x), bounds(y)
     return a0 < b1 and b0 < a1
 
@@ -1253,7 +1255,7 @@ def _owner_bounds(x: np.ndarray):
         x = x.base
     if not (x.flags.c_contiguous or x.flags.f_contiguous):
         return None
-    bounds = getattr(getattr(np.lib, "array_utils", np), "byte_bounds")
+    bounds = getattr(np.lib, "array_utils", np).byte_bounds
     return bounds(x)
 
 

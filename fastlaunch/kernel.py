@@ -14,10 +14,10 @@ import numpy as np
 
 from .ir import Op, dtype_short
 
-__all__ = ["KernelError", "accumulator_dtype", "ordered_product", "Loop", "DivMod", "Pick", "Index", "Load", "Scalar", "Const",
-           "IndexValue", "Random", "Compute", "Folded", "Reduced", "Phase", "Store", "Reduction", "Sort",
-           "KernelArg", "Kernel", "walk", "expression_operands", "index_picks", "SMALL_SORT",
-           "sort_passes",
+__all__ = ["KernelError", "accumulator_dtype", "ordered_product", "Loop", "DivMod", "Pick",
+           "Index", "Load", "Scalar", "Const", "IndexValue", "Random", "Compute", "Folded",
+           "Reduced", "Phase", "Store", "Reduction", "Sort", "ArgKind", "KernelArg", "Kernel",
+           "walk", "expression_operands", "index_picks", "SMALL_SORT", "sort_passes",
            "LibraryCall", "is_kernel"]
 
 

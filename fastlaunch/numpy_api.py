@@ -20,7 +20,7 @@ import numpy as np
 from . import complexops, naming, ops, pytree, small_linalg
 from .errors import TracingError
 from .ir import Node, Op, check_shape
-from .trace import (Storage, Tracer, Unreturnable, ViewMap, current_graph, frame, new_tracer,
+from .trace import (Storage, Tracer, Unreturnable, current_graph, frame, new_tracer,
                     tracing, view_of)
 
 FUNCTIONS: dict = {}

@@ -333,7 +333,7 @@ class Tracer:
     def __int__(self):
         self._concrete("int(x)")
 
-    def __index__(self):
+    def __index__(self):  # noqa: PLE0305  (_concrete raises: there is no index to return)
         self._concrete("using a traced array as a Python index (operator.index); to index a "
                        "NumPy array by a traced index use fastlaunch.asarray(array)[index], and")
 

@@ -677,7 +677,8 @@ class LLVMEmitter:
 
     # ---- memory ------------------------------------------------------------------------
     def address(self, arg: int, index: str, dt: np.dtype) -> str:
-        return self.fw.op(f"getelementptr inbounds {memory_type(dt)}, ptr {self.buffer(arg)}, i64 {index}", "a")
+        return self.fw.op(f"getelementptr inbounds {memory_type(dt)}, ptr {self.buffer(arg)}, "
+                          f"i64 {index}", "a")
 
     def store_at(self, arg: int, index: str, value: str, vdt: np.dtype, dt: np.dtype):
         """Store value (of dtype vdt) converted to the argument's dtype dt."""
@@ -1179,7 +1180,9 @@ def _checked_int_op(em, op, dt, args) -> str:
         bad = fw.op(f"or i1 {lost}, {fw.op(f'icmp slt {ty} {b}, 0')}")
     elif op is Op.POW:
         name = f"fastlaunch.ipow.checked.{ty}"
-        mod.declare(name, f"""define internal {{ {ty}, i1 }} @{name}({ty} %b, {ty} %e) alwaysinline nounwind {{
+        signature = (f"define internal {{ {ty}, i1 }} @{name}({ty} %b, {ty} %e) alwaysinline "
+                     f"nounwind {{")
+        mod.declare(name, signature + f"""
 entry:
   %neg = icmp slt {ty} %e, 0
   br i1 %neg, label %negative, label %loop0

@@ -16,7 +16,6 @@ from fastlaunch import _core, bytecode
 from fastlaunch._launch import Space
 from fastlaunch.backends import get_backend
 from fastlaunch.backends.cuda import CUDABackend, find_libdevice, find_ptxas
-from fastlaunch.codegen.llvm_nvptx import NVPTXLoweringError
 from fastlaunch.errors import BackendUnavailableError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -117,7 +116,7 @@ def test_iterate_lowers_a_loop_for_the_gpu(cuda):
     # unrolled by two, the carried arrays in fixed buffers: no pointer moves per iteration
     assert not {"ROTATE", "MOVE"} & body
     bytecode.verify(prog, Space.SPACE_DEVICE)
-    for pc, op, ops in prog.instructions():
+    for _pc, op, ops in prog.instructions():
         if op.name == "COPY":
             assert prog.slots[ops[0]].space == prog.slots[ops[1]].space == Space.SPACE_DEVICE
 
