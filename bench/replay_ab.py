@@ -133,7 +133,7 @@ def main(argv=None):
     if a.instructions:
         counts = {t: instructions_per_call(t, a.n) for t in a.trees}
         first = counts[a.trees[0]]
-        print(f"\ninstructions per replay call (callgrind, one thread)")
+        print("\ninstructions per replay call (callgrind, one thread)")
         for t in a.trees:
             print(f"{t:<40} {counts[t]:10.0f} {counts[t] / first:8.3f}x")
 

@@ -10,6 +10,10 @@ arguments, a first call, an argument type the encoder does not know) goes to the
 `_miss` callback, which traces and compiles.  `Executable` is the interface every backend
 implements (_core.pxd); `HostExecutable` is the host one, whose interpreter knows only
 bytecode, slots and function pointers.
+
+Size: over 1,000 lines: one extension module, because the encoder, the dispatcher and the
+host interpreter share C-level state with no Python call between them; issue 26 gives the
+three interpreters one dispatch loop and narrows what a backend sees of `Executable`.
 """
 from cpython.ref cimport PyObject, Py_INCREF
 from cpython.tuple cimport PyTuple_New
@@ -19,12 +23,13 @@ from libc.string cimport memcmp, memcpy, memmove, memset
 
 cimport numpy as cnp
 import numpy as np
-import struct
 import threading
 
 from fastlaunch._launch cimport *
 from fastlaunch import env as _env
-from fastlaunch.pytree import object_parts as _object_parts
+# static_key (re-exported: `_core.static_key`) is pytree's, so that pytree needs nothing of
+# this module: the two would import each other
+from fastlaunch.pytree import object_parts as _object_parts, static_key
 
 cnp.import_array()
 
@@ -236,28 +241,14 @@ cdef int encode_args(tuple args, tuple static_positions, Words *sig, Words *vals
     for i in range(len(args)):
         if static_positions and i in static_positions:
             words_push(sig, TAG_STATIC)
-            statics.append(static_key(args[i]))
+            t = type(args[i])
+            # pytree.static_key's own answer for these types, without the call
+            statics.append((t, args[i]) if t is int or t is str or t is bool or args[i] is None
+                           else static_key(args[i]))
             continue
         if encode_value(args[i], sig, vals, leaves, keys) != ENCODED:
             return NOT_ENCODABLE
     return ENCODED
-
-
-def static_key(value):
-    """What a static argument's value is keyed by: its type as well as its value (1 and 1.0,
-    np.float64(2) and 2.0 trace differently), floats by their bits (0.0 and -0.0 differ; every
-    NaN of one sign is one key, so a static NaN does not re-trace on every call)."""
-    t = type(value)
-    if t is float or isinstance(value, np.floating):
-        f = float(value)
-        if f != f:
-            return (t, "nan", bool(np.signbit(f)))
-        return (t, struct.pack("<d", f))
-    if t is tuple:
-        return (t,) + tuple(static_key(v) for v in value)
-    if t is frozenset:
-        return (t, frozenset(static_key(v) for v in value))
-    return (t, value)
 
 
 def encode(tuple args, tuple static_positions=()):
@@ -820,6 +811,7 @@ cdef class Executable:
         self.unflatten = layout.unflatten
         self.kernel_errors = list(layout.kernel_errors)
         self.polls = layout.polls
+        self.copies_back = layout.copies_back
         self.keepalive = layout.keepalive
 
     def __dealloc__(self):
@@ -973,9 +965,13 @@ cdef class Executable:
     cdef int _check_mutated(self, int64_t *leaf_words, PyObject **leaf_objs) except -1:
         """Arguments written in place must be writeable and distinct from the others: the
         byte ranges the recorder knows are compared here; only where two ranges meet does
-        np.shares_memory decide (x[::2] and x[1::2] interleave without sharing)."""
-        cdef Py_ssize_t i, j, m
+        np.shares_memory decide (x[::2] and x[1::2] interleave without sharing), except
+        between two arguments that the program copies back whole (copies_back: a crossing
+        backend's TO_HOST of each one's byte span), where the second copy would undo the
+        first one's writes: those are aliased, and get a program of their own (one span)."""
+        cdef Py_ssize_t i, j, k, m
         cdef int64_t a0, a1, b0, b1
+        cdef bint both_copied
         for i in range(self.nmutated):
             m = self.mutated[i]
             leaf = <object>leaf_objs[m]
@@ -989,10 +985,18 @@ cdef class Executable:
                     continue
                 b0 = leaf_words[j] + self.leaf_lo[j]
                 b1 = leaf_words[j] + self.leaf_hi[j]
+                if not (a0 < b1 and b0 < a1):
+                    continue
+                both_copied = False
+                if self.copies_back and type(leaf) is not DeviceArray and \
+                        type(<object>leaf_objs[j]) is not DeviceArray:
+                    for k in range(self.nmutated):
+                        if self.mutated[k] == j:
+                            both_copied = True
                 # device arrays: their byte ranges decide (NumPy cannot look at them)
-                if a0 < b1 and b0 < a1 and (
-                        type(leaf) is DeviceArray or type(<object>leaf_objs[j]) is DeviceArray
-                        or np.shares_memory(leaf, <object>leaf_objs[j])):
+                if (both_copied or type(leaf) is DeviceArray or
+                        type(<object>leaf_objs[j]) is DeviceArray or
+                        np.shares_memory(leaf, <object>leaf_objs[j])):
                     raise AliasedArgumentsError(
                         f"argument leaf {m} is updated in place and overlaps argument leaf "
                         f"{j}; fastlaunch treats arguments as distinct arrays: pass a copy",

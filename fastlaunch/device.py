@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import env
 from ._core import DeviceArray
 from .backends import get_backend
 
@@ -27,13 +28,12 @@ def to_device(arr, backend: str | None = None) -> DeviceArray:
         >>> twice(x).numpy()
         array([0., 2., 4.])
     """
-    import os
-    name = backend or os.environ.get("FASTLAUNCH_BACKEND") or "cuda"
-    b = get_backend(name)
-    if not hasattr(b, "to_device"):
+    name = backend or env.backend_name() or "cuda"
+    be = get_backend(name)
+    if not hasattr(be, "to_device"):      # an optional member (backends/base.py)
         raise ValueError(f"backend {name!r} has no device memory (device arrays need 'cuda', "
                          f"or 'devsim' in tests)")
     a = np.asarray(arr)
     if a.dtype.kind not in "biufc":
         raise TypeError(f"to_device: dtype {a.dtype} is not supported")
-    return b.to_device(a)
+    return be.to_device(a)

@@ -11,9 +11,14 @@ packed dims, so each store reads its entry.  In-place updates of inputs are writ
 after every read of the old values, and through a temporary where a kernel would read what it
 overwrites; their indices are checked before the first write, so a bad index leaves the
 inputs untouched.
+
+Size: over 1,000 lines: the fusion rules share the fuser's state (buffers, users, what is
+materialised), so they stay in one module until the IR-and-fusion folder of issue 26's layout
+gives the rule families (row, sibling, pack) files of their own.
 """
 from __future__ import annotations
 
+import enum
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -59,15 +64,33 @@ _SCALAR_ROLES = ("param", "rng", "iter")      # buffers passed to kernels by val
 UNROLL_PACKED = 256
 
 
+class BufferRole(str, enum.Enum):
+    """What a plan buffer holds.  A str enum: it compares equal to (and prints as) its
+    value."""
+    INPUT = "input"      # an array argument
+    PARAM = "param"      # a scalar argument
+    CONST = "const"      # an array the trace captured
+    OUTPUT = "output"    # a result
+    TEMP = "temp"        # a materialised intermediate
+    STATUS = "status"    # the call's error word
+    RNG = "rng"          # the call's random key
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass
 class Buffer:
     id: int
-    role: str            # input | const | param | output | temp | status
+    role: BufferRole     # given as a BufferRole or its value
     dtype: np.dtype
     size: int            # elements (0 for params)
     ref: int = -1        # input/param position, const index or output index
     strides: tuple = ()  # element strides of the buffer as the kernels address it
     shape: tuple = ()
+
+    def __post_init__(self):
+        self.role = BufferRole(self.role)
 
 
 @dataclass

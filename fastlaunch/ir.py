@@ -62,6 +62,8 @@ class Kind(enum.Enum):
 
 class Op(enum.Enum):
     """Every operation the IR knows.  The value is (printed name, kind, arity); arity -1 is variadic."""
+    kind: Kind
+    arity: int
 
     def __new__(cls, name, kind, arity):
         member = object.__new__(cls)

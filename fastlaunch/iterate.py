@@ -86,10 +86,10 @@ def iterate(step: Callable[..., Any], n: int, *args: Any,
 
     Returns the step's results with the carried ones final and the others stacked: a tuple
     (or a single value, where the step returns one), or only the carried values with
-    collect=False (the array itself when one argument is carried).  Ctrl-C stops the loop at an iteration boundary (KeyboardInterrupt); the
-    caller's arrays are then as they were, except any the step itself updates in place,
-    which hold the state of the last completed iteration (as after a Python loop
-    interrupted between two calls).
+    collect=False (the array itself when one argument is carried).  Ctrl-C stops the loop at
+    an iteration boundary (KeyboardInterrupt); the caller's arrays are then as they were,
+    except any the step itself updates in place, which hold the state of the last completed
+    iteration (as after a Python loop interrupted between two calls).
 
     A repeated call with the same step and options (the same `until` function object, not a
     new lambda each time) finds its loop program in a table, as a compiled function does:
@@ -109,10 +109,11 @@ def iterate(step: Callable[..., Any], n: int, *args: Any,
         >>> len(losses), bool(losses[-1] < 1e-3 <= losses[-2])   # stopped at the first
         (16, True)
     """
+    key = (n, carry, collect, until, inplace, checkpoints, type(n), type(collect))
     try:
         # a repeated call with the same options: the Iterated by those options as given (the
         # types are part of the key: collect=0 is refused where collect=False is not)
-        loop = step._iterated[(n, carry, collect, until, inplace, checkpoints, type(n), type(collect))]
+        loop = step._iterated[key]
     except (AttributeError, KeyError, TypeError):     # a plain function, new, unhashable
         loop = iterated(step, n, carry=carry, collect=collect, until=until, inplace=inplace,
                         checkpoints=checkpoints)
@@ -121,7 +122,7 @@ def iterate(step: Callable[..., Any], n: int, *args: Any,
                 fast = step.__dict__.setdefault("_iterated", {})
                 if len(fast) >= MAX_CACHED:
                     fast.clear()
-                fast[(n, carry, collect, until, inplace, checkpoints, type(n), type(collect))] = loop
+                fast[key] = loop
             except TypeError:                      # unhashable options (carry as a list)
                 pass
     return loop(*args)
@@ -703,7 +704,7 @@ class Iterated(_core.Dispatcher, Generic[P]):
 
         # the program's results: carried values, stacked rows, flags; then put together
         raw, finish_results_spec = [], []
-        for c, final in enumerate(finals):
+        for final in finals:
             if final[0] == "leaf":
                 raw.append((ResultKind.RESULT_INPUT, final[1], False))
             else:

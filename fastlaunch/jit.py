@@ -3,6 +3,10 @@
 The per-call fast path lives in `_core.Dispatcher.__call__` (Cython).  This file is the slow
 path it falls back to: binding keyword arguments, tracing a new signature, fusing, compiling,
 recording and verifying a program, and installing it as a cache entry.
+
+Size: over 1,000 lines: the slow path, pickling and the argument-aliasing geometry (about
+300 lines) share `Compiled`; issue 26 moves the compile stages into one artifact module and
+aliasing into a module of its own.
 """
 from __future__ import annotations
 
@@ -271,7 +275,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         substitute: dict = {}       # base leaf -> the 1-D span array passed in its place
         layout = []                 # the groups' layouts: part of the key
         refused = []                # (leaves, why)
-        for group in _overlap_groups(leaves):
+        for group in _overlap_groups(leaves, spans=self.backend.memory.crosses):
             first = leaves[group[0]]
             if all(_same_view(first, leaves[k]) for k in group[1:]):
                 for k in group[1:]:
@@ -455,7 +459,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
     def _device_view(self, name: str, obj):
         """A DeviceArray over another library's CUDA array (CuPy, PyTorch, ...): no copy, so
         in-place updates reach it."""
-        view = getattr(self.backend, "from_cuda_array", None)
+        view = getattr(self.backend, "from_cuda_array", None)     # optional (backends/base.py)
         if view is None:
             raise TypeError(f"{name}: a CUDA array ({type(obj).__name__}) can only be passed to a "
                             f"function compiled with backend='cuda' (this one: "
@@ -597,7 +601,8 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         if traced.effects:
             entry.post = ContainerEffects(traced.effects)
         lowered = Lowered(str(traced.graph),
-                          [(k.label, k.describe(), ck.source) for k, ck in zip(plan.compiled_kernels(), kernels)],
+                          [(k.label, k.describe(), ck.source)
+                           for k, ck in zip(plan.compiled_kernels(), kernels)],
                           program.disassemble(), plan, program, fused)
         static_values = [call[i] for i in self._static if i < len(call)]
         entry.info = _EntryInfo(leaves, lowered, kernels, keys, statics, static_values, results,
@@ -676,9 +681,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
             self.trace_seconds = 0.0
             self.retraces = 0
             self._warned_at = 0
-        release = getattr(self.backend, "release", None)
-        if release is not None:
-            release()
+        self.backend.release()
 
     def lower(self, *args: P.args, **kwargs: P.kwargs) -> Lowered:
         """Trace for these arguments (without running) and return the IR, kernels and bytecode."""
@@ -798,16 +801,16 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         from . import saved
         from .pytree import TreeDef
         where = f"{self.__qualname__}: shipped program"
-        meta, program, kernels, entry = saved.loads_entry(data, self.backend.name, where)
+        meta, program, kernels, entry, plan = saved.loads_entry(data, self.backend.name, where)
         if tuple(meta["static_positions"]) != self._static:
             raise saved.SavedProgramError(f"{where}: static positions "
                                           f"{meta['static_positions']}, expected {self._static}")
         static_values = [saved._static_value(v) for v in meta["statics"]]
         leaves = saved._signature_specs(bytes.fromhex(meta["signature"]))
         lowered = Lowered(meta["graph"],
-                          [(k["label"], "(shipped program: no kernel plan)", ck.source)
-                           for k, ck in zip(meta["kernels"], kernels)],
-                          program.disassemble(), None, program)
+                          [(k.label, k.describe(), ck.source)
+                           for k, ck in zip(plan.compiled_kernels(), kernels)],
+                          program.disassemble(), plan, program)
         entry.info = _EntryInfo(
             leaves, lowered, kernels,
             [k if type(k) is str else tuple(k) for k in meta["keys"]],   # str: a const
@@ -1048,7 +1051,7 @@ def _foreign_device_array(leaf) -> bool:
             not hasattr(type(leaf), "__cuda_array_interface__"):
         return False
     try:
-        leaf.__cuda_array_interface__
+        leaf.__cuda_array_interface__  # noqa: B018  (asked for: a CPU tensor raises)
     except Exception:                 # noqa: BLE001  (AttributeError, RuntimeError, ...)
         return False
     return True
@@ -1134,7 +1137,8 @@ def _foreign_view(name: str, leaf):
             return np.from_dlpack(leaf)
         except (BufferError, TypeError, ValueError, RuntimeError) as err:
             raise TypeError(f"{name}: {cls.__name__} cannot be shared with NumPy through "
-                            f"DLPack without a copy ({err}); pass np.asarray(x) for a copy")
+                            f"DLPack without a copy ({err}); pass np.asarray(x) for a copy") \
+                from None
     if hasattr(leaf, "__array_interface__") or hasattr(leaf, "__array_struct__"):
         view = np.asarray(leaf)
         if isinstance(view, np.ndarray) and view.dtype != object:
@@ -1272,9 +1276,10 @@ def _stand_in(x: np.ndarray) -> np.ndarray:
 
 
 
-def _overlap_groups(leaves) -> list:
+def _overlap_groups(leaves, spans: bool = False) -> list:
     """The array leaves that overlap in memory, in groups (transitively): lists of leaf
-    positions, each in order, each of two or more."""
+    positions, each in order, each of two or more.  spans: leaves whose byte spans meet
+    overlap too (x[::2] and x[1::2]): a crossing backend copies each span whole."""
     arrays = [(k, x) for k, x in enumerate(leaves) if isinstance(x, np.ndarray) and x.size]
     parent = {k: k for k, _ in arrays}
 
@@ -1284,12 +1289,19 @@ def _overlap_groups(leaves) -> list:
         return k
     for a, (k, x) in enumerate(arrays):
         for k2, y in arrays[a + 1:]:
-            if root(k) != root(k2) and np.shares_memory(x, y):
+            if root(k) != root(k2) and (np.shares_memory(x, y) or
+                                        spans and _spans_meet(x, y)):
                 parent[max(root(k), root(k2))] = min(root(k), root(k2))
     groups: dict = {}
     for k, _ in arrays:
         groups.setdefault(root(k), []).append(k)
     return [g for g in groups.values() if len(g) > 1]
+
+
+def _spans_meet(x: np.ndarray, y: np.ndarray) -> bool:
+    bounds = getattr(np.lib, "array_utils", np).byte_bounds
+    (a0, a1), (b0, b1) = bounds(x), bounds(y)
+    return a0 < b1 and b0 < a1
 
 
 @dataclass(frozen=True)
@@ -1362,7 +1374,7 @@ def _owner_bounds(x: np.ndarray):
         x = x.base
     if not (x.flags.c_contiguous or x.flags.f_contiguous):
         return None
-    bounds = getattr(getattr(np.lib, "array_utils", np), "byte_bounds")
+    bounds = getattr(np.lib, "array_utils", np).byte_bounds
     return bounds(x)
 
 

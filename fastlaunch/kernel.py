@@ -14,10 +14,10 @@ import numpy as np
 
 from .ir import Op, dtype_short
 
-__all__ = ["KernelError", "accumulator_dtype", "ordered_product", "Loop", "DivMod", "Pick", "Index", "Load", "Scalar", "Const",
-           "IndexValue", "Random", "Compute", "Folded", "Reduced", "Phase", "Store", "Reduction", "Sort",
-           "KernelArg", "Kernel", "walk", "expression_operands", "index_picks", "SMALL_SORT",
-           "sort_passes",
+__all__ = ["KernelError", "accumulator_dtype", "ordered_product", "Loop", "DivMod", "Pick",
+           "Index", "Load", "Scalar", "Const", "IndexValue", "Random", "Compute", "Folded",
+           "Reduced", "Phase", "Store", "Reduction", "Sort", "ArgKind", "KernelArg", "Kernel",
+           "walk", "expression_operands", "index_picks", "SMALL_SORT", "sort_passes",
            "LibraryCall", "is_kernel"]
 
 
@@ -333,13 +333,28 @@ class Sort:
     positions: bool = False
 
 
+class ArgKind(str, enum.Enum):
+    """How a kernel takes an argument word (_launch.ArgKind): a buffer's address, a scalar's
+    bits, or the status word's address.  A str enum: it compares equal to (and prints as)
+    its value, "buffer" / "scalar" / "status", as saved kernel descriptions write it."""
+    BUFFER = "buffer"
+    SCALAR = "scalar"
+    STATUS = "status"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class KernelArg:
-    kind: str         # "buffer" or "scalar"
+    kind: ArgKind     # given as an ArgKind or its value
     dtype: np.dtype
     buffer: int       # id of the plan buffer bound to this argument
     extent: int = 0   # elements the kernel may touch (buffers): the verifier checks sizes
     writes: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "kind", ArgKind(self.kind))
 
 
 @dataclass

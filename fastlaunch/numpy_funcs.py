@@ -7,6 +7,10 @@ fuses with its neighbours as its parts do.  They follow NumPy's own definitions,
 checks and error messages; where fastlaunch must differ (a data-dependent result size, a
 traced value needed as a Python value) the function raises TracingError saying what to pass
 instead.  Registered in numpy_api.FUNCTIONS like the rest of the traced surface.
+
+Size: over 1,000 lines: part of the traced NumPy surface, until issue 26 splits it (with
+numpy_api.py) by family: ufuncs, reductions, indexing, shape and joining, linear algebra,
+sorting, random, creation.
 """
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ def _finite(a, check_finite):
 def _matrix(a, name):
     t = numpy_api._as_tracer(a)
     if t.ndim != 2 or t.shape[0] != t.shape[1]:
-        raise ValueError(f"expected square matrix" if t.ndim == 2 else
+        raise ValueError("expected square matrix" if t.ndim == 2 else
                          f"scipy.linalg.{name} of a {t.ndim}-d array is not traced by "
                          f"fastlaunch (a square matrix is)")
     return t if t.dtype.kind == "f" else t.astype(np.float64)
@@ -83,7 +83,7 @@ def linalg_solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, check_
         raise TracingError("scipy.linalg.solve with a right-hand side of more than 2 "
                            "dimensions is not traced by fastlaunch")
     if bt.shape[0] != t.shape[0]:
-        raise ValueError(f"Input b has to have same number of rows as input a")
+        raise ValueError("Input b has to have same number of rows as input a")
     _finite(t, check_finite)
     _finite(bt, check_finite)
     if transposed:
@@ -140,8 +140,9 @@ def _loc_scale(args, kwds):
             raise TypeError(f"norm got an unexpected or repeated argument {k!r}")
         values[k] = kwds.pop(k)
     loc, scale = values.get("loc", 0.0), values.get("scale", 1.0)
-    cast = (lambda v: numpy_api._as_tracer(v).astype(np.float64) if _any_traced(v)
-            else np.asarray(v, np.float64))
+    def cast(v):
+        return numpy_api._as_tracer(v).astype(np.float64) if _any_traced(v) else \
+            np.asarray(v, np.float64)
     return cast(loc), cast(scale)
 
 

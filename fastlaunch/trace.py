@@ -9,6 +9,7 @@ as in NumPy.  Nothing here knows about kernels or backends.
 from __future__ import annotations
 
 import dis
+import enum
 import linecache
 import re
 import sys
@@ -367,7 +368,7 @@ class Tracer:
     def __int__(self):
         self._concrete("int(x)", _value_advice(sys._getframe(1)))
 
-    def __index__(self):
+    def __index__(self):  # noqa: PLE0305  (_concrete raises: there is no index to return)
         self._concrete("using a traced array as a Python index or size (operator.index)",
                        "to index a NumPy array by a traced index use "
                        "fastlaunch.asarray(array)[index] (a list or tuple: make it an array "
@@ -511,10 +512,21 @@ _pytree.LEAF_TYPES.add(Tracer)
 
 
 # ---- the trace driver --------------------------------------------------------------------------
+class ResultSource(str, enum.Enum):
+    """Where a result leaf comes from (Traced.outputs' first item).  A str enum: it compares
+    equal to (and prints as) its value."""
+    NEW = "new"          # a graph output: (NEW, output index, as_scalar)
+    INPUT = "input"      # an argument leaf handed back: (INPUT, leaf)
+    VALUE = "value"      # a Python value returned as is: (VALUE, obj)
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass
 class Traced:
     graph: Graph
-    outputs: list            # per result leaf: ("new", output index, as_scalar) | ("input", leaf) | ("value", obj)
+    outputs: list            # per result leaf: a tuple led by its ResultSource
     mutated_leaves: list
     int_bounds: dict         # leaf -> (lo, hi): weak Python int parameters cast to narrower ints
     # paths (argument position, then keys/indices) of argument lists and dicts the function
@@ -745,17 +757,17 @@ def _finish(g: Graph, result, tracers, storages) -> Traced:
             st = leaf._storage
             if st.position is not None and leaf._view is None and leaf._reshape is None \
                     and (leaf is tracers[st.position] or st.node.op is not Op.PARAM):
-                outputs.append(("input", st.position))
+                outputs.append((ResultSource.INPUT, st.position))
                 continue
             if id(leaf) not in returned:
                 g.outputs.append(leaf.node)
                 returned[id(leaf)] = len(g.outputs) - 1
-            outputs.append(("new", returned[id(leaf)], bool(leaf.scalar)))
+            outputs.append((ResultSource.NEW, returned[id(leaf)], bool(leaf.scalar)))
         elif isinstance(leaf, np.ndarray):
             g.outputs.append(g.add_const(leaf))
-            outputs.append(("new", len(g.outputs) - 1, False))
+            outputs.append((ResultSource.NEW, len(g.outputs) - 1, False))
         else:
-            outputs.append(("value", leaf))
+            outputs.append((ResultSource.VALUE, leaf))
     mutated = []
     for st in storages:
         if st.version:

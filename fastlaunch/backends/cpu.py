@@ -28,7 +28,6 @@ import ctypes.util
 import dataclasses
 import hashlib
 import logging
-import os
 import time
 import weakref
 
@@ -87,7 +86,7 @@ def _load_math(features: str, mode: str) -> MathTarget:
     wide = 512 if "+avx512f" in flags else 0
     inline = mode != "libm" and "+fma" in flags
     inline_all = inline and mode == "inline"
-    if os.environ.get("FASTLAUNCH_NO_LIBMVEC"):
+    if env.no_libmvec():
         return MathTarget(vector_bits=wide, inline=inline, inline_all=inline_all)
     try:
         llvm.load_library_permanently("libmvec.so.1")
@@ -174,8 +173,8 @@ class CPUBackend:
     def schedule(self, plan):
         return cpu_schedule.schedule(plan)
 
-    def schedule_kernel(self, kernel: Kernel) -> Kernel:
-        return cpu_schedule.schedule_kernel(kernel)
+    def schedule_kernel(self, kernel: Kernel, saved: dict | None = None) -> Kernel:
+        return cpu_schedule.schedule_kernel(kernel, saved)
 
     def link(self, program, kernels, call):
         from ..link import host_executable

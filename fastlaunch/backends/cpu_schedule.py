@@ -25,6 +25,7 @@ from ..ir import Op
 from ..kernel import (Compute, Index, Kernel, KernelArg, LibraryCall, Load, Loop, Reduction,
                       accumulator_dtype, address, coalesce, idents, is_kernel, is_loop_step,
                       ordered_product, set_extents, substitute, walk)
+from .base import derived_schedule
 
 # Full reductions of at least 2*REDUCE_CHUNK elements into fewer than SPLIT_MAX_OUTPUTS
 # results are split (see the module docstring).
@@ -85,6 +86,10 @@ class CPUSchedule:
     def params(self) -> tuple:
         return (self.work_per_item,)
 
+    @property
+    def saved(self) -> dict:
+        return {}        # everything follows from the kernel's description (schedule_kernel)
+
     def describe(self) -> str:
         tile = f" tile={list(self.tile)}" if self.tile else ""
         stream = " stream" if self.stream else ""
@@ -127,6 +132,10 @@ _INT32_MAX = (1 << 31) - 1
 class LibrarySchedule:
     """A step the CPU runs as a library call (LIBCALL): BLAS/LAPACK on the interpreter's
     thread, with BLAS's own threads."""
+
+    @property
+    def saved(self) -> dict:
+        return {}
 
     def describe(self) -> str:
         return "library call"
@@ -191,8 +200,10 @@ def gemm_call(k: Kernel):
                        k.label, LibrarySchedule())
 
 
-def schedule_kernel(k: Kernel) -> Kernel:
-    """A copy of an unscheduled kernel with its tile, launch size and work (not split)."""
+def schedule_kernel(k: Kernel, saved: dict | None = None) -> Kernel:
+    """A copy of an unscheduled kernel with its tile, launch size and work (not split);
+    `saved` (a saved program's record of the schedule) must be empty."""
+    derived_schedule(k, saved, "CPU")
     if k.schedule is not None:
         raise ValueError(f"kernel {k.label!r} is already scheduled ({k.schedule.describe()})")
     tile = _tiling(k)

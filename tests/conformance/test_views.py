@@ -287,7 +287,7 @@ WRITE_THROUGH_RESHAPE = {
 
 @pytest.mark.parametrize("dtype", SOME)
 def test_writes_through_reshaped_views(dtype):
-    for name, body in WRITE_THROUGH_RESHAPE.items():
+    for _name, body in WRITE_THROUGH_RESHAPE.items():
         check(body, make((12,), dtype))
 
 
@@ -311,7 +311,7 @@ TRACER_ATTRIBUTES = {
 
 @pytest.mark.parametrize("dtype", SOME)
 def test_tracer_attributes(dtype):
-    for name, body in TRACER_ATTRIBUTES.items():
+    for _name, body in TRACER_ATTRIBUTES.items():
         check(body, make((12,), dtype))
 
 

@@ -536,7 +536,7 @@ def test_verifier_rejects_a_carried_buffer_bound_to_an_argument():
     prog = _loop_program()
     (lpc, (_, _, head)), = _find(prog, Opcode.LOOP)
     written = {i for i, s in enumerate(prog.slots) if s.role in ("temp", "output")}
-    for pc, (args_at, list_at, count) in _find(prog, Opcode.BIND):
+    for pc, (_args_at, list_at, count) in _find(prog, Opcode.BIND):
         if pc > head:
             continue
         for k in range(count):

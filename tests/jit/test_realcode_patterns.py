@@ -18,7 +18,7 @@ def _checked_covariance(c):
         if c[0, 0] <= 0:               # data-dependent: a TracingError while tracing
             raise ArithmeticError
     except Exception:
-        raise ValueError("covariance is not positive definite")
+        raise ValueError("covariance is not positive definite") from None
     return c
 
 
@@ -263,7 +263,7 @@ def test_mode_string_in_a_config_dict(dtype):
         gamma = rng.standard_normal(3).astype(dtype)
         start = {"mode": mode, "eps": 1e-3, "running_mean": rng.standard_normal(3).astype(dtype)}
         mine, ref = dict(start), dict(start)
-        (out, (p, m)), (want, (p_ref, m_ref)) = f(x, gamma, mine), _norm_layer(x, gamma, ref)
+        (out, (p, m)), (want, (_, m_ref)) = f(x, gamma, mine), _norm_layer(x, gamma, ref)
         np.testing.assert_allclose(out, want, rtol=1e-5)
         assert m == m_ref == mode and p["mode"] == mode    # the string comes back as it went in
         assert mine.keys() == ref.keys() == p.keys()
@@ -306,7 +306,7 @@ def test_saved_program_with_a_string_in_its_arguments(tmp_path):
     loaded = fl.load(path)
     np.testing.assert_allclose(loaded(np.arange(3.0), {"op": "mul", "k": 3.0}),
                                np.arange(3.0) * 3.0)
-    with pytest.raises(Exception):          # another string is another signature
+    with pytest.raises(Exception):  # noqa: B017  (another string is another signature)
         loaded(np.arange(3.0), {"op": "add", "k": 3.0})
 
 

@@ -86,7 +86,8 @@ def test_products_and_epilogues_match_numpy(backend):
         w = rng.standard_normal((50, 30)).astype(dt)
         b = rng.standard_normal(30).astype(dt)
         def fn(x, w, b):
-            return np.maximum(x @ w + b, 0), x[0].T @ x[1], w.T @ w, x[:, ::2, ::-1] @ w[::-1], x[:, ::2] @ w[:, 1::2]
+            return (np.maximum(x @ w + b, 0), x[0].T @ x[1], w.T @ w, x[:, ::2, ::-1] @ w[::-1],
+                    x[:, ::2] @ w[:, 1::2])
 
         g = fl.compile(fn, backend=backend)
         got, want = g(x, w, b), fn(x, w, b)
