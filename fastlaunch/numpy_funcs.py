@@ -19,7 +19,7 @@ import numpy as np
 from . import ops, special
 from .errors import TracingError
 from .ir import Node, Op
-from .creation import _any_traced
+from .creation import TraceBuffer, _any_traced
 from .interception import Interception
 from .numpy_api import (FUNCTIONS, _as_tracer, all_, any_, array, call_ufunc, concatenate,
                         copy, getitem, implements, is_tracer, node_of, operand, ravel, reshape,
@@ -733,6 +733,13 @@ def _as_strided_entries():
     def entry(x, shape=None, strides=None, subok=False, writeable=True):
         if tracing() and _any_traced(x):
             return as_strided(x, shape, strides, subok, writeable)
+        if tracing() and isinstance(x, TraceBuffer):
+            # a view of a constant buffer made inside fn: NumPy's view while it stays one,
+            # the traced (read-only) view of its tracer once a traced value is written into it
+            view = original(x.view(np.ndarray), shape, strides, subok, writeable).view(TraceBuffer)
+            view._fl_follow(x, lambda base: as_strided(base, shape, strides, subok, writeable),
+                            "np.lib.stride_tricks.as_strided")
+            return view
         return original(x, shape, strides, subok, writeable)
     entry.__wrapped__ = original
     return [(np.lib.stride_tricks, "as_strided", entry)]

@@ -238,6 +238,145 @@ def mvn_pdf(self, x, mean=None, cov=1, allow_singular=False):
     return _squeeze(np.exp(_mvn_logpdf(x, mean, cov, allow_singular)))
 
 
+# ---- scipy.signal: correlation and convolution ------------------------------------------------
+_UNROLLED_KERNEL = 64          # a constant kernel up to this size: one shifted read per weight
+
+
+def _signal_operands(in1, in2, name):
+    a = in1 if _any_traced(in1) else np.asarray(in1)
+    k = in2 if _any_traced(in2) else np.asarray(in2)
+    a = numpy_api._as_tracer(a) if _any_traced(a) else a
+    k = numpy_api._as_tracer(k) if _any_traced(k) else k
+    if np.ndim(a) != np.ndim(k):
+        raise ValueError("in1 and in2 should have the same dimensionality")
+    for v in (a, k):
+        if v.dtype.kind not in "biufc":
+            raise TracingError(f"scipy.signal.{name} of {v.dtype} arrays is not traced by "
+                               f"fastlaunch (numbers are)")
+    return a, k
+
+
+def _valid_correlation(a, k, dtype):
+    """out[i] = sum_j a[i + j] * conj(k[j]) where the kernel fits (a.shape >= k.shape)."""
+    out = tuple(n - m + 1 for n, m in zip(a.shape, k.shape))
+    kc = np.conj(k) if k.dtype.kind == "c" else k
+    if not _any_traced(k) and k.size <= _UNROLLED_KERNEL:
+        # a constant kernel: a sum of shifted slices, elementwise, one kernel with its users
+        acc = None
+        for idx in np.ndindex(k.shape):
+            term = a[tuple(slice(j, j + n) for j, n in zip(idx, out))].astype(dtype) * \
+                kc[idx].astype(dtype)
+            acc = term if acc is None else acc + term
+        return acc
+    windows = np.lib.stride_tricks.sliding_window_view(a.astype(dtype), k.shape)
+    return np.sum(windows * kc.astype(dtype), axis=tuple(range(a.ndim, 2 * a.ndim)),
+                  dtype=dtype)
+
+
+def _correlation_nd(a, k, mode, boundary="fill", fillvalue=0, round_up=False):
+    """SciPy's direct N-d correlation, any mode; the boundary rules of correlate2d.  'same'
+    is the centre of 'full', its start rounded down (correlate), or up (correlate2d, which
+    SciPy computes as a convolution with the flipped kernel)."""
+    if mode not in ("full", "same", "valid"):
+        raise ValueError("Acceptable mode flags are 'valid', 'same', or 'full'.")
+    dtype = np.result_type(a.dtype, k.dtype)
+    if a.size == 0 or k.size == 0:
+        raise TracingError("scipy.signal correlation of an empty array is not traced by "
+                           "fastlaunch")
+    if mode == "valid":
+        if all(n >= m for n, m in zip(a.shape, k.shape)):
+            return _valid_correlation(a, k, dtype)
+        if all(m >= n for n, m in zip(a.shape, k.shape)):
+            # SciPy swaps the operands and reverses (and conjugates) the result
+            r = _valid_correlation(k, a, dtype)
+            r = r[(slice(None, None, -1),) * r.ndim]
+            return np.conj(r) if r.dtype.kind == "c" else r
+        raise ValueError("For 'valid' mode, one must be at least as large as the other in "
+                         "every dimension")
+    widths = [(m - 1, m - 1) for m in k.shape]
+    padded = (np.pad(a, widths, mode="constant", constant_values=fillvalue)
+              if boundary == "fill" else np.pad(a, widths, mode=boundary))
+    full = _valid_correlation(padded, k, dtype)
+    if mode == "full":
+        return full
+    start = [(f - n + round_up) // 2 for f, n in zip(full.shape, a.shape)]
+    return full[tuple(slice(s0, s0 + n) for s0, n in zip(start, a.shape))]
+
+
+def _flipped(k):
+    r = k[(slice(None, None, -1),) * np.ndim(k)]
+    return np.conj(r) if r.dtype.kind == "c" else r
+
+
+def signal_correlate(in1, in2, mode="full", method="auto"):
+    if method not in ("auto", "direct", "fft"):
+        raise ValueError("Acceptable method flags are 'auto', 'direct', or 'fft'.")
+    a, k = _signal_operands(in1, in2, "correlate")
+    if np.ndim(a) == 0:
+        return a * (np.conj(k) if k.dtype.kind == "c" else k)
+    return _correlation_nd(a, k, mode)
+
+
+def signal_convolve(in1, in2, mode="full", method="auto"):
+    if method not in ("auto", "direct", "fft"):
+        raise ValueError("Acceptable method flags are 'auto', 'direct', or 'fft'.")
+    a, k = _signal_operands(in1, in2, "convolve")
+    if np.ndim(a) == 0:
+        return a * k
+    if mode == "valid" and not all(n >= m for n, m in zip(a.shape, k.shape)):
+        a, k = k, a                 # commutative; SciPy swaps for 'valid'
+    return _correlation_nd(a, _flipped(k), mode)
+
+
+def signal_fftconvolve(in1, in2, mode="full", axes=None):
+    if axes is not None:
+        raise TracingError("scipy.signal.fftconvolve(axes=...) is not traced by fastlaunch; "
+                           "without axes it is (computed as the direct sum)")
+    a, k = _signal_operands(in1, in2, "fftconvolve")
+    if np.ndim(a) == 0:
+        return a * k
+    if mode == "valid" and not all(n >= m for n, m in zip(a.shape, k.shape)):
+        a, k = k, a
+    if np.result_type(a.dtype, k.dtype).kind not in "fc":
+        a, k = a.astype(np.float64), k.astype(np.float64)    # SciPy's FFT is in floats
+    return _correlation_nd(a, _flipped(k), mode)
+
+
+def _boundary(boundary):
+    modes = {"fill": "fill", "pad": "fill", "wrap": "wrap", "circular": "wrap",
+             "symm": "symmetric", "symmetric": "symmetric"}
+    if boundary not in modes:
+        raise ValueError("Acceptable boundary flags are 'fill', 'circular' (or 'wrap'), and "
+                         "'symmetric' (or 'symm').")
+    return modes[boundary]
+
+
+def signal_correlate2d(in1, in2, mode="full", boundary="fill", fillvalue=0):
+    a, k = _signal_operands(in1, in2, "correlate2d")
+    if np.ndim(a) != 2:
+        raise ValueError("correlate2d inputs must both be 2-D arrays")
+    if _any_traced(fillvalue):
+        raise TracingError("scipy.signal.correlate2d with a traced fillvalue is not traced "
+                           "by fastlaunch")
+    swapped = mode == "valid" and not all(n >= m for n, m in zip(a.shape, k.shape))
+    if swapped:
+        a, k = k, a
+    out = _correlation_nd(a, k, mode, _boundary(boundary), fillvalue, round_up=True)
+    return _flipped(out) if swapped else out
+
+
+def signal_convolve2d(in1, in2, mode="full", boundary="fill", fillvalue=0):
+    a, k = _signal_operands(in1, in2, "convolve2d")
+    if np.ndim(a) != 2:
+        raise ValueError("convolve2d inputs must both be 2-D arrays")
+    if _any_traced(fillvalue):
+        raise TracingError("scipy.signal.convolve2d with a traced fillvalue is not traced "
+                           "by fastlaunch")
+    if mode == "valid" and not all(n >= m for n, m in zip(a.shape, k.shape)):
+        a, k = k, a
+    return _correlation_nd(a, _flipped(k), mode, _boundary(boundary), fillvalue)
+
+
 # ---- interception while tracing ------------------------------------------------------------------
 # (module, owner: None for the module itself or a function of the module giving the class,
 #  attribute, our equivalent, whether it is a method)
@@ -251,6 +390,12 @@ _REGISTRY = [
     ("scipy.stats", "norm", "logpdf", norm_logpdf),
     ("scipy.stats", "multivariate_normal", "logpdf", mvn_logpdf),
     ("scipy.stats", "multivariate_normal", "pdf", mvn_pdf),
+    ("scipy.signal", None, "correlate", signal_correlate),
+    ("scipy.signal", None, "convolve", signal_convolve),
+    ("scipy.signal", None, "fftconvolve", signal_fftconvolve),
+    ("scipy.signal", None, "oaconvolve", signal_fftconvolve),
+    ("scipy.signal", None, "correlate2d", signal_correlate2d),
+    ("scipy.signal", None, "convolve2d", signal_convolve2d),
 ]
 TRACED_NAMES = [f"{m}.{o + '.' if o else ''}{a}" for m, o, a, _ in _REGISTRY]
 
