@@ -676,7 +676,7 @@ _KINDS = {k.value for k in ArgKind}
 # name nothing else).
 CHECK_EXCEPTIONS = {"AssertionError": AssertionError, "ValueError": ValueError,
                     "ZeroDivisionError": ZeroDivisionError, "RuntimeError": RuntimeError,
-                    "TypeError": TypeError,
+                    "TypeError": TypeError, "OverflowError": OverflowError,
                     "LinAlgError": np.linalg.LinAlgError}
 FIRST_CHECK_BIT, LAST_CHECK_BIT = 8, 1 << 62     # ir.FIRST_CHECK_BIT, ir.LAST_CHECK_BIT
 

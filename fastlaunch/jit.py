@@ -21,10 +21,10 @@ from typing import Any, Callable, Sequence, TextIO
 
 import numpy as np
 
-# numpy_api, numpy_funcs, creation, rng, scipy_funcs: the tracer's NumPy API (registered on
-# import) and the calls intercepted while tracing
+# numpy_api, numpy_funcs, creation, rng, scipy_funcs, pymath: the tracer's NumPy API
+# (registered on import) and the calls intercepted while tracing
 from . import (_core, bytecode, creation, env, fuse, numpy_api, numpy_funcs, ops,  # noqa: F401
-               record, rng, scipy_funcs)
+               pymath, record, rng, scipy_funcs)
 from .backends import get_backend
 from ._launch import ResultKind, Space
 from .backends.base import CallLayout
@@ -476,7 +476,8 @@ class Compiled(_core.Dispatcher):
             try:
                 namespace = getattr(self.__wrapped__, "__globals__", None)
                 with creation.intercepting(namespace), rng.intercepting(), \
-                        numpy_funcs.intercepting(namespace), scipy_funcs.intercepting(namespace):
+                        numpy_funcs.intercepting(namespace), scipy_funcs.intercepting(namespace), \
+                        pymath.intercepting(namespace):
                     traced, result = trace_function(self.__wrapped__, build_args, leaves)
                 break
             except SpecializeRequest as req:
