@@ -479,6 +479,10 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
                         f"{caught_where(swallowed)} and then raised "
                         f"{type(err).__name__}: {err}; the TracingError was: "
                         f"{swallowed}") from err
+                failure = None if isinstance(err, SpecializeRequest) else \
+                    naming.library_failure(err)
+                if failure:
+                    raise TracingError(failure) from err
                 raise
         request = next((e for e in noted if isinstance(e, SpecializeRequest)), None)
         if request is not None:
