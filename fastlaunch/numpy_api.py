@@ -122,6 +122,8 @@ def array_function(func, args, kwargs):
 
 
 # ---- ufuncs ------------------------------------------------------------------------------
+# ufunc methods composed in numpy_funcs.py (reduceat), registered there
+UFUNC_METHODS: dict = {}
 _UNSUPPORTED_UFUNC_KWARGS = ("where", "axes", "axis", "order", "subok", "signature", "extobj")
 
 
@@ -142,6 +144,8 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         return ufunc_accumulate(ufunc, *inputs, **kwargs)
     if method == "outer":
         return ufunc_outer(ufunc, *inputs, **kwargs)
+    if method in UFUNC_METHODS:
+        return UFUNC_METHODS[method](ufunc, *inputs, **kwargs)
     raise TracingError(f"{naming.public_name(ufunc)}.{method} is not supported by fastlaunch "
                        f"yet")
 
@@ -181,11 +185,11 @@ def _compare_beyond_64_bits(ufunc, inputs):
 
 
 def call_ufunc(ufunc, inputs, out=None, dtype=None, casting="same_kind", _operator=False,
-               **kwargs):
-    for k, v in kwargs.items():
-        if k == "where" and v is True:
-            continue
+               where=True, **kwargs):
+    for k in kwargs:
         raise TracingError(f"np.{ufunc.__name__}(..., {k}=...) is not supported by fastlaunch")
+    if where is not True:
+        return _ufunc_where(ufunc, inputs, out, dtype, casting, where)
     if ufunc.nout != 1:
         return _multi_output_ufunc(ufunc, inputs, out)
     if len(inputs) != ufunc.nin:
@@ -218,7 +222,44 @@ def call_ufunc(ufunc, inputs, out=None, dtype=None, casting="same_kind", _operat
     return wrap(node, weak, scalar)
 
 
+def _ufunc_where(ufunc, inputs, out, dtype, casting, where):
+    """ufunc(..., where=m): `out` keeps its values where m is False; without `out`, NumPy
+    leaves those elements uninitialised, and they are the computed values here."""
+    wn = node_of(where)
+    if wn.dtype != np.bool_:
+        raise TypeError(f"Cannot cast array data from {wn.dtype!r} to dtype('bool') according "
+                        f"to the rule 'safe'")
+    result = call_ufunc(ufunc, inputs, dtype=dtype, casting=casting)
+    if out is None:
+        return result
+    if isinstance(result, tuple):
+        raise TracingError(f"np.{ufunc.__name__}(..., out=..., where=...) is not supported by "
+                           f"fastlaunch")
+    holder = target = out[0] if isinstance(out, tuple) else out
+    target = _out_tracer(target)
+    if not is_tracer(target):
+        return _write_out(target, result.node, ufunc.__name__, casting)   # its error
+    if not np.can_cast(result.dtype, target.dtype, casting):
+        raise TypeError(f"Cannot cast ufunc '{ufunc.__name__}' output from {result.dtype!r} "
+                        f"to {target.dtype!r} with casting rule '{casting}'")
+    g = current_graph()
+    merged = ops.elementwise(g, Op.WHERE, target.dtype,
+                             [wn, ops.cast(g, result.node, target.dtype), target.node])
+    _write_out(target, merged, ufunc.__name__, casting)
+    return holder if holder is not target else target
+
+
+def _out_tracer(target):
+    """An `out=` array made inside fn (creation.TraceBuffer) takes traced values: promoted."""
+    promote = getattr(type(target), "_fl_get", None)
+    return promote(target, True) if promote is not None else target
+
+
 def _write_out(target, node: Node, name: str, casting="same_kind") -> Tracer:
+    holder, target = target, _out_tracer(target)
+    if holder is not target:
+        _write_out(target, node, name, casting)
+        return holder                  # NumPy returns `out` itself
     if not is_tracer(target):
         raise TracingError(f"np.{name}(..., out=...) needs `out` to be a traced array; "
                            f"a NumPy array cannot receive traced values")
@@ -1004,10 +1045,18 @@ def einsum(subscripts, *operands, out=None, dtype=None, optimize=False, **kwargs
                 ops.reduce(g, Op.ANY, n, summed)
         r = ops.transpose(g, n, [kept.index(c) for c in output])
         return wrap(r, scalar=r.ndim == 0)
-    if len(nodes) != 2:
-        raise TracingError("np.einsum with more than two operands is not supported by fastlaunch")
-    r = ops.contract(g, nodes[0], labels[0], nodes[1], labels[1], output, dt)
-    return wrap(r, scalar=r.ndim == 0)
+    # two operands at a time, left to right, keeping the labels a later operand or the
+    # output needs (NumPy sums all products in one loop: the same sum, in another order)
+    cur, cur_lab = nodes[0], labels[0]
+    for k in range(1, len(nodes)):
+        if k == len(nodes) - 1:
+            keep = output
+        else:
+            later = "".join(labels[k + 1:]) + output
+            keep = "".join(dict.fromkeys(c for c in cur_lab + labels[k] if c in later))
+        cur = ops.contract(g, cur, cur_lab, nodes[k], labels[k], keep, dt)
+        cur_lab = keep
+    return wrap(cur, scalar=cur.ndim == 0)
 
 
 # ---- elementwise functions that are not ufuncs -----------------------------------------------
@@ -1211,10 +1260,13 @@ def reshape(a, *shape, order="C", newshape=None, copy=None):
         shape = (newshape,)
     if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
         shape = tuple(shape[0])
-    if order not in ("C", "A"):
+    if order not in ("C", "A", "F"):
         raise TracingError(f"reshape(order={order!r}) is not supported by fastlaunch")
     t = _as_tracer(a)
     new_shape = ops.normalize_shape(shape, t.size)
+    if order == "F" and t.ndim > 1 or order == "F" and len(new_shape) > 1:
+        # Fortran order: the reversed axes reshaped in C order, reversed back
+        return transpose(reshape(transpose(t), new_shape[::-1]))
     scalar = t.scalar and not new_shape        # views of a NumPy scalar stay scalars
     vm = frame(t).squeeze_expand(new_shape)
     if vm is not None:

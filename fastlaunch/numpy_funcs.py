@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from . import ops, special
+from . import numpy_api, ops, special
 from .errors import TracingError
 from .ir import Node, Op
 from .creation import TraceBuffer, _any_traced
@@ -1699,3 +1699,252 @@ def corrcoef(x, y=None, rowvar=True, *, dtype=None):
 # ---- methods ---------------------------------------------------------------------------------
 Tracer.repeat = lambda self, repeats, axis=None: repeat(self, repeats, axis)
 Tracer.choose = lambda self, choices, out=None, mode="raise": choose(self, choices, out, mode)
+
+
+# ==== contractions, segments, interpolation, index arithmetic (issue 30) ============================
+@implements(np.tensordot)
+def tensordot(a, b, axes=2):
+    """NumPy's own: the summed axes moved together, both operands reshaped to matrices, one
+    product (so the same BLAS call, the same rounding), the result reshaped back."""
+    ta, tb = _as_tracer(a), _as_tracer(b)
+    try:
+        iter(axes)
+    except TypeError:
+        n = operator.index(axes)
+        axes_a, axes_b = list(range(-n, 0)), list(range(n))
+    else:
+        axes_a, axes_b = axes
+    axes_a = [axes_a] if np.ndim(axes_a) == 0 else list(axes_a)
+    axes_b = [axes_b] if np.ndim(axes_b) == 0 else list(axes_b)
+    if len(axes_a) != len(axes_b):
+        raise ValueError("shape-mismatch for sum")
+    na, nb = ta.ndim, tb.ndim
+    axes_a = [ax % na if na else ax for ax in axes_a]
+    axes_b = [ax % nb if nb else ax for ax in axes_b]
+    for x, y in zip(axes_a, axes_b):
+        if ta.shape[x] != tb.shape[y]:
+            raise ValueError("shape-mismatch for sum")
+    keep_a = [k for k in range(na) if k not in axes_a]
+    keep_b = [k for k in range(nb) if k not in axes_b]
+    inner = math.prod(ta.shape[ax] for ax in axes_a)
+    at = reshape(transpose(ta, keep_a + axes_a),
+                 (math.prod(ta.shape[k] for k in keep_a), inner))
+    bt = reshape(transpose(tb, axes_b + keep_b),
+                 (inner, math.prod(tb.shape[k] for k in keep_b)))
+    from .numpy_api import dot
+    return reshape(dot(at, bt), tuple(ta.shape[k] for k in keep_a) +
+                   tuple(tb.shape[k] for k in keep_b))
+
+
+_REDUCEAT_SLICES = 256      # segments reduced one by one up to this many; beyond, one scatter
+
+
+def ufunc_reduceat(ufunc, array_, indices, axis=0, dtype=None, out=None):
+    """ufunc.reduceat with indices known when tracing: segment i reduces
+    a[indices[i]:indices[i+1]] (to the end for the last), or is a[indices[i]] alone where
+    indices[i] >= indices[i+1]."""
+    name = f"np.{ufunc.__name__}.reduceat"
+    if out is not None:
+        raise TracingError(f"{name}(..., out=...) is not supported by fastlaunch")
+    if _any_traced(indices):
+        raise TracingError(f"{name} with traced indices is not supported by fastlaunch: the "
+                           f"segment sizes would depend on the data; pass them as a NumPy "
+                           f"array or list")
+    reducer = {np.add: sum_, np.multiply: None, np.maximum: None, np.minimum: None,
+               np.logical_or: None, np.logical_and: None}
+    if ufunc not in reducer:
+        raise TracingError(f"{name} is not supported by fastlaunch (add, multiply, maximum, "
+                           f"minimum, logical_or and logical_and are)")
+    t = _as_tracer(array_)
+    if t.ndim == 0:
+        raise TypeError("Cannot use reduceat with a zero-dimensional array")
+    ax = _axis(axis, t.ndim)
+    idx = np.asarray(indices)
+    if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
+        raise TypeError("index must be a 1-d array of integers")
+    n = t.shape[ax]
+    bad = idx[(idx < 0) | (idx >= n)]
+    if bad.size:
+        raise IndexError(f"index {int(bad[0])} out-of-bounds in {ufunc.__name__}.reduceat "
+                         f"[0, {n})")
+    # the dtype ufunc.reduce gives (small integers and bools summed as int64, ...)
+    rdt = np.dtype(dtype) if dtype is not None else ufunc.reduce(np.zeros(1, t.dtype)).dtype
+    t = t.astype(rdt)
+    if idx.size > _REDUCEAT_SLICES and ufunc in (np.add, np.multiply, np.maximum, np.minimum):
+        return _reduceat_scatter(ufunc, t, idx, ax)
+    pieces = []
+    for i, start in enumerate(idx.tolist()):
+        stop = idx[i + 1] if i + 1 < len(idx) else n
+        sl = [slice(None)] * t.ndim
+        if stop > start:
+            sl[ax] = slice(start, stop)
+            pieces.append(ufunc.reduce(getitem(t, tuple(sl)), axis=ax, keepdims=True))
+        else:
+            sl[ax] = slice(start, start + 1)
+            pieces.append(getitem(t, tuple(sl)))
+    return concatenate(pieces, axis=ax)
+
+
+def _reduceat_scatter(ufunc, t, idx, ax):
+    """Many segments: every element scattered into its segment (np.add.at & co.)."""
+    n = t.shape[ax]
+    seg = np.full(n, -1, np.intp)           # the segment each position feeds, -1: none
+    single = np.zeros(len(idx), bool)
+    for i, start in enumerate(idx.tolist()):
+        stop = idx[i + 1] if i + 1 < len(idx) else n
+        if stop > start:
+            seg[start:stop] = i
+        else:
+            single[i] = True
+    moved = _moveaxis(t, ax, 0)
+    identity = {np.add: 0, np.multiply: 1, np.maximum: -np.inf, np.minimum: np.inf}[ufunc]
+    if t.dtype.kind in "iub" and ufunc in (np.maximum, np.minimum):
+        info = np.iinfo(t.dtype) if t.dtype.kind != "b" else None
+        identity = (info.min if ufunc is np.maximum else info.max) if info else \
+            (ufunc is np.minimum)
+    from .numpy_api import full_like
+    acc = full_like(moved[:len(idx)], identity)
+    used = seg >= 0
+    ufunc.at(acc, seg[used], moved[np.flatnonzero(used)])
+    if single.any():
+        acc = where(reshape(np.asarray(single), (-1,) + (1,) * (t.ndim - 1)),
+                    moved[idx], acc)
+    return _moveaxis(acc, 0, ax)
+
+
+@implements(np.interp)
+def interp(x, xp, fp, left=None, right=None, period=None):
+    """NumPy's C loop: j with xp[j] <= x < xp[j+1], slope * (x - xp[j]) + fp[j] (from the
+    other end where that is NaN); fp's ends (or left/right) outside; fp[j] where x == xp[j]."""
+    if period is not None:
+        raise TracingError("np.interp(period=...) is not supported by fastlaunch")
+    tx, txp, tfp = (_as_tracer(v).astype(np.float64) if is_tracer(v) or _any_traced(v)
+                    else np.asarray(v, np.float64) for v in (x, xp, fp))
+    if np.iscomplexobj(fp) or (is_tracer(fp) and fp.dtype.kind == "c"):
+        raise TracingError("np.interp of complex values is not supported by fastlaunch")
+    if txp.ndim != 1 or tfp.ndim != 1:
+        raise ValueError("object too deep for desired array" if txp.ndim > 1 or tfp.ndim > 1
+                         else "object of too small depth for desired array")
+    if txp.shape[0] != tfp.shape[0]:
+        raise ValueError("fp and xp are not of the same length.")
+    if txp.shape[0] == 0:
+        raise ValueError("array of sample points is empty")
+    n = txp.shape[0]
+    tx = _as_tracer(tx)
+    lval = tfp[0] if left is None else left
+    rval = tfp[-1] if right is None else right
+    j = np.clip(searchsorted_(txp, tx, side="right") - 1, 0, max(n - 2, 0))
+    x0, x1 = take_(txp, j), take_(txp, np.minimum(j + 1, n - 1))
+    y0, y1 = take_(tfp, j), take_(tfp, np.minimum(j + 1, n - 1))
+    slope = (y1 - y0) / (x1 - x0)
+    inner = slope * (tx - x0) + y0
+    inner = np.where(np.isnan(inner), slope * (tx - x1) + y1, inner)
+    inner = np.where(np.isnan(inner) & (y0 == y1), y0, inner)
+    inner = np.where(tx == x0, y0, inner)
+    out = np.where(tx == txp[-1], tfp[-1], inner)
+    out = np.where(tx > txp[-1], rval, out)
+    out = np.where(tx < txp[0], lval, out)
+    out = np.where(np.isnan(tx), np.nan, out)
+    return out[()] if out.ndim == 0 else out
+
+
+def searchsorted_(a, v, side):
+    from .numpy_api import searchsorted
+    return searchsorted(a if is_tracer(a) else wrap(node_of(a), scalar=False), v, side)
+
+
+def take_(a, idx):
+    from .numpy_api import take
+    return take(a if is_tracer(a) else wrap(node_of(a), scalar=False), idx)
+
+
+@implements(np.unravel_index)
+def unravel_index(indices, shape, order="C"):
+    if _any_traced(shape):
+        raise TracingError("np.unravel_index with a traced shape is not supported by "
+                           "fastlaunch; the shape must be known when tracing")
+    dims = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+    if order not in ("C", "F"):
+        raise ValueError("only 'C' or 'F' order is permitted")
+    t = _as_tracer(indices)
+    if t.dtype.kind not in "iub":
+        raise TypeError(f"only int indices permitted")
+    size = math.prod(dims)
+    idx = t.astype(np.intp)
+    require(all_((idx >= 0) & (idx < size)), ValueError,
+            f"index out of bounds in np.unravel_index for array with size {size}")
+    out = []
+    rest = idx
+    for d in (reversed(dims) if order == "C" else dims):
+        out.append(rest % d if d else rest)
+        rest = rest // d if d else rest
+    out = out[::-1] if order == "C" else out
+    return tuple(o[()] if o.ndim == 0 else o for o in out)
+
+
+@implements(np.ravel_multi_index)
+def ravel_multi_index(multi_index, dims, mode="raise", order="C"):
+    if _any_traced(dims):
+        raise TracingError("np.ravel_multi_index with traced dims is not supported by "
+                           "fastlaunch")
+    dims = tuple(int(s) for s in dims)
+    if len(multi_index) != len(dims):
+        raise ValueError(f"parameter multi_index must be a sequence of length {len(dims)}")
+    modes = (mode,) * len(dims) if isinstance(mode, str) else tuple(mode)
+    idx = [_as_tracer(m) if _any_traced(m) else wrap(node_of(np.asarray(m)), scalar=False)
+           for m in multi_index]
+    strides, acc = [], 1
+    for d in (reversed(dims) if order == "C" else dims):
+        strides.append(acc)
+        acc *= d
+    strides = strides[::-1] if order == "C" else strides
+    total = None
+    for m, d, s, md in zip(idx, dims, strides, modes):
+        if m.dtype.kind not in "iub":
+            raise TypeError("only int indices permitted")
+        m = m.astype(np.intp)
+        if md == "wrap":
+            m = m % d
+        elif md == "clip":
+            m = np.clip(m, 0, d - 1)
+        elif md == "raise":
+            require(all_((m >= 0) & (m < d)), ValueError, "invalid entry in coordinates array")
+        else:
+            raise ValueError(f"clipmode must be one of 'clip', 'raise', or 'wrap' (got {md!r})")
+        total = m * s if total is None else total + m * s
+    return total[()] if total.ndim == 0 else total
+
+
+@implements(np.fill_diagonal)
+def fill_diagonal(a, val, wrap=False):
+    t = _target(a, "np.fill_diagonal")
+    if t.ndim < 2:
+        raise ValueError("array must be at least 2-d")
+    if t.ndim == 2:
+        step = t.shape[1] + 1
+        end = t.size if wrap else min(t.shape[1] * t.shape[1], t.size)
+    else:
+        if len(set(t.shape)) != 1:
+            raise ValueError("All dimensions of input must be of equal length")
+        step = 1 + int(np.cumprod(t.shape[:-1]).sum())
+        end = t.size
+    flat = np.arange(0, end, step)
+    if not flat.size:
+        return None
+    where_ = np.unravel_index(flat, t.shape)
+    g = current_graph()
+    vn = ops.reshape(g, ops.cast(g, node_of(val), t.dtype, wraps=True), (-1,))
+    if vn.size == 0:
+        return None
+    if vn.size != flat.size:           # val repeats (or is cut), as a.flat[...] = val does
+        vn = ops.gather(g, vn, [_ew(Op.MOD, _INTP, _iota((flat.size,), 0),
+                                    _lit(vn.size, _INTP))], 0)
+    setitem(t, where_, _as_value(vn))
+    return None
+
+
+def _as_value(node):
+    return wrap(node, scalar=False)
+
+
+numpy_api.UFUNC_METHODS["reduceat"] = ufunc_reduceat
