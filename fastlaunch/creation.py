@@ -216,12 +216,18 @@ class TraceBuffer(np.ndarray):
         value = super().__getattribute__(name)
         if isinstance(value, TraceBuffer) and value._fl_alias is self:     # x.T, x.real
             value._fl_follow(self, lambda base: getattr(base, name), f"x.{name}")
-        elif callable(value) and name in _VIEW_METHODS:
+        elif callable(value) and not isinstance(value, type):
             method = value
 
-            def call(*args, **kwargs):              # x.reshape(...), x.view(...), ...
+            def call(*args, **kwargs):
+                if _any_traced(args) or _any_traced(kwargs):
+                    # F.dot(x) with x traced: NumPy's C method would convert x; the method of
+                    # the buffer's tracer (promoted: the method may write it, x.put(...))
+                    return getattr(self._fl_get(True), name)(*_traced(args, promote=True),
+                                                             **_traced(kwargs, promote=True))
                 result = method(*args, **kwargs)
-                if isinstance(result, TraceBuffer) and result._fl_alias is self:
+                if name in _VIEW_METHODS and isinstance(result, TraceBuffer) and \
+                        result._fl_alias is self:   # x.reshape(...), x.view(...), ...
                     result._fl_follow(self, lambda base: getattr(base, name)(*args, **kwargs),
                                       f"x.{name}()")
                 return result

@@ -1450,6 +1450,14 @@ def _normalize_key(key, ndim: int) -> tuple:
     for k in key:
         if k is None or k is Ellipsis or isinstance(k, slice):
             out.append(k)
+        elif is_tracer(k):             # before the scalar tests: a traced scalar looks like one
+            if k.dtype == np.bool_:
+                raise TracingError(
+                    "boolean-mask indexing (x[mask]) gives an array whose size depends on the "
+                    "data, which cannot be traced; use np.where(mask, x, fill) to keep the shape")
+            if k.dtype.kind not in "iu":
+                raise IndexError("arrays used as indices must be of integer (or boolean) type")
+            out.append(k)
         elif isinstance(k, (bool, np.bool_)):
             raise TracingError("indexing with a boolean scalar is not supported by fastlaunch")
         elif isinstance(k, (int, np.integer)):
@@ -2642,6 +2650,45 @@ def _set_shape(self, value):
 
 Tracer.shape = property(Tracer.shape.fget, _set_shape, doc="the array's shape (settable)")
 _method("fill", lambda self, value: setitem(self, Ellipsis, value))
+
+
+_PY_SCALAR = {"f": (float, np.float64), "i": (int, np.int64), "u": (int, np.int64),
+              "b": (None, np.bool_)}
+
+
+def _item(self, *args):
+    """x.item(): the Python number NumPy returns, as a traced weak scalar (NEP 50: a Python
+    float times a float32 array stays float32); an `if` on it still needs its value."""
+    if len(args) == 1 and isinstance(args[0], tuple):
+        args = args[0]
+    if len(args) == 1:
+        t = getitem(reshape(self, (-1,)), args[0])
+    elif args:
+        t = getitem(self, tuple(args))
+    else:
+        if self.size != 1:
+            raise ValueError("can only convert an array of size 1 to a Python scalar")
+        t = reshape(self, ())
+    kind = _PY_SCALAR.get(t.dtype.kind)
+    if kind is None or t.ndim:
+        return _TRACER_ITEM(t)           # trace.py's error: the value is needed
+    weak, dtype = kind
+    return wrap(ops.cast(current_graph(), t.node, dtype), weak=weak, scalar=True)
+
+
+def _tolist(self):
+    """x.tolist(): nested lists of traced Python numbers (x.item() of each element)."""
+    if self.ndim == 0:
+        return _item(self)
+    if self.size > _TOLIST_ELEMENTS or self.dtype.kind not in _PY_SCALAR:
+        return _TRACER_TOLIST(self)
+    return [_tolist(getitem(self, i)) for i in range(self.shape[0])]
+
+
+_TOLIST_ELEMENTS = 4096
+_TRACER_ITEM, _TRACER_TOLIST = Tracer.item, Tracer.tolist
+_method("item", _item)
+_method("tolist", _tolist)
 _method("nonzero", lambda self: _data_dependent("x.nonzero()")())
 _method("dot", lambda self, other, out=None: dot(self, other, out))
 _method("cumsum", lambda self, axis=None, dtype=None, out=None: cumsum(self, axis, dtype, out))

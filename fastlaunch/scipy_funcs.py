@@ -13,7 +13,8 @@ cho_solve, norm, eigh, pinv, block_diag and expm; scipy.special's logsumexp, sof
 log_softmax (its ufuncs go through special.py); scipy.spatial.distance's cdist and pdist;
 scipy.signal's correlate, convolve, fftconvolve, oaconvolve, correlate2d and convolve2d (the
 direct sum, whatever the method); scipy.stats' norm and multivariate_normal densities.
-scipy.linalg.sqrtm and logm (Schur-based) raise a TracingError naming an equivalent.  A SciPy
+scipy.linalg.sqrtm of symmetric positive definite matrices (eigh; other matrices raise on the
+call); logm (Schur-based) raises a TracingError naming an equivalent.  A SciPy
 function not on the list that fails inside its own code on a tracer is reported by
 trace_function as a TracingError naming it (naming.library_failure).
 
@@ -265,10 +266,39 @@ def linalg_expm(A):
 
 
 def linalg_sqrtm(A, disp=True, blocksize=64):
-    raise TracingError("scipy.linalg.sqrtm is not traced by fastlaunch (SciPy computes it "
-                       "from a Schur decomposition, which fastlaunch does not trace); for a "
-                       "symmetric positive semidefinite matrix use w, v = np.linalg.eigh(a); "
-                       "(v * np.sqrt(w)) @ v.T")
+    """The principal square root of a symmetric positive definite matrix (a covariance:
+    what filters take the root of), from np.linalg.eigh: V sqrt(w) V^T, the matrix SciPy's
+    Schur method gives, to rounding.  Other matrices are refused on the call that passes
+    them: a non-symmetric one (SciPy's Schur method is not traced), or one with a negative
+    eigenvalue (its root is complex)."""
+    t = numpy_api._as_tracer(A)
+    if t.ndim < 2 or t.shape[-1] != t.shape[-2]:
+        raise ValueError("Non-matrix input to matrix function.")
+    if t.dtype.kind == "c":
+        raise TracingError("scipy.linalg.sqrtm of a complex matrix is not traced by fastlaunch")
+    out_dtype = t.dtype if t.dtype.kind == "f" and t.dtype != np.float16 else \
+        np.dtype(np.float32 if t.dtype == np.float16 else np.float64)
+    a = t.astype(np.float64)
+    n = a.shape[-1]
+    scale = np.max(np.abs(a), axis=(-2, -1), keepdims=True)
+    numpy_funcs.require(np.all(np.abs(a - np.swapaxes(a, -1, -2)) <= 1e-12 * scale),
+                        ValueError, _SQRTM_SYMMETRIC)
+    w, v = np.linalg.eigh(a)
+    # an eigenvalue at zero (to rounding) can come out of SciPy's Schur form negative, and
+    # its result complex: only positive definite matrices, with a margin, are taken
+    tiny = 1e3 * n * np.finfo(np.float64).eps * np.max(np.abs(w), axis=-1, keepdims=True)
+    numpy_funcs.require(np.all(w > tiny), ValueError, _SQRTM_NEGATIVE)
+    root = (v * np.sqrt(w)[..., None, :]) @ np.swapaxes(v, -1, -2)
+    return root.astype(out_dtype)
+
+
+_SQRTM_SYMMETRIC = ("scipy.linalg.sqrtm: fastlaunch traces the square root of symmetric "
+                    "matrices (from np.linalg.eigh); this matrix is not symmetric (SciPy's "
+                    "Schur method is not traced): call sqrtm outside the compiled function")
+_SQRTM_NEGATIVE = ("scipy.linalg.sqrtm: the matrix has an eigenvalue that is negative or zero "
+                   "(to rounding), where SciPy's square root is (or may be) complex; "
+                   "fastlaunch traces sqrtm of positive definite matrices: call sqrtm outside "
+                   "the compiled function")
 
 
 def linalg_logm(A, disp=True):

@@ -277,6 +277,18 @@ class Tracer:
             raise TypeError("iteration over a 0-d array")
         return (self[i] for i in range(self.shape[0]))
 
+    @property
+    def __class__(self):
+        """What isinstance() sees (type() still says Tracer): a value NumPy hands back as a
+        scalar looks like that NumPy scalar (x[2, 0] of a float64 array is an np.float64,
+        so `isinstance(x, float)` holds, as real code tests before calling .item()), a weak
+        Python float like a float; every other tracer like a Tracer."""
+        if self.scalar and self.weak is None:
+            return self.node.dtype.type
+        if self.weak is float:
+            return float
+        return Tracer
+
     def __repr__(self):
         return f"Tracer(shape={self.shape}, dtype={self.dtype})"
 

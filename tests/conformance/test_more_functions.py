@@ -5,7 +5,27 @@ import pytest
 
 import fastlaunch as fl
 
+from .harness import cover
+
 DTYPES = [np.float32, np.float64]
+F = ["float32", "float64"]
+_T = "test_more_functions.py::"
+cover("np.tensordot", "linear algebra", F, test=_T + "test_tensordot",
+      note="NumPy's own composition: summed axes moved together, one matrix product")
+for _u in ("np.add", "np.multiply", "np.maximum", "np.minimum"):
+    cover(f"{_u}.reduceat", "reductions", F + ["int32", "bool"], test=_T + "test_reduceat",
+          note="indices known when tracing (a traced index array is a TracingError)")
+cover("np.interp", "matrix helpers", F, test=_T + "test_interp", note="no period=")
+cover("np.unravel_index", "gather", ["int64"], test=_T + "test_unravel_and_ravel_multi_index",
+      note="a runtime ValueError for an index out of bounds")
+cover("np.ravel_multi_index", "gather", ["int64"],
+      test=_T + "test_unravel_and_ravel_multi_index")
+cover("np.fill_diagonal", "scatter", F, test=_T + "test_fill_diagonal")
+cover("ufunc(..., where=)", "arithmetic", F, test=_T + "test_ufuncs_with_where",
+      note="without out=, the masked-out elements (uninitialised in NumPy) hold the computed "
+           "values")
+cover("ndarray.reshape(order='F')", "shapes and views", F,
+      test=_T + "test_fortran_order_reshape_and_ravel", note="also ravel/flatten('F')")
 
 
 def check(fn, make_args, rounds=2, rtol=None):
@@ -88,6 +108,11 @@ def test_unravel_and_ravel_multi_index():
     cf = fl.compile(lambda i: np.unravel_index(i, (2, 3)))
     with pytest.raises(ValueError, match="out of bounds"):
         cf(np.array([1, 6]))
+
+
+cover("np.einsum", "linear algebra", F, test=_T + "test_einsum_with_three_or_more_operands",
+      note="three or more operands: contracted two at a time, left to right (NumPy's loop "
+           "sums the same products in another order)")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

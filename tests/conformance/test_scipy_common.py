@@ -12,8 +12,32 @@ import scipy.linalg  # noqa: E402
 import scipy.spatial.distance  # noqa: E402
 import scipy.special  # noqa: E402
 
+from .harness import cover  # noqa: E402
+
 sl, sc, dist = scipy.linalg, scipy.special, scipy.spatial.distance
 DTYPES = [np.float32, np.float64]
+_SCI, _F, _T = "scipy equivalents", ["float32", "float64"], "test_scipy_common.py::"
+for _name, _test in [("scipy.special.logsumexp", "test_logsumexp"),
+                     ("scipy.special.softmax", "test_softmax_log_softmax_expit_xlogy_entr"),
+                     ("scipy.special.log_softmax", "test_softmax_log_softmax_expit_xlogy_entr"),
+                     ("scipy.special.entr", "test_softmax_log_softmax_expit_xlogy_entr"),
+                     ("scipy.linalg.solve_triangular", "test_solve_triangular"),
+                     ("scipy.linalg.cho_factor", "test_cho_factor_and_cho_solve"),
+                     ("scipy.linalg.cho_solve", "test_cho_factor_and_cho_solve"),
+                     ("scipy.linalg.norm", "test_norm_eigh_pinv_block_diag"),
+                     ("scipy.linalg.eigh", "test_norm_eigh_pinv_block_diag"),
+                     ("scipy.linalg.pinv", "test_norm_eigh_pinv_block_diag"),
+                     ("scipy.linalg.block_diag", "test_norm_eigh_pinv_block_diag"),
+                     ("scipy.linalg.expm", "test_expm"),
+                     ("scipy.linalg.sqrtm", "test_sqrtm_of_covariances"),
+                     ("scipy.spatial.distance.cdist", "test_cdist_and_pdist"),
+                     ("scipy.spatial.distance.pdist", "test_cdist_and_pdist")]:
+    cover(_name, _SCI, _F, test=_T + _test)
+for _name in ("correlate", "convolve", "fftconvolve", "oaconvolve", "correlate2d", "convolve2d"):
+    cover(f"scipy.signal.{_name}", _SCI, _F + ["int32"],
+          test="tests/jit/test_foreign_buffers.py::test_scipy_signal_correlation_is_traced",
+          note="the direct sum, whatever `method` (the FFT's rounding differs); "
+               "fftconvolve/oaconvolve without axes=")
 
 
 def tol(dtype):
@@ -125,10 +149,33 @@ def test_expm_diagonal_and_one_by_one():
           lambda rng: (rng.standard_normal((3, 3)),), np.float64)
 
 
-@pytest.mark.parametrize("name", ["sqrtm", "logm"])
-def test_schur_based_functions_raise_naming_themselves(name):
-    with pytest.raises(fl.TracingError, match=rf"scipy\.linalg\.{name} is not traced.*eigh"):
-        fl.compile(lambda a: getattr(sl, name)(a))(np.eye(3) * 2)
+def test_logm_raises_naming_itself():
+    with pytest.raises(fl.TracingError, match=r"scipy\.linalg\.logm is not traced.*eigh"):
+        fl.compile(lambda a: sl.logm(a))(np.eye(3) * 2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_sqrtm_of_covariances(dtype):
+    def args(rng):
+        q, _ = np.linalg.qr(rng.standard_normal((5, 5)))
+        # condition number 1e8 (1e3 in float32, where SciPy's own rounding is larger)
+        ill = (q * np.logspace(-6 if dtype == np.float64 else 0, 2, 5)) @ q.T
+        return spd(rng, 4, dtype), ill.astype(dtype)
+    check(lambda a, c: (sl.sqrtm(a), sl.sqrtm(c)), args, dtype,
+          rtol=1e-4 if dtype == np.float32 else 1e-10,
+          atol=1e-5 if dtype == np.float32 else 1e-10)
+
+
+def test_sqrtm_refuses_what_it_does_not_trace_on_the_call():
+    cf = fl.compile(lambda a: sl.sqrtm(a))
+    np.testing.assert_allclose(cf(np.eye(2) * 4), np.eye(2) * 2)
+    with pytest.raises(ValueError, match="not symmetric"):
+        cf(np.array([[1.0, 2.0], [0.0, 1.0]]))
+    with pytest.raises(ValueError, match="negative or zero"):
+        cf(np.array([[1.0, 2.0], [2.0, 1.0]]))          # SciPy: a complex root
+    with pytest.raises(ValueError, match="negative or zero"):
+        cf(np.ones((2, 2)))                             # singular: SciPy's may be complex
+    np.testing.assert_allclose(cf(np.eye(2) * 9), np.eye(2) * 3)
 
 
 # ---- scipy.spatial.distance --------------------------------------------------------------------
