@@ -1448,6 +1448,8 @@ def _normalize_key(key, ndim: int) -> tuple:
         key = (key,)
     out = []
     for k in key:
+        if isinstance(k, range):         # x[range(n), y]: the index array it stands for
+            k = np.arange(k.start, k.stop, k.step)
         if k is None or k is Ellipsis or isinstance(k, slice):
             out.append(k)
         elif is_tracer(k):             # before the scalar tests: a traced scalar looks like one

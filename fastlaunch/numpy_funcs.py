@@ -119,9 +119,20 @@ def scalar_assigned(g, value, dtype) -> Node:
 
 
 def _static_array(x, what: str) -> np.ndarray:
-    if is_tracer(x) or getattr(type(x), "__fl_tracer__", None) is not None and \
-            type(x).__fl_tracer__(x) is not None:
-        raise TracingError(f"{what} must be known while tracing (a constant, not a traced array)")
+    """x as a NumPy array of values known while tracing.  A traced scalar computed from
+    Python scalar arguments alone (np.pad(a, n) with n an int argument) specialises the trace
+    on them (SpecializeRequest, from int()); any other traced value is an error naming `what`."""
+    if isinstance(x, (list, tuple)) and any(_any_traced(v) for v in x):
+        return np.asarray([_static_array(v, what) for v in x])
+    if getattr(type(x), "__fl_tracer__", None) is not None:
+        x = type(x).__fl_tracer__(x) if type(x).__fl_tracer__(x) is not None else x
+    if is_tracer(x):
+        if x.ndim == 0 and x.dtype.kind in "iub":
+            from .trace import _scalar_argument_positions
+            if _scalar_argument_positions(x.node):
+                return np.asarray(int(x))          # raises SpecializeRequest
+        raise TracingError(f"{what} must be known while tracing (a constant, not a traced "
+                           f"array); a Python int argument is specialised on automatically")
     return np.asarray(x)
 
 
@@ -755,7 +766,9 @@ intercepting = Interception(_as_strided_entries).active
 # ==== counting ========================================================================================
 _BINCOUNT_HINT = ("np.bincount(x) returns max(x) + 1 bins, a size that depends on the data, "
                   "which cannot be traced; pass minlength=k (the number of bins) to compile for "
-                  "k bins: a value outside [0, k) then raises ValueError when the function runs")
+                  "k bins: a value outside [0, k) then raises ValueError when the function runs. "
+                  "(Values with a known bound, x % k, np.clip(x, 0, k - 1) or an argmin over k, "
+                  "are counted in k bins without minlength)")
 
 
 @implements(np.bincount)
@@ -784,9 +797,67 @@ def bincount(x, weights=None, minlength=0):
     if xn.size == 0:        # (NumPy returns intp zeros then, weights or not)
         return wrap(ops.broadcast_to(g, ops.literal(g, 0, np.intp), (minlength,)), scalar=False)
     if minlength == 0:
-        raise TracingError(_BINCOUNT_HINT)
+        lo, hi = value_bounds(xn)
+        if not (lo >= 0 and math.isfinite(hi)):
+            raise TracingError(_BINCOUNT_HINT)
+        # the values' bound (x % k, np.clip(x, 0, k - 1), argmin over k): k bins, which is
+        # NumPy's max(x) + 1 exactly when the largest value reaches the bound; a call where
+        # it does not raises rather than return more bins than NumPy would
+        bins = int(hi) + 1
+        top = ops.reduce(g, Op.MAX, ops.cast(g, xn, np.intp), (0,))
+        require(wrap(ops.elementwise(g, Op.EQ, np.bool_, [top, ops.literal(g, bins - 1,
+                                                                            np.intp)])),
+                ValueError, f"np.bincount(x) without minlength: fastlaunch compiled it for "
+                            f"{bins} bins, the bound of x's values, but this call's largest "
+                            f"value is below {bins - 1}, where NumPy returns fewer bins; pass "
+                            f"minlength={bins} for {bins} bins on every call")
+        minlength = bins
     base = ops.broadcast_to(g, ops.literal(g, 0, dt), (minlength,))
     return wrap(ops.scatter(g, base, values, [xn], 0, "add", strict=True), scalar=False)
+
+
+def value_bounds(n: Node) -> tuple:
+    """(lo, hi), bounds every element of the integer node n is known to lie in from how it
+    was computed (literals, x % k, minimum/maximum with literals (np.clip), argmin/argmax over
+    a fixed axis, casts of bools, views and gathers of those); infinite where unknown."""
+    inf = math.inf
+    if n.dtype.kind == "b":
+        return 0, 1
+    if n.dtype.kind not in "iu":
+        return -inf, inf
+    op = n.op
+    if op is Op.LITERAL:
+        v = int(n.attrs["value"])
+        return v, v
+    if op in (Op.BROADCAST, Op.TRANSPOSE, Op.SLICE, Op.RESHAPE):
+        return value_bounds(n.inputs[0])
+    if op is Op.GATHER:                       # values of its source
+        return value_bounds(n.inputs[0])
+    if op is Op.CAST:
+        lo, hi = value_bounds(n.inputs[0]) if n.inputs[0].dtype.kind in "biu" else (-inf, inf)
+        info = np.iinfo(n.dtype)
+        return (lo, hi) if info.min <= lo and hi <= info.max else (info.min, info.max)
+    if op in (Op.ARGMIN, Op.ARGMAX):
+        src = n.inputs[0]
+        return 0, math.prod(src.shape[a] for a in n.attrs["axes"]) - 1
+    if op is Op.MOD:
+        k = ops.literal_value(n.inputs[1])
+        if k is not None and int(k) > 0:
+            return 0, int(k) - 1
+    if op in (Op.MINIMUM, Op.MAXIMUM):
+        (alo, ahi), (blo, bhi) = value_bounds(n.inputs[0]), value_bounds(n.inputs[1])
+        if op is Op.MINIMUM:
+            return min(alo, blo), min(ahi, bhi)
+        return max(alo, blo), max(ahi, bhi)
+    if op is Op.WHERE:
+        (alo, ahi), (blo, bhi) = value_bounds(n.inputs[1]), value_bounds(n.inputs[2])
+        return min(alo, blo), max(ahi, bhi)
+    if op in (Op.ADD, Op.SUB):
+        (alo, ahi), (blo, bhi) = value_bounds(n.inputs[0]), value_bounds(n.inputs[1])
+        if op is Op.ADD:
+            return alo + blo, ahi + bhi
+        return alo - bhi, ahi - blo
+    return -inf, inf
 
 
 def _histogram_indices(a: Node, edges: np.ndarray, uniform) -> tuple[Node, Node]:

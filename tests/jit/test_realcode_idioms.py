@@ -77,3 +77,64 @@ def test_constant_matrix_methods_take_traced_operands(dtype):
         return F.dot(x) + B.dot(u), np.eye(3, dtype=dtype).clip(x.min(), x.max())
     same_as_numpy(motion, (np.ones((3, 1), dtype), np.ones((2, 1), dtype)),
                   (np.arange(3.0, dtype=dtype).reshape(3, 1), np.full((2, 1), -2.0, dtype)))
+
+
+# ---- indexing idioms -------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_range_as_an_index_array(dtype):
+    def nll(probs, labels):
+        picked = probs[range(probs.shape[0]), labels]       # the log-likelihood idiom
+        grad = probs.copy()
+        grad[range(len(labels)), labels] -= 1
+        return -np.log(picked).mean(), grad, probs[range(1, 4)]
+    rng = np.random.default_rng(0)
+    mk = lambda: (rng.random((5, 3)).astype(dtype) + 0.1, rng.integers(0, 3, 5))  # noqa: E731
+    same_as_numpy(nll, mk(), mk())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_masked_assignment_with_a_masked_right_hand_side(dtype):
+    def limiter(a, b):
+        out = a.copy()
+        m = a > 0
+        out[m] = b[m]                            # the same mask on both sides: a where
+        out[a < -1] = -b[a < -1] * 2
+        return out
+    rng = np.random.default_rng(1)
+    same_as_numpy(limiter, *[(rng.standard_normal(9).astype(dtype),
+                              rng.standard_normal(9).astype(dtype)) for _ in range(2)])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pad_width_from_a_python_int_argument(dtype):
+    def ghost_cells(u, n):
+        return np.pad(u, n), np.pad(u, (n, n + 1), mode="edge"), np.pad(u, [(n, 0)], "wrap")
+    u = np.arange(5, dtype=dtype)
+    cf = same_as_numpy(ghost_cells, (u, 2), (u * 2, 2), (u, 1))
+    assert cf.stats["entries"] == 2              # specialised on each n
+
+    def traced_width(u, w):
+        return np.pad(u, w[0])
+    with pytest.raises(fl.TracingError, match="np.pad's pad_width must be known"):
+        fl.compile(traced_width)(u, np.array([2]))
+
+
+# ---- np.bincount ------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_bincount_takes_the_bound_of_its_values(dtype):
+    def counts(labels, d):
+        nearest = np.argmin(d, axis=1)                        # one of 4 centroids
+        return (np.bincount(labels % 3), np.bincount(np.clip(labels, 0, 5)),
+                np.bincount(nearest, weights=d[:, 0]), np.bincount(nearest))
+    rng = np.random.default_rng(2)
+    mk = lambda: (rng.integers(0, 9, 40), rng.random((40, 4)).astype(dtype))  # noqa: E731
+    cf = same_as_numpy(counts, mk(), mk(), rtol=1e-5 if dtype == np.float32 else 1e-12)
+    labels, d = mk()
+    d[:, 3] = 2.0                                  # centroid 3 never nearest: NumPy gives 3 bins
+    with pytest.raises(ValueError, match="minlength=4"):
+        cf(labels, d)
+
+
+def test_bincount_of_unbounded_values_says_minlength():
+    with pytest.raises(fl.TracingError, match="minlength=k"):
+        fl.compile(lambda x: np.bincount(x))(np.array([0, 2, 1]))
