@@ -51,7 +51,8 @@ def _resolve(public: str):
     obj = {"np": np}.get(parts[0]) or sys.modules.get(parts[0])
     for p in parts[1:]:
         obj = getattr(obj, p, None)
-    return obj
+    # while a trace runs, some names are fastlaunch's entry points in front of NumPy's
+    return obj.__wrapped__ if getattr(obj, "_fl_entry", False) else obj
 
 
 # what to use instead: (text, the functions it needs traced); shown only when those are

@@ -1450,6 +1450,9 @@ def _normalize_key(key, ndim: int) -> tuple:
     for k in key:
         if isinstance(k, range):         # x[range(n), y]: the index array it stands for
             k = np.arange(k.start, k.stop, k.step)
+        elif type(k) is tuple:           # x[:, (0, 1)] is x[:, [0, 1]], as in NumPy
+            k = array(list(k)) if any(is_tracer(v) for v in k) else \
+                np.array(k, dtype=np.intp if not k else None)
         if k is None or k is Ellipsis or isinstance(k, slice):
             out.append(k)
         elif is_tracer(k):             # before the scalar tests: a traced scalar looks like one
@@ -2401,8 +2404,28 @@ for _name, _uf in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
     _method(f"__i{_name}__", _i)
 
 for _name, _uf in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
-                   ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
+                   ("ge", np.greater_equal)]:
     _method(f"__{_name}__", _binary(_uf)[0])
+
+
+def _equality(ufunc, same: bool):
+    compare = _binary(ufunc)[0]
+
+    def method(self, other):
+        if isinstance(other, (str, bytes)) or other is None:
+            # `pad == "same"`, `x != None`: a Python scalar compares as Python does, an array
+            # elementwise as NumPy 2 does (never equal)
+            if self.weak is not None or self.scalar:
+                return not same
+            return wrap(ops.broadcast_to(current_graph(), ops.literal(current_graph(), not same,
+                                                                      np.bool_), self.shape),
+                        scalar=False)
+        return compare(self, other)
+    return method
+
+
+_method("__eq__", _equality(np.equal, True))
+_method("__ne__", _equality(np.not_equal, False))
 
 
 def _divmod(self, other):

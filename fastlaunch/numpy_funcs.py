@@ -756,11 +756,58 @@ def _as_strided_entries():
     return [(np.lib.stride_tricks, "as_strided", entry)]
 
 
-# np.lib.stride_tricks.as_strided takes traced arrays while this block runs (it is no
-# NumPy-dispatched function: it reads the array's memory interface).  As for the creation
-# functions: calls through the module attribute, and the name imported into the traced
-# function's module (`from numpy.lib.stride_tricks import as_strided`).
-intercepting = Interception(_as_strided_entries).active
+# NumPy functions real code calls with Python lists or tuples of traced values
+# (np.sum([a, b]), np.linalg.norm([dx, dy]), np.diag([sx, sy])): NumPy dispatches on the
+# sequence, not on what it holds, and converts it in C, which a tracer cannot answer.  Their
+# entries make such a sequence an array first (np.array of tracers is traced), then call
+# NumPy's function, which dispatches to ours.  Name -> how many leading arguments are arrays.
+SEQUENCE_ARGUMENTS = {
+    "sum": 1, "prod": 1, "mean": 1, "max": 1, "min": 1, "amax": 1, "amin": 1, "average": 1,
+    "std": 1, "var": 1, "median": 1, "ptp": 1, "cumsum": 1, "cumprod": 1, "argmax": 1,
+    "argmin": 1, "all": 1, "any": 1, "clip": 1, "round": 1, "around": 1, "diag": 1,
+    "trace": 1, "sort": 1, "flip": 1, "diff": 1, "atleast_1d": 1, "atleast_2d": 1,
+    "transpose": 1, "dot": 2, "cross": 2, "outer": 2, "inner": 2, "polyval": 2,
+    "linalg.norm": 1, "linalg.inv": 1, "linalg.det": 1, "linalg.solve": 2,
+}
+
+
+def _traced_sequence(x) -> bool:
+    return isinstance(x, (list, tuple)) and _any_traced(x)
+
+
+def _sequence_entry(original, arrays: int):
+    def entry(*args, **kwargs):
+        if tracing() and any(_traced_sequence(a) for a in args[:arrays]):
+            args = tuple(array(a) if k < arrays and _traced_sequence(a) else a
+                         for k, a in enumerate(args))
+        return original(*args, **kwargs)
+    entry.__name__ = getattr(original, "__name__", "entry")
+    entry.__qualname__ = getattr(original, "__qualname__", entry.__name__)
+    entry.__doc__ = getattr(original, "__doc__", None)
+    entry.__wrapped__ = original
+    entry._fl_entry = True               # naming.py looks through it
+    return entry
+
+
+def _entries():
+    out = list(_as_strided_entries())
+    for name, arrays in SEQUENCE_ARGUMENTS.items():
+        owner = np
+        *path, attr = name.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        original = getattr(owner, attr, None)
+        if original is not None:
+            out.append((owner, attr, _sequence_entry(original, arrays)))
+    return out
+
+
+# While this block runs: np.lib.stride_tricks.as_strided takes traced arrays (it is no
+# NumPy-dispatched function: it reads the array's memory interface), and the functions of
+# SEQUENCE_ARGUMENTS take lists of traced values.  As for the creation functions: calls
+# through the module attribute, and the names imported into the traced function's module
+# (`from numpy.lib.stride_tricks import as_strided`).
+intercepting = Interception(_entries).active
 
 
 # ==== counting ========================================================================================

@@ -13,6 +13,7 @@ import linecache
 import re
 import sys
 import threading
+import types
 import weakref
 from dataclasses import dataclass
 
@@ -282,11 +283,12 @@ class Tracer:
         """What isinstance() sees (type() still says Tracer): a value NumPy hands back as a
         scalar looks like that NumPy scalar (x[2, 0] of a float64 array is an np.float64,
         so `isinstance(x, float)` holds, as real code tests before calling .item()), a weak
-        Python float like a float; every other tracer like a Tracer."""
-        if self.scalar and self.weak is None:
+        Python number (a Python int or float argument, math.cos(...)) like that Python type
+        (`isinstance(pad, int)`); every other tracer like a Tracer."""
+        if self.weak is not None:
+            return self.weak
+        if self.scalar:
             return self.node.dtype.type
-        if self.weak is float:
-            return float
         return Tracer
 
     def __repr__(self):
@@ -473,6 +475,7 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
                 tracers.append(Tracer(Storage(node, position=pos), weak=weak, scalar=True))
         args, kwargs = build_args(tracers)
         containers = _containers((args, kwargs))
+        bound = _bound_object_state(fn)
         with noting_errors() as noted:
             try:
                 result = fn(*args, **kwargs)
@@ -496,6 +499,16 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
                 if failure:
                     raise TracingError(failure) from err
                 raise
+            finally:
+                rebound = _restore_bound_object(fn, bound)
+        if rebound:
+            raise TracingError(
+                f"{getattr(fn, '__qualname__', fn)} rebinds {', '.join(rebound)} of the object "
+                f"it is bound to: fastlaunch.compile(obj.method) compiles it for that one object, "
+                f"whose attributes it reads while tracing, and cannot replay the rebinding. "
+                f"Decorate the method in its class with @fastlaunch.compile (self is then an "
+                f"argument: its array attributes are read, and the attributes it rebinds "
+                f"rebound, on every call), or pass the state as arguments and return it")
         request = next((e for e in noted if isinstance(e, SpecializeRequest)), None)
         if request is not None:
             raise request            # caught by the traced code: still specialise
@@ -518,6 +531,34 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
         return traced, result_and_effects
     finally:
         _state.graph = previous
+
+
+def _bound_object_state(fn):
+    """The attributes of the object a bound method `fn` belongs to, before the trace."""
+    obj = getattr(fn, "__self__", None)
+    if obj is None or not hasattr(fn, "__func__") or isinstance(obj, (type, types.ModuleType)):
+        return None
+    try:
+        return dict(vars(obj))
+    except TypeError:            # no __dict__ (slots, builtins): nothing to rebind
+        return None
+
+
+def _restore_bound_object(fn, before) -> list:
+    """The attributes the trace rebound on that object, each given its old value back (a
+    tracer must not stay on the user's object)."""
+    if before is None:
+        return []
+    obj = fn.__self__
+    now = vars(obj)
+    changed = [k for k in now if k not in before or now[k] is not before[k]] + \
+        [k for k in before if k not in now]
+    for k in changed:
+        if k in before:
+            now[k] = before[k]
+        else:
+            del now[k]
+    return [f"self.{k}" for k in changed]
 
 
 class SpecializeRequest(TracingError):
