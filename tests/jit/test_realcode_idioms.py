@@ -138,3 +138,64 @@ def test_bincount_takes_the_bound_of_its_values(dtype):
 def test_bincount_of_unbounded_values_says_minlength():
     with pytest.raises(fl.TracingError, match="minlength=k"):
         fl.compile(lambda x: np.bincount(x))(np.array([0, 2, 1]))
+
+
+# ---- Python-level idioms around NumPy calls -----------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_numpy_functions_given_lists_of_traced_values(dtype):
+    def fn(x):
+        dx, dy = x[0] - x[1], x[2] - x[3]
+        return (np.linalg.norm([dx, dy]), np.sum([x[0] * 2, x[1], 1.0]), np.max([dx, dy, 0.0]),
+                np.diag([x[0], x[1]]), np.mean((x[2], x[3])), np.dot([x[0], x[1]], [x[2], x[3]]),
+                np.cross([x[0], x[1], x[2]], [1.0, 0.0, 0.0]))
+    rng = np.random.default_rng(3)
+    same_as_numpy(fn, (rng.standard_normal(4).astype(dtype),), (rng.standard_normal(4).astype(dtype),),
+                  rtol=1e-6 if dtype == np.float32 else 1e-13)
+
+
+def test_python_number_arguments_are_ints_and_floats_to_isinstance():
+    def padded(x, pad, scale):
+        p = pad
+        if isinstance(p, int):                     # a config value passed as a Python int
+            p = (p, p)
+        if not isinstance(scale, float):
+            raise TypeError("scale must be a float")
+        mode = "same" if pad == "same" else "valid"       # compares as Python does
+        return np.pad(x, p) * scale, mode == "valid", pad != None  # noqa: E711
+    x = np.arange(4.0)
+    same_as_numpy(padded, (x, 1, 2.0), (x * 3, 1, 0.5))
+
+
+def test_tuple_inside_an_index_is_an_index_list():
+    def features(X):
+        out = np.empty((X.shape[0], 4))
+        for i, combo in enumerate([(), (0,), (1, 2), (0, 0, 1)]):
+            out[:, i] = np.prod(X[:, combo], axis=1)
+        return out
+    rng = np.random.default_rng(4)
+    same_as_numpy(features, (rng.standard_normal((6, 3)),), (rng.standard_normal((6, 3)),))
+
+
+class _Momentum:
+    def __init__(self):
+        self.velocity = None
+
+    def update(self, w, g):
+        if self.velocity is None:
+            self.velocity = np.zeros_like(w)
+        self.velocity = 0.9 * self.velocity + g
+        return w - 0.1 * self.velocity
+
+
+def test_compiling_a_bound_method_that_rebinds_self_raises_and_leaves_the_object_alone():
+    opt = _Momentum()
+    with pytest.raises(fl.TracingError, match=r"rebinds self\.velocity.*@fastlaunch\.compile"):
+        fl.compile(opt.update)(np.ones(3), np.ones(3))
+    assert opt.velocity is None                   # no tracer left on the object
+
+    class Decorated(_Momentum):
+        update = fl.compile(_Momentum.update)      # the way that replays the state
+    d, ref = Decorated(), _Momentum()
+    for _ in range(3):
+        np.testing.assert_allclose(d.update(np.ones(3), np.arange(3.0)),
+                                   ref.update(np.ones(3), np.arange(3.0)), rtol=1e-15)
