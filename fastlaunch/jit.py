@@ -475,9 +475,12 @@ class Compiled(_core.Dispatcher):
         while True:
             try:
                 namespace = getattr(self.__wrapped__, "__globals__", None)
+                # a bound method's object holds functions too (self.sqrt = cholesky)
+                held = _bound_namespace(self.__wrapped__)
                 with creation.intercepting(namespace), rng.intercepting(), \
                         numpy_funcs.intercepting(namespace), scipy_funcs.intercepting(namespace), \
-                        pymath.intercepting(namespace):
+                        pymath.intercepting(namespace), scipy_funcs.intercepting(held), \
+                        numpy_funcs.intercepting(held), pymath.intercepting(held):
                     traced, result = trace_function(self.__wrapped__, build_args, leaves)
                 break
             except SpecializeRequest as req:
@@ -1308,6 +1311,17 @@ def _generator_leaves(keys) -> set:
         if type(k) is tuple and k and k[0] == "numpy.random.Generator":
             return set(k[1])
     return set()
+
+
+def _bound_namespace(fn):
+    """The attribute dict of the object a bound method belongs to, else None: the functions
+    it holds (filterpy's sigma points keep `self.sqrt = scipy.linalg.cholesky`) are swapped
+    for their tracing entry points like the names of the function's module."""
+    obj = getattr(fn, "__self__", None)
+    if obj is None or not hasattr(fn, "__func__") or isinstance(obj, (type, types.ModuleType)):
+        return None
+    held = getattr(obj, "__dict__", None)
+    return held if type(held) is dict else None
 
 
 class ContainerEffects:

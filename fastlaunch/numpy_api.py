@@ -1063,8 +1063,15 @@ def einsum(subscripts, *operands, out=None, dtype=None, optimize=False, **kwargs
 @implements(np.where)
 def where(condition, x=None, y=None):
     if x is None and y is None:
-        raise TracingError("np.where(condition) with one argument returns data-dependent indices, "
-                           "which cannot be traced; use the three-argument np.where(cond, a, b)")
+        # indices whose count depends on the data: usable only to index with (x[idx] = v,
+        # x[idx, d] *= -1, x[idx].sum()), which is indexing with the mask itself
+        c = _as_tracer(condition)
+        if c.dtype != np.bool_:
+            c = c != 0
+        if c.ndim == 0:
+            raise TracingError("np.where(condition) of a 0-d traced condition gives indices "
+                               "that depend on the data; use np.where(cond, a, b)")
+        return tuple(WhereIndices(c, d) for d in range(c.ndim))
     n = ops.where(current_graph(), operand(condition), operand(x), operand(y))
     return wrap(n, scalar=False)
 
@@ -1527,7 +1534,39 @@ def _advanced(t: Tracer, key: tuple):
     return transpose(view, adv + rest), 0, indices
 
 
+def _mask_key(t: Tracer, key):
+    """A key that selects with a traced mask and basic indices after it, x[mask, d] (or the
+    indices of np.where(mask)): (x's view by the basic part, the mask), else None."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    parts = list(key)
+    if parts and type(parts[0]) is tuple and parts[0] and \
+            all(isinstance(k, WhereIndices) for k in parts[0]):
+        parts[0:1] = list(parts[0])          # x[np.where(m), d]: np.where's tuple inside
+    if not parts or not isinstance(parts[0], WhereIndices) and \
+            not (is_tracer(parts[0]) and parts[0].dtype == np.bool_ and len(parts) > 1):
+        return None
+    if isinstance(parts[0], WhereIndices):
+        mask = parts[0].mask
+        n = mask.ndim
+        if len(parts) < n or any(not isinstance(k, WhereIndices) or k.mask is not mask or
+                                 k.axis != d for d, k in enumerate(parts[:n])):
+            raise TracingError(WhereIndices.why)
+        rest = parts[n:]
+    else:
+        mask, rest = parts[0], parts[1:]
+        n = mask.ndim
+    if any(is_tracer(k) or not isinstance(k, (int, np.integer, slice)) for k in rest):
+        raise TracingError(_MASK_HINT)
+    if not rest:
+        return t, mask
+    return getitem(t, (slice(None),) * n + tuple(rest)), mask
+
+
 def getitem(t: Tracer, key):
+    found = _mask_key(t, key)
+    if found is not None:
+        t, key = found
     mask = _traced_mask(t, key)
     if mask is not None:
         return MaskedSelection(t, mask, wrap(node_of(t), scalar=False))
@@ -1551,6 +1590,9 @@ def getitem(t: Tracer, key):
 
 
 def setitem(t: Tracer, key, value):
+    found = _mask_key(t, key)
+    if found is not None:
+        t, key = found
     mask = _traced_mask(t, key)
     if mask is not None:
         _masked_assign(t, mask, value)
@@ -1696,6 +1738,33 @@ def _selection_inplace(ufunc):
         call_ufunc(ufunc, (vals, v), out=vals)
         return MaskedSelection(self.base, self.mask, vals)
     return op
+
+
+class WhereIndices(Unreturnable):
+    """One of the index arrays np.where(mask) returns while tracing: their length depends on
+    the data, so they stand for the mask, as an index only."""
+    why = ("the indices np.where(cond) returns have a count that depends on the data, which "
+           "cannot be traced; they work as an index of an array of cond's shape (x[idx] = v, "
+           "x[idx, d] *= -1, x[idx].sum()); otherwise use np.where(cond, a, b) or the boolean "
+           "mask itself")
+
+    def __init__(self, mask: Tracer, axis: int):
+        self.mask, self.axis = mask, axis
+
+    def __getattr__(self, name):
+        raise TracingError(self.why)
+
+    def __len__(self):
+        raise TracingError(self.why)
+
+    def __array__(self, dtype=None, copy=None):
+        raise TracingError(self.why)
+
+    def _refuse(self, *args, **kwargs):
+        raise TracingError(self.why)
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __iter__ = _refuse
+    __array_ufunc__ = None
 
 
 class MaskedSelection(Unreturnable):
@@ -2381,9 +2450,13 @@ def _method(name, impl):
 
 def _binary(ufunc):
     def forward(self, other):
+        if isinstance(other, MaskedSelection):
+            return NotImplemented            # its reflected operator: the masked elements
         return call_ufunc(ufunc, (self, other), _operator=True)
 
     def reflected(self, other):
+        if isinstance(other, MaskedSelection):
+            return NotImplemented
         return call_ufunc(ufunc, (other, self), _operator=True)
 
     def inplace(self, other):

@@ -2066,3 +2066,72 @@ def _as_value(node):
 
 
 numpy_api.UFUNC_METHODS["reduceat"] = ufunc_reduceat
+
+
+@implements(np.insert)
+def insert(arr, obj, values, axis=None):
+    """NumPy's algorithm, for insertion indices known while tracing: a new array of the grown
+    shape, the values written at their (shifted) positions, the old elements at the rest."""
+    from .numpy_api import _filled
+    if _any_traced(obj):
+        raise TracingError("np.insert with traced insertion indices is not supported by "
+                           "fastlaunch: the result's layout would depend on the data; pass "
+                           "them as a NumPy array or list")
+    t = _as_tracer(arr)
+    if axis is None:
+        t = reshape(t, (-1,))
+        axis = 0
+    axis = _axis(axis, t.ndim)
+    n = t.shape[axis]
+    values = _as_tracer(values).astype(t.dtype) if _any_traced(values) else \
+        np.asarray(values).astype(t.dtype)
+    slobj = [slice(None)] * t.ndim
+    if isinstance(obj, slice):
+        indices = np.arange(*obj.indices(n), dtype=np.intp)
+    else:
+        indices = np.array(obj)
+        if indices.dtype == bool:
+            raise TracingError("np.insert with a boolean obj is not supported by fastlaunch")
+        if indices.ndim > 1:
+            raise ValueError("index array argument obj to insert must be one dimensional or "
+                             "scalar")
+    if indices.ndim == 0:
+        index = int(indices)
+        if index < -n or index > n:
+            raise IndexError(f"index {index} is out of bounds for axis {axis} with size {n}")
+        index = index + n if index < 0 else index
+        v = values if is_tracer(values) else array(values)
+        if v.ndim < t.ndim:
+            v = reshape(v, (1,) * (t.ndim - v.ndim) + tuple(v.shape))
+        v = _moveaxis(v, 0, axis)        # NumPy: values[:, ...] go along the axis
+        numnew = v.shape[axis]
+        shape = list(t.shape)
+        shape[axis] += numnew
+        new = _filled(tuple(shape), t.dtype, 0)
+        slobj[axis] = slice(None, index)
+        setitem(new, tuple(slobj), getitem(t, tuple(slobj)))
+        slobj[axis] = slice(index, index + numnew)
+        setitem(new, tuple(slobj), v)
+        slobj[axis] = slice(index + numnew, None)
+        rest = [slice(None)] * t.ndim
+        rest[axis] = slice(index, None)
+        setitem(new, tuple(slobj), getitem(t, tuple(rest)))
+        return new
+    indices = indices.astype(np.intp)
+    if ((indices < -n) | (indices > n)).any():
+        bad = int(indices[(indices < -n) | (indices > n)][0])
+        raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
+    indices[indices < 0] += n
+    numnew = len(indices)
+    order = indices.argsort(kind="mergesort")
+    indices[order] += np.arange(numnew)
+    shape = list(t.shape)
+    shape[axis] += numnew
+    old = np.ones(shape[axis], dtype=bool)
+    old[indices] = False
+    new = _filled(tuple(shape), t.dtype, 0)
+    slobj[axis] = indices
+    setitem(new, tuple(slobj), values if is_tracer(values) else array(values))
+    slobj[axis] = np.flatnonzero(old)
+    setitem(new, tuple(slobj), t)
+    return new

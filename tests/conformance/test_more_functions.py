@@ -172,3 +172,17 @@ def test_ufunc_out_into_an_array_created_inside(dtype):
         np.multiply(buf, x, out=buf)
         return buf
     check(fn, normal(6, dtype=dtype))
+
+
+cover("np.insert", "joining", F, test=_T + "test_insert",
+      note="insertion indices known when tracing (a traced obj is a TracingError)")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_insert(dtype):
+    def fn(X):
+        return (np.insert(X, np.repeat(np.arange(1, 4), 2), 0, axis=1),   # a dilation
+                np.insert(X[0, 0], [1, 1, 3], -1.0, axis=0), np.insert(X[0, 0, 0], 2, [7.0, 8.0]),
+                np.insert(X[0], 1, X[0, 0, 0], axis=1), np.insert(X[0, 0], slice(0, 4, 2), 9.0),
+                np.insert(X, [-1, 0], X[..., :1] * 2, axis=-1))
+    check(fn, normal((2, 4, 5, 3), dtype=dtype))

@@ -199,3 +199,49 @@ def test_compiling_a_bound_method_that_rebinds_self_raises_and_leaves_the_object
     for _ in range(3):
         np.testing.assert_allclose(d.update(np.ones(3), np.arange(3.0)),
                                    ref.update(np.ones(3), np.arange(3.0)), rtol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_masks_and_np_where_indices_with_a_column_index(dtype):
+    def reflect(pos, vel, box):
+        for d in range(2):
+            out = np.where(pos[:, d] < 0)                 # indices: used only to index
+            pos[out, d] *= -1
+            vel[out, d] *= -1
+            over = pos[:, d] > box
+            pos[over, d] = box - (pos[over, d] - box)     # the mask and a column
+            vel[over, d] *= -1
+        return pos, vel, pos[np.where(vel[:, 0] > 0)].sum()
+    rng = np.random.default_rng(5)
+    mk = lambda: (rng.standard_normal((9, 2)).astype(dtype) * 2,  # noqa: E731
+                  rng.standard_normal((9, 2)).astype(dtype), 1.5)
+    same_as_numpy(reflect, mk(), mk(), rtol=1e-6 if dtype == np.float32 else 1e-13)
+
+
+def test_np_where_indices_refuse_uses_that_need_their_count():
+    for fn in (lambda x: len(np.where(x > 0)[0]), lambda x: np.where(x > 0)[0] + 1,
+               lambda x: np.where(x > 0)):
+        with pytest.raises(fl.TracingError, match="count that depends on the data"):
+            fl.compile(fn)(np.arange(-2.0, 3.0))
+
+
+def test_functions_held_by_the_bound_object_are_traced():
+    scipy_linalg = pytest.importorskip("scipy.linalg")
+    import math
+
+    class SigmaPoints:
+        def __init__(self, n):
+            self.n = n
+            self.sqrt = scipy_linalg.cholesky           # a SciPy function kept as an attribute
+            self.angle = math.atan2
+
+        def points(self, x, P):
+            U = self.sqrt((self.n + 0.5) * P)
+            return np.vstack([x, x + U, x - U]), self.angle(x[1], x[0])
+
+    sp = SigmaPoints(3)
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((3, 3))
+    same_as_numpy(sp.points, (rng.standard_normal(3), a @ a.T + 3 * np.eye(3)),
+                  (rng.standard_normal(3), a @ a.T + np.eye(3)))
+    assert sp.sqrt is scipy_linalg.cholesky and sp.angle is math.atan2     # given back
