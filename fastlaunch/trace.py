@@ -205,7 +205,25 @@ def _bool_hint(frame) -> str:
         return (" as a `while` condition: the number of iterations depends on the data; loop "
                 "a fixed number of times (for _ in range(n)) with np.where to freeze "
                 "converged values")
+    follows = _next_statement(frame)
+    if line.startswith("if ") and (follows == "break" or line.endswith(": break")):
+        return (" deciding whether a loop stops (a convergence test): make one iteration the "
+                "compiled function and run the loop with fastlaunch.iterate(step, n, ..., "
+                "until=lambda ...: converged), or loop a fixed number of times with np.where "
+                "to freeze converged values")
+    if line.startswith("if ") and follows.startswith("raise "):
+        return (" deciding whether to raise (a check of the inputs): check them before calling "
+                "the compiled function, or write `assert cond, message`, which is checked on "
+                "every call")
     return ""
+
+
+def _next_statement(frame) -> str:
+    """The source line after the frame's current one (the body of a one-line `if`)."""
+    try:
+        return linecache.getline(frame.f_code.co_filename, frame.f_lineno + 1).strip()
+    except Exception:   # noqa: BLE001  (no source)
+        return ""
 
 
 class Tracer:

@@ -245,3 +245,26 @@ def test_functions_held_by_the_bound_object_are_traced():
     same_as_numpy(sp.points, (rng.standard_normal(3), a @ a.T + 3 * np.eye(3)),
                   (rng.standard_normal(3), a @ a.T + np.eye(3)))
     assert sp.sqrt is scipy_linalg.cholesky and sp.angle is math.atan2     # given back
+
+
+# ---- data-dependent control flow: the message says what to write ----------------------------
+def test_convergence_break_points_to_iterate_and_validation_to_assert():
+    def riccati(A, Q):
+        X = Q
+        for _ in range(150):
+            Xn = A.T @ X @ A + Q
+            if np.abs(Xn - X).max() < 0.01:
+                break
+            X = Xn
+        return X
+
+    def validated(x):
+        if np.any(x < 0):
+            raise ValueError("negative input")
+        return np.sqrt(x)
+
+    with pytest.raises(fl.TracingError, match=r"fastlaunch\.iterate\(step, n, \.\.\., until="):
+        fl.compile(riccati)(np.eye(2) * 0.5, np.eye(2))
+    with pytest.raises(fl.TracingError, match="before calling the compiled function, or write "
+                                              "`assert cond, message`"):
+        fl.compile(validated)(np.ones(3))
