@@ -281,8 +281,12 @@ def linalg_sqrtm(A, disp=True, blocksize=64):
     a = t.astype(np.float64)
     n = a.shape[-1]
     scale = np.max(np.abs(a), axis=(-2, -1), keepdims=True)
-    numpy_funcs.require(np.all(np.abs(a - np.swapaxes(a, -1, -2)) <= 1e-12 * scale),
+    # symmetric to the rounding of the input's dtype (a covariance computed in float32 is
+    # not exactly symmetric); its symmetric part is the matrix taken
+    rounding = 1e-11 if out_dtype == np.float64 else 1e-5
+    numpy_funcs.require(np.all(np.abs(a - np.swapaxes(a, -1, -2)) <= rounding * scale),
                         ValueError, _SQRTM_SYMMETRIC)
+    a = (a + np.swapaxes(a, -1, -2)) * 0.5
     w, v = np.linalg.eigh(a)
     # an eigenvalue at zero (to rounding) can come out of SciPy's Schur form negative, and
     # its result complex: only positive definite matrices, with a margin, are taken
