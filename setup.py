@@ -1,7 +1,8 @@
 """Builds the extensions: the host interpreter and executable interface (_core), the opcode
 enums (_launch), the benchmark floor (_bench), the test-only device-space backend's
 executable (_devsim), the CPU backend's library routines (_library: BLAS/LAPACK through
-scipy's function pointers), and, where cuda.h is found, the CUDA backend's executable (_cuda),
+scipy's function pointers), the buffer-protocol check of arrays made inside traced functions
+(_bufferguard), and, where cuda.h is found, the CUDA backend's executable (_cuda),
 which opens the driver with dlopen at run time (so it links no CUDA library).
 
 cuda.h is looked for in FASTLAUNCH_CUDA_INCLUDE, CUDA_HOME/CUDA_PATH, the nvidia-cuda-runtime
@@ -69,6 +70,8 @@ extensions = [
               extra_compile_args=COMPILE_ARGS, libraries=["m"], include_dirs=["fastlaunch"]),
     Extension("fastlaunch._devsim", sources=["fastlaunch/_devsim.pyx"],
               extra_compile_args=COMPILE_ARGS, **NUMPY),
+    Extension("fastlaunch._bufferguard", sources=["fastlaunch/_bufferguard.pyx"],
+              extra_compile_args=["-O2"]),
 ]
 
 include = None if os.environ.get("FASTLAUNCH_NO_CUDA") else cuda_include()

@@ -26,10 +26,10 @@ from typing import (TYPE_CHECKING, Any, Callable, Concatenate, Generic, ParamSpe
 
 import numpy as np
 
-# numpy_api, numpy_funcs, creation, rng, scipy_funcs: the tracer's NumPy API (registered on
-# import) and the calls intercepted while tracing
+# numpy_api, numpy_funcs, creation, rng, scipy_funcs, pymath, stdlib_calls: the tracer's NumPy
+# API (registered on import) and the calls intercepted while tracing
 from . import (_core, bytecode, creation, env, forking, fuse, numpy_api,  # noqa: F401
-               numpy_funcs, ops, record, rng, scipy_funcs, stdlib_calls)
+               numpy_funcs, ops, pymath, record, rng, scipy_funcs, stdlib_calls)
 from .backends import get_backend
 from ._launch import ResultKind, Space
 from .backends.base import CallLayout
@@ -530,9 +530,13 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         while True:
             try:
                 namespace = getattr(self.__wrapped__, "__globals__", None)
+                # a bound method's object holds functions too (self.sqrt = cholesky)
+                held = _bound_namespace(self.__wrapped__)
                 with creation.intercepting(namespace), rng.intercepting(), \
                         numpy_funcs.intercepting(namespace), scipy_funcs.intercepting(namespace), \
-                        stdlib_calls.intercepting(namespace):
+                        stdlib_calls.intercepting(namespace), \
+                        pymath.intercepting(namespace), scipy_funcs.intercepting(held), \
+                        numpy_funcs.intercepting(held), pymath.intercepting(held):
                     traced, result = trace_function(self.__wrapped__, build_args, leaves)
                 # Python loops of many identical iterations: one loop body each
                 traced.rolled = roll.roll_loops(traced.graph)
@@ -1455,6 +1459,17 @@ def _generator_leaves(keys) -> set:
         if type(k) is tuple and k and k[0] == "numpy.random.Generator":
             return set(k[1])
     return set()
+
+
+def _bound_namespace(fn):
+    """The attribute dict of the object a bound method belongs to, else None: the functions
+    it holds (filterpy's sigma points keep `self.sqrt = scipy.linalg.cholesky`) are swapped
+    for their tracing entry points like the names of the function's module."""
+    obj = getattr(fn, "__self__", None)
+    if obj is None or not hasattr(fn, "__func__") or isinstance(obj, (type, types.ModuleType)):
+        return None
+    held = getattr(obj, "__dict__", None)
+    return held if type(held) is dict else None
 
 
 class ContainerEffects:

@@ -14,6 +14,7 @@ import linecache
 import re
 import sys
 import threading
+import types
 import weakref
 from dataclasses import dataclass
 
@@ -231,6 +232,16 @@ def _bool_advice(frame) -> str:
                 "data. Loop a fixed number of times (for _ in range(n)) with np.where to "
                 "freeze converged values, or make one iteration the compiled function and "
                 "run the loop with fastlaunch.iterate(step, n, ..., until=lambda ...: converged)")
+    follows = _next_statement(frame)
+    if line.startswith("if ") and (follows == "break" or line.endswith(": break")):
+        return ("here it decides whether a loop stops (a convergence test): make one iteration "
+                "the compiled function and run the loop with fastlaunch.iterate(step, n, ..., "
+                "until=lambda ...: converged), or loop a fixed number of times with np.where "
+                "to freeze converged values")
+    if line.startswith("if ") and follows.startswith("raise "):
+        return ("here it decides whether to raise (a check of the inputs): check them before "
+                "calling the compiled function, or write `assert cond, message`, which is "
+                "checked on every call")
     return _CHOICE
 
 
@@ -239,6 +250,18 @@ def _value_advice(frame) -> str:
     if _SUBSCRIPT_STORE.search(_source_line(frame)):
         return _STORE
     return _CONVERT
+
+
+def _next_statement(frame) -> str:
+    """The source line after the user's current one (the body of a one-line `if`)."""
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "fastlaunch":
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    try:
+        return linecache.getline(frame.f_code.co_filename, frame.f_lineno + 1).strip()
+    except Exception:   # noqa: BLE001  (no source)
+        return ""
 
 
 class Tracer:
@@ -315,6 +338,19 @@ class Tracer:
         if self.ndim == 0:
             raise TypeError("iteration over a 0-d array")
         return (self[i] for i in range(self.shape[0]))
+
+    @property
+    def __class__(self):
+        """What isinstance() sees (type() still says Tracer): a value NumPy hands back as a
+        scalar looks like that NumPy scalar (x[2, 0] of a float64 array is an np.float64,
+        so `isinstance(x, float)` holds, as real code tests before calling .item()), a weak
+        Python number (a Python int or float argument, math.cos(...)) like that Python type
+        (`isinstance(pad, int)`); every other tracer like a Tracer."""
+        if self.weak is not None:
+            return self.weak
+        if self.scalar:
+            return self.node.dtype.type
+        return Tracer
 
     def __repr__(self):
         return f"Tracer(shape={self.shape}, dtype={self.dtype})"
@@ -650,6 +686,7 @@ def trace_function(fn, build_args, leaves: list, roll: bool = True) -> tuple[Tra
                 tracers.append(Tracer(Storage(node, position=pos), weak=weak, scalar=True))
         args, kwargs = build_args(tracers)
         containers = _containers((args, kwargs))
+        bound = _bound_object_state(fn)
         with noting_errors() as noted:
             try:
                 result = fn(*args, **kwargs)
@@ -668,7 +705,21 @@ def trace_function(fn, build_args, leaves: list, roll: bool = True) -> tuple[Tra
                         f"{caught_where(swallowed)} and then raised "
                         f"{type(err).__name__}: {err}; the TracingError was: "
                         f"{swallowed}") from err
+                failure = None if isinstance(err, SpecializeRequest) else \
+                    naming.library_failure(err)
+                if failure:
+                    raise TracingError(failure) from err
                 raise
+            finally:
+                rebound = _restore_bound_object(fn, bound)
+        if rebound:
+            raise TracingError(
+                f"{getattr(fn, '__qualname__', fn)} rebinds {', '.join(rebound)} of the object "
+                f"it is bound to: fastlaunch.compile(obj.method) compiles it for that one object, "
+                f"whose attributes it reads while tracing, and cannot replay the rebinding. "
+                f"Decorate the method in its class with @fastlaunch.compile (self is then an "
+                f"argument: its array attributes are read, and the attributes it rebinds "
+                f"rebound, on every call), or pass the state as arguments and return it")
         request = next((e for e in noted if isinstance(e, SpecializeRequest)), None)
         if request is not None:
             raise request            # caught by the traced code: still specialise
@@ -703,6 +754,34 @@ def trace_function(fn, build_args, leaves: list, roll: bool = True) -> tuple[Tra
 
 
 _TRACE_CODE = trace_function.__code__
+
+
+def _bound_object_state(fn):
+    """The attributes of the object a bound method `fn` belongs to, before the trace."""
+    obj = getattr(fn, "__self__", None)
+    if obj is None or not hasattr(fn, "__func__") or isinstance(obj, (type, types.ModuleType)):
+        return None
+    try:
+        return dict(vars(obj))
+    except TypeError:            # no __dict__ (slots, builtins): nothing to rebind
+        return None
+
+
+def _restore_bound_object(fn, before) -> list:
+    """The attributes the trace rebound on that object, each given its old value back (a
+    tracer must not stay on the user's object)."""
+    if before is None:
+        return []
+    obj = fn.__self__
+    now = vars(obj)
+    changed = [k for k in now if k not in before or now[k] is not before[k]] + \
+        [k for k in before if k not in now]
+    for k in changed:
+        if k in before:
+            now[k] = before[k]
+        else:
+            del now[k]
+    return [f"self.{k}" for k in changed]
 
 
 class SpecializeRequest(TracingError):
