@@ -16,5 +16,6 @@ from .grad import (custom_jvp, custom_vjp, grad, jvp, stop_gradient, value_and_g
 __all__ = ["compile", "load", "asarray", "register_class", "iterate", "iterated", "grad",
            "value_and_grad", "vjp", "jvp", "stop_gradient", "custom_vjp", "custom_jvp", "Compiled",
            "Iterated", "Lowered", "LoadedProgram", "LoadedIteration", "TracingError",
-           "RetraceWarning", "StaticArraysWarning", "UnrolledLoopWarning", "FrozenValueWarning", "SavedProgramError", "DeviceArray",
+           "RetraceWarning", "StaticArraysWarning", "UnrolledLoopWarning", "FrozenValueWarning",
+           "SavedProgramError", "DeviceArray",
            "to_device", "BackendUnavailableError", "CUDAError", "__version__"]

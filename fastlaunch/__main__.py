@@ -1,5 +1,6 @@
 """python -m fastlaunch            the demo: an optimisation step, NumPy vs re-trace vs replay,
-                                table on stdout, progress on stderr, plot in fastlaunch-demo.png
+                                table on stdout, progress on stderr, plot in fastlaunch-demo.png;
+                                then the step with its gradient from fl.value_and_grad
 python -m fastlaunch --quick    the same in a few seconds (fewer sizes, shorter batches)
 python -m fastlaunch cache      where the kernel disk cache is, and how big
 python -m fastlaunch cache --clear
@@ -29,6 +30,23 @@ def step(p, m, v, target, lr):
     v = 0.999 * v + 0.001 * g * g
     p = p - lr * m / (np.sqrt(v) + 1e-8)
     return p, m, v, loss
+
+
+def loss(p, target):
+    """The step's loss, for the gradient section: the step above derives its gradient by hand."""
+    r = np.sin(p) + p * p - target
+    return np.mean(r * r)
+
+
+def auto_step(p, m, v, target, lr):
+    """The same step with the gradient of `loss` from fl.value_and_grad, fused into one program
+    with the update."""
+    from fastlaunch.grad import value_and_grad
+    value, g = value_and_grad(loss)(p, target)
+    m = 0.9 * m + 0.1 * g
+    v = 0.999 * v + 0.001 * g * g
+    p = p - lr * m / (np.sqrt(v) + 1e-8)
+    return p, m, v, value
 
 
 def _loop_runner(fn, n, dtype, restart_every=50):
@@ -134,10 +152,10 @@ def demo(sizes=DEMO_SIZES, dtype=np.float32, quick=False, plot: str | None = "fa
           f"per-iteration median (outputs checked against NumPy first)\n")
     print(format_table(["n", "numpy", "re-trace", "replay", "empty call", "copy same bytes",
                         "numpy/replay", "re-trace/replay", "replay vs bound"], rows))
-    print(f"\nreplay vs bound: the replay's time over its lower bound, the larger of the empty "
-          f"call (a compiled call's\nfixed cost: same arguments, fresh outputs, no work) and "
-          f"np.copyto moving the step's bytes once\n(7 arrays of n: reads p, m, v, target; "
-          f"writes p, m, v).")
+    print("\nreplay vs bound: the replay's time over its lower bound, the larger of the empty "
+          "call (a compiled call's\nfixed cost: same arguments, fresh outputs, no work) and "
+          "np.copyto moving the step's bytes once\n(7 arrays of n: reads p, m, v, target; "
+          "writes p, m, v).")
     below = [row for row in rows if float(row[-1].split("x")[0]) < 1.0]
     if any(row[-1].endswith("copy") for row in below):
         print("Below 1x against the copy: the replay's kernels write large results with "
@@ -167,8 +185,39 @@ def demo(sizes=DEMO_SIZES, dtype=np.float32, quick=False, plot: str | None = "fa
                   "pip install 'fastlaunch[plot]')")
         else:
             print(f"\nplot: {written}")
+    grad_rows = _gradient_section(sizes[::max(1, len(sizes) - 1)], dtype, batch, quick)
     print("\nbench/ has the full suite (more workloads, sizes and peers): python bench/run.py")
-    return {"rows": rows, "plot": written, "swings": swings}
+    return {"rows": rows, "plot": written, "swings": swings, "gradient_rows": grad_rows}
+
+
+def _gradient_section(sizes, dtype, batch, quick):
+    """The step with its gradient from fl.value_and_grad against the hand-derived one: the same
+    results (checked), and what the automatic gradient costs per call."""
+    hand, auto = compile_fn(step), compile_fn(auto_step)
+    _progress("gradients: checking fl.value_and_grad's step against the hand-derived one...",
+              end="")
+    for n in sizes:
+        rng = np.random.default_rng(2)
+        args = (rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype) * 0.1,
+                rng.random(n).astype(dtype) * 0.1, rng.standard_normal(n).astype(dtype), 1e-2)
+        for w, g in zip(step(*args), auto(*args)):
+            err = np.max(np.abs(np.asarray(w, np.float64) - g)) / max(np.max(np.abs(w)), 1e-30)
+            if err > 1e-4:
+                raise SystemExit(f"fl.value_and_grad's step disagrees with the hand-derived "
+                                 f"gradient at n={n}: {err:.2e}")
+    _progress(" equal")
+    rows = []
+    for n in sizes:
+        samples = interleaved_samples(
+            {"hand": _loop_runner(hand, n, dtype), "auto": _loop_runner(auto, n, dtype)},
+            min_batch_seconds=batch, batches=5 if quick else 7, settle_seconds=0.002)
+        t = {name: statistics.median(s) for name, s in samples.items()}
+        rows.append([n, fmt_time(t["hand"]), fmt_time(t["auto"]), f"{t['auto'] / t['hand']:.2f}x"])
+    print("\nGradients: the same step with its gradient from fl.value_and_grad(loss) instead of "
+          "derived by hand\n(one program: forward, backward and update fused; results checked "
+          "equal above)\n")
+    print(format_table(["n", "hand-derived", "fl.value_and_grad", "auto/hand"], rows))
+    return rows
 
 
 def _load():

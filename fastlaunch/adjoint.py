@@ -602,7 +602,7 @@ def _pack_rule(g, n, ct):
     nb = n.ndim - len(dims)
     batch = n.shape[:nb]
     out = []
-    for k, (x, pos) in enumerate(zip(n.inputs, np.ndindex(*dims))):
+    for x, pos in zip(n.inputs, np.ndindex(*dims)):
         part = ops.slice_view(g, ct, (0,) * nb + tuple(pos), (1,) * n.ndim,
                               batch + (1,) * len(dims))
         out.append((x, ops.reshape(g, part, x.shape)))
@@ -740,7 +740,7 @@ def _gather_rule(g, n, ct):
         # a rotation (np.roll): its adjoint is the inverse rotation, a gather again (no
         # zero fill, no serial scatter), which fuses with the rest of the backward pass
         back = []
-        for k, (ix, o) in enumerate(zip(idx, shifts)):
+        for k, (_ix, o) in enumerate(zip(idx, shifts)):
             size = src.shape[axis + k]
             shape = tuple(size if d == k else 1 for d in range(len(idx)))
             it = ops.iota(g, shape, k, np.intp)

@@ -745,7 +745,7 @@ class _Fuser:
         # reads (never written: the loop writes its own buffers), the rest where they are
         inits = []
         for x in loop.inputs[:k]:
-            buf = self.materialize(x) if not x.op.kind is Kind.LEAF or x.op is Op.LITERAL \
+            buf = self.materialize(x) if x.op.kind is not Kind.LEAF or x.op is Op.LITERAL \
                 else self.leaf_buffer(x)
             if buf is None or buf.strides != contiguous_strides(x.shape) or \
                     buf.role not in ("input", "temp", "const", "output"):

@@ -17,14 +17,20 @@ from __future__ import annotations
 import functools
 import inspect
 import weakref
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ParamSpec
 
 import numpy as np
 
 from . import adjoint, ops, pytree
-from .errors import TracingError
 from .ir import Node
 from .trace import Tracer, current_graph, new_tracer, tracing
+
+if TYPE_CHECKING:
+    from .jit import Compiled
+
+# Typing (jit.py's pattern): a transformed function keeps fn's parameters P, so a type checker
+# checks calls of fl.grad(loss) as calls of loss
+P = ParamSpec("P")
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp", "stop_gradient", "custom_vjp", "custom_jvp"]
 
@@ -133,7 +139,7 @@ class _Vars:
         for tree in self.trees:
             leaves = []
             for _ in range(tree.num_leaves):
-                var, (weak, scalar) = self.nodes[k], self.leaf_info[k]
+                var, (_weak, scalar) = self.nodes[k], self.leaf_info[k]
                 ct = cts[k]
                 if ct is None:
                     ct = ops.broadcast_to(g, ops.literal(g, 0, var.dtype), var.shape)
@@ -243,7 +249,7 @@ def _traced_jvp(fn, primals, tangents, has_aux, fname):
         t_leaves, t_tree = pytree.flatten(t)
         if len(p_leaves) != len(t_leaves):
             raise ValueError(f"{fname}: tangent {k} does not have the structure of primal {k}")
-        for pl, tl in zip(p_leaves, t_leaves):
+        for _pl, tl in zip(p_leaves, t_leaves):
             tn = _value_node(tl, fname, "each tangent")
             pn = variables.nodes[len(t_nodes)]
             if tn.shape != pn.shape:
@@ -337,7 +343,7 @@ class _Body:
         raise AssertionError(self.kind)
 
 
-def _compiled(body: _Body):
+def _compiled(body: _Body) -> Any:
     from .jit import Compiled
     return Compiled(body)
 
@@ -354,7 +360,8 @@ def _check_flag(value, name: str, fname: str) -> bool:
     return bool(value)
 
 
-def grad(fn: Callable, argnums: int | tuple = 0, has_aux: bool = False) -> Any:
+def grad(fn: Callable[P, Any], argnums: int | tuple = 0,
+         has_aux: bool = False) -> Compiled[P, Any]:
     """The gradient of `fn`, a function returning a scalar, with respect to its positional
     argument(s) `argnums`, as a compiled function: forward and backward pass traced once per
     signature and replayed as one fused program.
@@ -375,7 +382,8 @@ def grad(fn: Callable, argnums: int | tuple = 0, has_aux: bool = False) -> Any:
     return _compiled(_Body(fn, "grad", argnums, _check_flag(has_aux, "has_aux", "fl.grad")))
 
 
-def value_and_grad(fn: Callable, argnums: int | tuple = 0, has_aux: bool = False) -> Any:
+def value_and_grad(fn: Callable[P, Any], argnums: int | tuple = 0,
+                   has_aux: bool = False) -> Compiled[P, tuple[Any, Any]]:
     """`fn`'s value and its gradient (see `grad`) from one compiled program: returns
     `(value, gradient)`, or `((value, aux), gradient)` with `has_aux=True`.
 
@@ -561,7 +569,7 @@ class custom_vjp:
             def pullback(cts):
                 ct_leaves = []
                 it = iter(cts)
-                for node, leaf in zip(out_nodes, out_leaves):
+                for node, _leaf in zip(out_nodes, out_leaves):
                     if node is None:
                         ct_leaves.append(None)
                         continue

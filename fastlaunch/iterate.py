@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Generic, Sequence
 

@@ -27,7 +27,8 @@ from . import adjoint, ops
 from .errors import TracingError
 from .ir import Graph, Node, Op
 
-__all__ = ["LoopBody", "traced_loop", "loop_outputs", "inline", "loop_adjoint"]
+__all__ = ["LoopBody", "trace_body", "make_loop", "carry_out", "collect_out", "inline",
+           "loop_adjoint"]
 
 
 class LoopBody:

@@ -2003,7 +2003,7 @@ def unravel_index(indices, shape, order="C"):
         raise ValueError("only 'C' or 'F' order is permitted")
     t = _as_tracer(indices)
     if t.dtype.kind not in "iub":
-        raise TypeError(f"only int indices permitted")
+        raise TypeError("only int indices permitted")
     size = math.prod(dims)
     idx = t.astype(np.intp)
     require(all_((idx >= 0) & (idx < size)), ValueError,

@@ -23,7 +23,7 @@ from ._launch import Space
 from .backends.base import HOST_MEMORY, MemoryModel
 from .bytecode import ArgKind, Assembler, KernelInfo, Program, SlotInfo, SlotRole, routine_of
 from .fuse import Plan
-from .kernel import LoopBegin, LoopEnd, is_kernel, is_loop_step
+from .kernel import LoopBegin, LoopEnd, is_kernel
 from .leaves import LeafSpec, element_range
 
 # A program estimated to do more work than this (operations) polls for signals between its
@@ -284,7 +284,7 @@ def _begin_loop(asm: Assembler, k: LoopBegin, slot_of: dict, slots: list, ctr: i
         asm.poll()
     for row, stack, every in k.rows:
         asm.row(slot_of[row], slot_of[stack], ctr, every, slots[slot_of[row]].span_bytes)
-    for c, row, stack, every in k.checkpoints:
+    for _c, row, stack, every in k.checkpoints:
         asm.row(slot_of[row], slot_of[stack], ctr, every, slots[slot_of[row]].span_bytes)
     return k, head, spares
 
@@ -294,19 +294,19 @@ def _end_loop(asm: Assembler, k: LoopBegin, head: int, spares: list, slot_of: di
     """The code after a plan loop's body: checkpoint copies, the until test, the turn of the
     carried buffers, the jump back; then each carried value's final buffer filled from where
     the last iteration left it (nothing to copy when that is the final buffer itself)."""
-    for c, row, stack, every in k.checkpoints:
+    for c, row, _stack, _every in k.checkpoints:
         write = slot_of[k.carried[c][2]]
         asm.copy(slot_of[row], write, slots[slot_of[row]].span_bytes)
     stop = asm.break_if(slot_of[k.flag]) if k.flag is not None else None
-    for (init, read, write, spare, final), alias in zip(k.carried, spares):
+    for (_init, read, write, _spare, _final), alias in zip(k.carried, spares):
         asm.rotate(slot_of[read], slot_of[write], alias)
     asm.loop(ctr, k.n, head)
-    for init, read, write, spare, final in k.carried:      # after LOOP: `read` holds the last
+    for _init, read, _write, _spare, final in k.carried:      # after LOOP: `read` holds the last
         asm.copy(slot_of[final], slot_of[read], slots[slot_of[final]].span_bytes)
     if stop is not None:
         done = asm.jump()
         asm.patch(stop, asm.here())
-        for init, read, write, spare, final in k.carried:  # stopped before the turn
+        for _init, _read, write, _spare, final in k.carried:  # stopped before the turn
             asm.copy(slot_of[final], slot_of[write], slots[slot_of[final]].span_bytes)
         asm.patch(done, asm.here())
 

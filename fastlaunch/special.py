@@ -175,7 +175,8 @@ SCIPY_UFUNCS = {
     "expit": ("rewrite", _expit), "logit": ("rewrite", _logit),
     "log_expit": ("rewrite", _log_expit),
     "xlogy": ("rewrite", _xlog(Op.LOG)), "xlog1py": ("rewrite", _xlog(Op.LOG1P)),
-    "ndtr": ("rewrite", _ndtr), "entr": ("rewrite", _entr), "i0": ("rewrite", _scipy_i0), "i0e": ("rewrite", _scipy_i0e),
+    "ndtr": ("rewrite", _ndtr), "entr": ("rewrite", _entr), "i0": ("rewrite", _scipy_i0),
+    "i0e": ("rewrite", _scipy_i0e),
 }
 
 

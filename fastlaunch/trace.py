@@ -289,7 +289,10 @@ class Tracer:
     def node(self) -> Node:
         st = self._storage
         g = getattr(_state, "graph", None)
-        if self._version != st.version or self._node is None or self._graph is not g:
+        # a cached node is per graph (a loop body reads enclosing values through its own
+        # leaves); with no trace active (results flattened after it) the last one stands
+        if self._version != st.version or self._node is None or \
+                (self._graph is not g and g is not None):
             n = st.node
             if st.graph is not g and st.graph is not None and g is not None:
                 n = enclosing_value(g, n, st.graph)

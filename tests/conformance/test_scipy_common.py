@@ -6,7 +6,8 @@ import pytest
 
 import fastlaunch as fl
 
-scipy = pytest.importorskip("scipy")
+pytest.importorskip("scipy")
+import scipy  # noqa: E402
 import scipy.interpolate  # noqa: E402
 import scipy.linalg  # noqa: E402
 import scipy.spatial.distance  # noqa: E402

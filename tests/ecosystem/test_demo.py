@@ -19,6 +19,12 @@ def test_demo_writes_its_plot_and_names_the_bound(tmp_path, capsys):
     assert small.endswith(("x empty call", "x copy"))   # at n=16 the two are close
     assert large.endswith("x copy")                # 7 MB moved: bound by memory traffic
     assert all(float(r[-1].split("x")[0]) > 0 for r in out["rows"])
+    # the gradient section: fl.value_and_grad's step checked equal to the hand-derived one
+    # (the demo exits otherwise), then timed at the first and last size
+    assert "checking fl.value_and_grad's step against the hand-derived one... equal" in text.err
+    assert "Gradients: the same step with its gradient from fl.value_and_grad(loss)" in text.out
+    assert [row[0] for row in out["gradient_rows"]] == [16, 262144]
+    assert all(float(row[-1].rstrip("x")) > 0 for row in out["gradient_rows"])
 
 
 def test_demo_without_matplotlib_says_so(tmp_path, capsys, monkeypatch):
@@ -43,8 +49,12 @@ def test_quick_option_and_no_plot(capsys, monkeypatch):
 def _fake_timings(monkeypatch, per_size):
     """interleaved_samples replaced: per size (in call order) {runner: [batch times]}."""
     calls = iter(per_size)
-    monkeypatch.setattr(demo_module, "interleaved_samples",
-                        lambda runners, **kw: {k: list(v) for k, v in next(calls).items()})
+
+    def fake(runners, **kw):
+        if set(runners) == {"hand", "auto"}:        # the gradient section
+            return {"hand": [1e-6] * 5, "auto": [1.1e-6] * 5}
+        return {k: list(v) for k, v in next(calls).items()}
+    monkeypatch.setattr(demo_module, "interleaved_samples", fake)
     monkeypatch.setattr(demo_module, "_load", lambda: (0.1, 2))
 
 

@@ -93,7 +93,8 @@ def programs(draw):
     return src, shapes
 
 
-@settings(max_examples=int(__import__("os").environ.get("FL_GRAD_EXAMPLES", 60)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(__import__("os").environ.get("FL_GRAD_EXAMPLES", 60)), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(programs(), st.integers(0, 2**32 - 1))
 def test_random_program_gradient(program, seed):
     src, shapes = program

@@ -337,7 +337,7 @@ def test_creation_function_imported_by_name(dtype):
 
 
 def test_library_function_reading_an_unsupported_attribute_is_named():
-    linalg = pytest.importorskip("scipy.linalg")
+    pytest.importorskip("scipy.linalg")
 
     ndimage = pytest.importorskip("scipy.ndimage")
 
