@@ -1,4 +1,4 @@
-"""First-call time of the DESIGN.md optimisation step (trace + compile + run), with a cold and
+"""First-call time of the README's optimisation step (trace + compile + run), with a cold and
 with a warm kernel disk cache, each in a fresh process.  Medians of several processes.
 
     python bench/first_call.py [--repeats 5] [--n 4096]

@@ -1,6 +1,6 @@
 """GPU overhead and bandwidth of the CUDA backend (bench/gpu_check.sh runs it on a GPU).
 
-The DESIGN.md optimisation step (`python -m fastlaunch`'s `step`: 5 arguments, a loss
+The README's optimisation step (`python -m fastlaunch`'s `step`: 5 arguments, a loss
 reduction and an Adam-like update) at 16 and 4 194 304 float32 elements, per call:
 
   numpy path     fl.compile(step, backend="cuda") on NumPy arrays: copies in, kernels,

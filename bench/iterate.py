@@ -4,7 +4,7 @@ step, Numba and NumPy, side by side in one run (issue 14's acceptance benchmark)
     python bench/iterate.py                         # 10 000 iterations at 16 elements
     python bench/iterate.py --iters 10000 --sizes 16,1000 --batches 9
 
-Every runner runs the same loop: the DESIGN.md optimisation step (the one in
+Every runner runs the same loop: the README's optimisation step (the one in
 bench/workloads.py and bench/replay_ab.py) `iters` times, the parameters carried from one
 iteration to the next and the loss of every iteration kept:
 
@@ -18,6 +18,11 @@ iteration to the next and the loss of every iteration kept:
 - `iterate-null`: the `iterate` loop on the null backend, whose kernels do nothing: the
   interpreter's own cost per iteration (ROW, 2 LAUNCH, a one-word BIND of the loss's row,
   and NEXT or LOOP: the loop is unrolled by two, its other argument words bound before it).
+
+The fixed cost of a call (issue 24) is timed apart, at 16 elements on the cpu and the null
+backend: a repeated `fl.iterate(f, 1, ...)` call (one iteration, the same options: its loop
+found in the step's table) and `fl.iterated(f, 1, ...)(...)`, against one replay of the step
+`f(...)`: the difference is what fl.iterate adds per call.
 
 `--instructions` also counts the instructions one iteration executes (callgrind), on the cpu
 and the null backend: repeatable on a loaded machine, where the timings are not.
@@ -126,6 +131,27 @@ def measure(n: int, iters: int, batches: int) -> dict:
             "launches_per_iteration": len(loop.lower(p, m, v, t, lr).program.kernels)}
 
 
+def fixed_cost(batches: int) -> dict:
+    """Per backend: seconds per call of one replay of the step, of a repeated fl.iterate call
+    running one iteration, of the Iterated object called directly, and of fl.iterate with a
+    new `until` lambda each call (its options looked up through their normalised key)."""
+    out = {}
+    p, m, v, t = inputs(16)
+    carry = ("p", "m", "v")
+    for backend in ("null", "cpu"):
+        f = fl.compile(step, backend=backend)
+        loop = fl.iterated(f, 1, carry=carry)
+        runners = {
+            "replay f(...)": lambda: f(p, m, v, t, 1e-2),
+            "fl.iterate(f, 1, ...)": lambda: fl.iterate(f, 1, p, m, v, t, 1e-2, carry=carry),
+            "fl.iterated(f, 1)(...)": lambda: loop(p, m, v, t, 1e-2),
+            "fl.iterate(..., until=new lambda)": lambda: fl.iterate(
+                f, 1, p, m, v, t, 1e-2, carry=carry, until=lambda loss: loss < 0),
+        }
+        out[backend] = interleaved(runners, min_batch_seconds=0.05, batches=batches)
+    return out
+
+
 COUNT_CHILD = r"""
 import sys
 sys.path.insert(0, sys.argv[3])
@@ -173,7 +199,17 @@ def main(argv=None):
     print(f"fastlaunch {fl.__version__}, numpy {np.__version__}, python "
           f"{platform.python_version()}, {os.cpu_count()} CPUs; {a.iters} iterations per call, "
           f"median of {a.batches} interleaved batches")
-    results = []
+    load = os.getloadavg()[0]
+    costs = fixed_cost(a.batches)
+    print(f"\nfixed cost of a call at n=16 (1-minute load average {load:.1f} on "
+          f"{os.cpu_count()} CPUs)")
+    rows = []
+    for backend, times in costs.items():
+        base = times["replay f(...)"]
+        rows += [[backend, k, fmt_time(s), "" if k.startswith("replay") else fmt_time(s - base)]
+                 for k, s in times.items()]
+    print(format_table(["backend", "call", "per call", "over the replay"], rows))
+    results = [{"fixed_cost_s": costs, "load_average": load}]
     for n in (int(s) for s in a.sizes.split(",")):
         r = measure(n, a.iters, a.batches)
         results.append(r)

@@ -4,7 +4,7 @@
     python bench/replay_ab.py /path/to/old /path/to/new --rounds 7
 
 Each round starts one fresh process per tree (in alternating order), so that both trees see
-the same machine noise; each process times the DESIGN.md optimisation step at 16 elements
+the same machine noise; each process times the README's optimisation step at 16 elements
 (float32) and an empty call of the same arguments in interleaved batches, and reports its
 median.  The table gives the median over rounds of those medians.  This is the check for
 changes that touch the replay path: "within 5%" means the ratio column.
@@ -133,7 +133,7 @@ def main(argv=None):
     if a.instructions:
         counts = {t: instructions_per_call(t, a.n) for t in a.trees}
         first = counts[a.trees[0]]
-        print(f"\ninstructions per replay call (callgrind, one thread)")
+        print("\ninstructions per replay call (callgrind, one thread)")
         for t in a.trees:
             print(f"{t:<40} {counts[t]:10.0f} {counts[t] / first:8.3f}x")
 

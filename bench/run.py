@@ -5,8 +5,9 @@
     python bench/run.py --workload step --sizes 16,4096 --runners numpy,replay,jax
     python bench/run.py --workload step,black_scholes,chain,softmax,normalise --sizes 4194304
 
-"replay/best peer" is fastlaunch's time over the fastest peer's (Numba serial and parallel, JAX, torch.compile,
-Dr.Jit with and without freeze) at the same size in the same run: below 1 is ahead.
+"replay/best peer" is fastlaunch's time over the fastest peer's (Numba serial and parallel, JAX,
+torch.compile, Dr.Jit with and without freeze) at the same size in the same run: below 1 is
+ahead.
 
 Each runner's output is checked against NumPy (float32, relative tolerance --rtol of the
 largest magnitude) before it is timed; a runner that fails is reported FAILED, one that does

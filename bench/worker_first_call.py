@@ -83,7 +83,7 @@ def main():
         rows.append([name, f"{len(ways[name][0])} B", fmt_time(med["unpickle"]),
                      fmt_time(med["call"]), fmt_time(med["total"]),
                      max(r["traces"] for r in runs), max(r["compiled"] for r in runs)])
-    print(f"first call of the DESIGN.md step (n={n}, float32) in a fresh spawned worker; "
+    print(f"first call of the README's step (n={n}, float32) in a fresh spawned worker; "
           f"medians of {opts.repeats} workers\n")
     print(format_table(["way", "pickle", "unpickle", "first call", "total", "traces",
                         "kernels compiled"], rows))

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from fastlaunch.__main__ import step  # the DESIGN.md optimisation step, verbatim
+from fastlaunch.__main__ import step  # the README's optimisation step, verbatim
 
 DTYPE = np.float32
 ROW = 256            # softmax row length
@@ -170,7 +170,7 @@ class Workload:
 
 WORKLOADS = {w.name: w for w in [
     Workload("step", step, _step_args,
-             "DESIGN.md optimisation step (loss reduction + Adam-like update; 4 outputs)"),
+             "the README's optimisation step (loss reduction + Adam-like update; 4 outputs)"),
     Workload("chain", chain, _chain_args, "12-op elementwise chain"),
     Workload("softmax", softmax, _softmax_args, f"row softmax, rows of {ROW}"),
     Workload("normalise", normalise, _normalise_args, "x / np.sqrt(np.sum(x*x))"),

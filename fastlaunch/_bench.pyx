@@ -9,7 +9,8 @@ cdef extern from "Python.h":
     void tuple_set_item "PyTuple_SET_ITEM" (object tup, Py_ssize_t i, PyObject *item)
 
 cdef extern from "numpy/arrayobject.h":
-    PyObject *array_return "PyArray_Return" (PyObject *arr)    # steals arr, returns a new ref
+    ctypedef struct PyArrayObject
+    PyObject *array_return "PyArray_Return" (PyArrayObject *arr)   # steals arr, returns a new ref
 
 cimport numpy as cnp
 cnp.import_array()
@@ -32,5 +33,6 @@ cdef class FloorCall:
         cdef tuple result = PyTuple_New(n)
         self.layout.allocate(outs, NULL, NULL)
         for i in range(n):
-            tuple_set_item(result, i, array_return(outs[i]) if self.as_scalar[i] else outs[i])
+            tuple_set_item(result, i, array_return(<PyArrayObject *>outs[i]) if self.as_scalar[i]
+                           else outs[i])
         return result

@@ -84,6 +84,7 @@ cdef class Executable:
     cdef object kernel_errors          # [(KernelError bit, exception class, message)]
     cdef object keepalive
     cdef bint polls                    # the code has POLL instructions
+    cdef bint copies_back              # arguments updated in place are copied back whole
 
     cdef object invoke(self, int64_t *leaf_words, PyObject **leaf_objs)
     cdef int execute(self, int64_t *slots, int64_t *argwords, RunState *state) except -1 nogil

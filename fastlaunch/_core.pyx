@@ -10,6 +10,10 @@ arguments, a first call, an argument type the encoder does not know) goes to the
 `_miss` callback, which traces and compiles.  `Executable` is the interface every backend
 implements (_core.pxd); `HostExecutable` is the host one, whose interpreter knows only
 bytecode, slots and function pointers.
+
+Size: over 1,000 lines: one extension module, because the encoder, the dispatcher and the
+host interpreter share C-level state with no Python call between them; issue 26 gives the
+three interpreters one dispatch loop and narrows what a backend sees of `Executable`.
 """
 from cpython.ref cimport PyObject, Py_INCREF
 from cpython.tuple cimport PyTuple_New
@@ -19,12 +23,13 @@ from libc.string cimport memcmp, memcpy, memmove, memset
 
 cimport numpy as cnp
 import numpy as np
-import struct
 import threading
 
 from fastlaunch._launch cimport *
 from fastlaunch import env as _env
-from fastlaunch.pytree import object_parts as _object_parts
+# static_key (re-exported: `_core.static_key`) is pytree's, so that pytree needs nothing of
+# this module: the two would import each other
+from fastlaunch.pytree import object_parts as _object_parts, static_key
 
 cnp.import_array()
 
@@ -45,7 +50,8 @@ cdef extern from "Python.h":
     void Py_XDECREF(PyObject *o)
 
 cdef extern from "numpy/arrayobject.h":
-    PyObject *array_return "PyArray_Return" (PyObject *arr)    # steals arr, returns a new ref
+    ctypedef struct PyArrayObject
+    PyObject *array_return "PyArray_Return" (PyArrayObject *arr)   # steals arr, returns a new ref
 
 # ---- signature encoding ------------------------------------------------------------------
 # One tag word per node of the argument tree; arrays add their shape (and strides, unless
@@ -235,28 +241,14 @@ cdef int encode_args(tuple args, tuple static_positions, Words *sig, Words *vals
     for i in range(len(args)):
         if static_positions and i in static_positions:
             words_push(sig, TAG_STATIC)
-            statics.append(static_key(args[i]))
+            t = type(args[i])
+            # pytree.static_key's own answer for these types, without the call
+            statics.append((t, args[i]) if t is int or t is str or t is bool or args[i] is None
+                           else static_key(args[i]))
             continue
         if encode_value(args[i], sig, vals, leaves, keys) != ENCODED:
             return NOT_ENCODABLE
     return ENCODED
-
-
-def static_key(value):
-    """What a static argument's value is keyed by: its type as well as its value (1 and 1.0,
-    np.float64(2) and 2.0 trace differently), floats by their bits (0.0 and -0.0 differ; every
-    NaN of one sign is one key, so a static NaN does not re-trace on every call)."""
-    t = type(value)
-    if t is float or isinstance(value, np.floating):
-        f = float(value)
-        if f != f:
-            return (t, "nan", bool(np.signbit(f)))
-        return (t, struct.pack("<d", f))
-    if t is tuple:
-        return (t,) + tuple(static_key(v) for v in value)
-    if t is frozenset:
-        return (t, frozenset(static_key(v) for v in value))
-    return (t, value)
 
 
 def encode(tuple args, tuple static_positions=()):
@@ -820,6 +812,7 @@ cdef class Executable:
         self.unflatten = layout.unflatten
         self.kernel_errors = list(layout.kernel_errors)
         self.polls = layout.polls
+        self.copies_back = layout.copies_back
         self.keepalive = layout.keepalive
 
     def __dealloc__(self):
@@ -950,7 +943,7 @@ cdef class Executable:
             if not self.res_scalar[i]:
                 return <object>outs[k]
             Py_INCREF(<object>outs[k])         # PyArray_Return steals one reference...
-            ref = array_return(outs[k])        # ...and returns a new one to the scalar
+            ref = array_return(<PyArrayObject *>outs[k])   # ...and returns a new one to the scalar
             result = <object>ref
             Py_XDECREF(ref)
             return result
@@ -973,9 +966,13 @@ cdef class Executable:
     cdef int _check_mutated(self, int64_t *leaf_words, PyObject **leaf_objs) except -1:
         """Arguments written in place must be writeable and distinct from the others: the
         byte ranges the recorder knows are compared here; only where two ranges meet does
-        np.shares_memory decide (x[::2] and x[1::2] interleave without sharing)."""
-        cdef Py_ssize_t i, j, m
+        np.shares_memory decide (x[::2] and x[1::2] interleave without sharing), except
+        between two arguments that the program copies back whole (copies_back: a crossing
+        backend's TO_HOST of each one's byte span), where the second copy would undo the
+        first one's writes: those are aliased, and get a program of their own (one span)."""
+        cdef Py_ssize_t i, j, k, m
         cdef int64_t a0, a1, b0, b1
+        cdef bint both_copied
         for i in range(self.nmutated):
             m = self.mutated[i]
             leaf = <object>leaf_objs[m]
@@ -989,10 +986,18 @@ cdef class Executable:
                     continue
                 b0 = leaf_words[j] + self.leaf_lo[j]
                 b1 = leaf_words[j] + self.leaf_hi[j]
+                if not (a0 < b1 and b0 < a1):
+                    continue
+                both_copied = False
+                if self.copies_back and type(leaf) is not DeviceArray and \
+                        type(<object>leaf_objs[j]) is not DeviceArray:
+                    for k in range(self.nmutated):
+                        if self.mutated[k] == j:
+                            both_copied = True
                 # device arrays: their byte ranges decide (NumPy cannot look at them)
-                if a0 < b1 and b0 < a1 and (
-                        type(leaf) is DeviceArray or type(<object>leaf_objs[j]) is DeviceArray
-                        or np.shares_memory(leaf, <object>leaf_objs[j])):
+                if (both_copied or type(leaf) is DeviceArray or
+                        type(<object>leaf_objs[j]) is DeviceArray or
+                        np.shares_memory(leaf, <object>leaf_objs[j])):
                     raise AliasedArgumentsError(
                         f"argument leaf {m} is updated in place and overlaps argument leaf "
                         f"{j}; fastlaunch treats arguments as distinct arrays: pass a copy",
@@ -1149,7 +1154,8 @@ cdef class Entry:
     cdef uint64_t last_used
     cdef public object info
     # None, or a callable (call args, program result) -> result that applies the trace's side
-    # effects on argument containers; only calls with containers (never the flat path) have it
+    # effects on argument containers (only calls with containers have it), or the finishing
+    # of an fl.iterate loop's results (flat calls too)
     cdef public object post
 
     def __cinit__(self, *args, **kwargs):
@@ -1288,16 +1294,20 @@ cdef class Dispatcher:
         self._tick += 1
         entry.last_used = self._tick
         self._mru = entry
-        if entry.executable.nmutated:
+        if entry.executable.nmutated or entry.post is not None:
             return self._hit_mutating(entry, vals, objs, args)
         return entry.executable.invoke(vals, objs)
 
     cdef object _hit_mutating(self, Entry entry, int64_t *vals, PyObject **objs, tuple args):
-        # arguments updated in place may alias others: such a call has programs of its own
+        # arguments updated in place may alias others: such a call has programs of its own;
+        # an entry with a post (fl.iterate's loops that put their results together) runs it
         try:
-            return entry.executable.invoke(vals, objs)
+            result = entry.executable.invoke(vals, objs)
         except AliasedArgumentsError as err:
             return self._on_aliased(args, {}, err)
+        if entry.post is not None:
+            return entry.post(args, result)
+        return result
 
     def _on_aliased(self, args, kwargs, err):
         """A call whose in-place argument overlaps another (err: AliasedArgumentsError)."""

@@ -36,13 +36,14 @@ from fastlaunch._launch cimport *
 cimport numpy as cnp
 import numpy as np
 
+from fastlaunch import env as _env
 from fastlaunch.errors import BackendUnavailableError, CUDAError
 
 cnp.import_array()
 
 cdef extern from "csrc/cuda_driver.h" nogil:
     int FL_CU_NO_LIBRARY
-    int fl_cu_init(int ordinal, char *msg, size_t msglen)
+    int fl_cu_init(int ordinal, const char *library, char *msg, size_t msglen)
     int fl_cu_ready()
     const char *fl_cu_error_name(int code)
     const char *fl_cu_error_string(int code)
@@ -97,8 +98,10 @@ def driver_error(int ordinal=0):
     global _driver_message
     cdef char msg[512]
     cdef int status
+    cdef bytes library = (_env.libcuda_path() or "").encode()
+    cdef const char *path = library
     with nogil:
-        status = fl_cu_init(ordinal, msg, sizeof(msg))
+        status = fl_cu_init(ordinal, path, msg, sizeof(msg))
     if status == 0:
         return None
     if _driver_message is None:

@@ -24,6 +24,15 @@ def interleaved(runners: dict, min_batch_seconds: float = 0.02, batches: int = 7
                 max_calls: int = 200_000, settle_seconds: float = SETTLE_SECONDS) -> dict:
     """{name: callable()} -> {name: median seconds per call}, timed in alternating batches,
     each after `settle_seconds` of idle time (see SETTLE_SECONDS)."""
+    samples = interleaved_samples(runners, min_batch_seconds, batches, max_calls, settle_seconds)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+def interleaved_samples(runners: dict, min_batch_seconds: float = 0.02, batches: int = 7,
+                        max_calls: int = 200_000,
+                        settle_seconds: float = SETTLE_SECONDS) -> dict:
+    """As `interleaved`, but {name: [seconds per call of each batch]}: batch i of every runner
+    ran back to back, so their ratios batch by batch show how steady the machine was."""
     sizes = {}
     for name, run in runners.items():
         run()                                     # warm up (and trace, for compiled runners)
@@ -47,7 +56,13 @@ def interleaved(runners: dict, min_batch_seconds: float = 0.02, batches: int = 7
             for _ in range(n):
                 run()
             samples[name].append((time.perf_counter() - t0) / n)
-    return {name: statistics.median(s) for name, s in samples.items()}
+    return samples
+
+
+def swing(samples: dict, a: str, b: str) -> tuple[float, float]:
+    """(lowest, highest) batch-by-batch ratio a / b of interleaved_samples' times."""
+    ratios = [x / y for x, y in zip(samples[a], samples[b]) if y > 0]
+    return (min(ratios), max(ratios)) if ratios else (float("nan"), float("nan"))
 
 
 def copy_bandwidth(nbytes: int = 256 << 20, repeats: int = 9) -> float:

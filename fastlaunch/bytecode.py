@@ -11,6 +11,10 @@ The verifier is what makes a program safe to run: every index, count and element
 interpreter or a kernel uses is checked against the tables (and, for a loaded program,
 against the argument signature), so a program that passes cannot address memory outside its
 buffers, whatever file it came from.
+
+Size: over 1,000 lines: the verifier (about half of it) must read exactly the tables the
+assembler and the serialiser write, so the program and its checks are kept together; the
+verifier is the part to move out if the opcode table grows.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ._launch import Opcode, Routine, Space
+from .kernel import ArgKind  # noqa: F401  (re-exported: how a kernel takes an argument word)
 from .leaves import element_range
 
 # Operand names per opcode, for the disassembler; their count must match the width in the enum.
@@ -205,13 +210,6 @@ class SlotRole(str, enum.Enum):
     RNG = "rng"
     ALIAS = "alias"
     COUNTER = "counter"
-
-
-class ArgKind(str, enum.Enum):
-    """How a kernel takes an argument word (_launch.ArgKind)."""
-    BUFFER = "buffer"
-    SCALAR = "scalar"
-    STATUS = "status"
 
 
 SPACE_NAMES = {Space.SPACE_HOST: "host", Space.SPACE_DEVICE: "device"}
@@ -1409,7 +1407,7 @@ class _CodeVerifier:
         # the result (a recorded call writes each matrix's own result; zero batch strides
         # could otherwise repeat one small call 2^56 times)
         items = sizes[0] * sizes[1]
-        for slot, lo, hi, w in libcall_extents(routine, list(ops[1:])):
+        for _, lo, hi, w in libcall_extents(routine, list(ops[1:])):
             if w and hi >= lo and items > hi - lo + 1:
                 self.err(f"{where}: a batch of {items} {info.name} calls for a result of "
                          f"{hi - lo + 1} elements (at most one per element)")
@@ -1462,7 +1460,7 @@ class _CodeVerifier:
             st.vals.pop(dst, None)
 
     def bind(self, where, ops, st: _State):
-        p, nslots = self.p, self.nslots
+        p = self.p
         args_at, list_at, count = ops
         if count < 0 or not 0 <= list_at <= list_at + count <= len(p.arg_lists):
             self.err(f"{where}: argument list [{list_at}, +{count}) out of range")
@@ -1523,7 +1521,9 @@ class _CodeVerifier:
             if not 0 <= s < nslots:
                 continue
             info = p.slots[s]
-            if (kind == ArgKind.SCALAR) != (info.role in (SlotRole.PARAM, SlotRole.RNG)) or \
+            # a scalar argument: a parameter, the random key, or a loop's iteration number
+            if (kind == ArgKind.SCALAR) != (info.role in (SlotRole.PARAM, SlotRole.RNG,
+                                                          SlotRole.COUNTER)) or \
                     (kind == ArgKind.STATUS) != (info.role == SlotRole.STATUS):
                 self.err(f"{where}: argument {i} of {k.name} wants a {_text(kind)}, slot {s} "
                          f"is {_text(info.role)}")

@@ -31,7 +31,7 @@ import stat
 import struct
 import warnings
 
-from . import forking
+from . import env, forking
 
 MAGIC = b"FLKOBJ\x00\x01"
 FORMAT_VERSION = 2
@@ -55,9 +55,9 @@ class CacheTrustWarning(RuntimeWarning):
 
 def default_cache_dir() -> str | None:
     """FASTLAUNCH_CACHE_DIR if set ("" disables the disk cache), else the user cache dir."""
-    env = os.environ.get("FASTLAUNCH_CACHE_DIR")
-    if env is not None:
-        return env or None
+    folder = env.cache_dir()
+    if folder is not None:
+        return folder or None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "fastlaunch")
 
@@ -68,8 +68,7 @@ def kernel_key(ir_text: str, target_key: str) -> str:
 
 def trust_mode() -> str:
     """"private" (the default: the ownership and mode rules apply) or "shared"."""
-    value = os.environ.get(TRUST_ENV, "").strip().lower()
-    return "shared" if value == "shared" else "private"
+    return env.cache_trust()
 
 
 # ---- the trust rules, as functions of stat results (tests feed them made-up ones) ---------

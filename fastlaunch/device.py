@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import env
 from ._core import DeviceArray
 from .backends import get_backend
 
@@ -17,14 +18,22 @@ __all__ = ["DeviceArray", "to_device"]
 
 def to_device(arr, backend: str | None = None) -> DeviceArray:
     """A DeviceArray holding a copy of `arr` in the memory of `backend` ("cuda", or "devsim"
-    for tests; None: FASTLAUNCH_BACKEND, else cuda)."""
-    import os
-    name = backend or os.environ.get("FASTLAUNCH_BACKEND") or "cuda"
-    b = get_backend(name)
-    if not hasattr(b, "to_device"):
+    for tests; None: FASTLAUNCH_BACKEND, else cuda).  A compiled function given one binds it
+    without a copy and returns DeviceArrays; `.numpy()` copies one back.
+
+    Example (on the devsim test backend; with a GPU: backend="cuda"):
+        >>> import numpy as np, fastlaunch as fl
+        >>> x = fl.to_device(np.arange(3.0), "devsim")
+        >>> twice = fl.compile(lambda a: a * 2, backend="devsim")
+        >>> twice(x).numpy()
+        array([0., 2., 4.])
+    """
+    name = backend or env.backend_name() or "cuda"
+    be = get_backend(name)
+    if not hasattr(be, "to_device"):      # an optional member (backends/base.py)
         raise ValueError(f"backend {name!r} has no device memory (device arrays need 'cuda', "
                          f"or 'devsim' in tests)")
     a = np.asarray(arr)
     if a.dtype.kind not in "biufc":
         raise TypeError(f"to_device: dtype {a.dtype} is not supported")
-    return b.to_device(a)
+    return be.to_device(a)

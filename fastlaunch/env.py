@@ -16,17 +16,34 @@ FASTLAUNCH_LOG
     at each trace (it may be switched on and off while a program runs).  An unrecognised
     value warns and logs, rather than raising: a logging switch must not stop a computation.
 FASTLAUNCH_CACHE_DIR
-    by cache.py: any folder; "" disables the disk cache.
+    when a backend opens its kernel disk cache (cache.default_cache_dir): any folder; ""
+    disables the disk cache (the one variable whose empty value is not its default).
+FASTLAUNCH_CACHE_TRUST
+    when the cache folder is checked (cache.py): "shared" trusts a folder other users can
+    write; "private" (the default) refuses one (docs/security.md).
 FASTLAUNCH_MATH
-    when the CPU backend is created (the first CPU compile): "inline" (the default: exp, log,
-    sin, cos, tanh, ... as inlined polynomials, codegen/vmath.py) or "libm" (glibc's libm and
-    libmvec, bit for bit).  It is part of the backend's target key, so cached kernels of the
-    two modes never mix.
+    when the CPU backend is created (the first CPU compile): "auto" (the default: the exp and
+    log families as inlined polynomials, codegen/vmath.py, sin/cos/tanh from glibc's
+    libmvec), "inline" (all of them inlined) or "libm" (glibc's libm and libmvec, bit for
+    bit).  It is part of the backend's target key, so cached kernels of the modes never mix.
+FASTLAUNCH_NO_LIBMVEC
+    when the CPU backend is created: on (1/true/yes/on) keeps libmvec out (vector math calls
+    become scalar libm calls or inline code); for testing those paths.
 FASTLAUNCH_BLAS
     when the first program with a library call (matrix product, np.linalg) is linked
     (backends/library.py): "numpy" (the OpenBLAS NumPy itself is linked with, when it is
     NumPy's bundled scipy-openblas64), "scipy" (scipy.linalg.cython_blas/cython_lapack), or
     unset: NumPy's where available, else SciPy's.
+FASTLAUNCH_CUDA_ARCH
+    when the CUDA backend is created: the GPU arch kernels are compiled for ("sm_80", ...;
+    the backend checks it is one it knows); unset: the device's, else sm_90.
+FASTLAUNCH_LIBDEVICE, FASTLAUNCH_PTXAS
+    when the CUDA backend is created: the path of libdevice.10.bc (a file) and of ptxas (an
+    executable); "" says there is none (kernels that call math functions do not lower;
+    the driver compiles the PTX); unset: looked for in the nvidia wheels and the toolkit.
+FASTLAUNCH_LIBCUDA
+    when the CUDA driver is first opened (_cuda.driver_error): the driver library to dlopen;
+    unset: libcuda.so.1.
 
 Nothing here imports the rest of fastlaunch (_core imports this module while it loads).
 """
@@ -38,7 +55,8 @@ import warnings
 
 __all__ = ["EnvironmentVariableError", "num_threads", "pool_limit_bytes", "log_enabled",
            "backend_name", "math_mode", "MATH_MODES", "blas_choice", "DEFAULT_POOL_LIMIT_MB",
-           "MAX_POOL_LIMIT_MB"]
+           "MAX_POOL_LIMIT_MB", "cache_dir", "cache_trust", "no_libmvec", "cuda_arch",
+           "libdevice_path", "ptxas_path", "libcuda_path"]
 
 DEFAULT_POOL_LIMIT_MB = 4096
 MAX_POOL_LIMIT_MB = (2**63 - 1) >> 20          # the limit in bytes must fit an int64
@@ -126,6 +144,8 @@ def math_mode() -> str:
                                        f"expected one of {', '.join(MATH_MODES)} (unset: "
                                        f"auto)")
     return word
+
+
 def blas_choice() -> str | None:
     """FASTLAUNCH_BLAS: "numpy", "scipy", or None when unset (the default order)."""
     value = _raw("FASTLAUNCH_BLAS")
@@ -135,3 +155,85 @@ def blas_choice() -> str | None:
         raise EnvironmentVariableError(f"environment variable FASTLAUNCH_BLAS={value!r}: "
                                        f"expected 'numpy' or 'scipy'")
     return value.strip().lower()
+
+
+def _switch(name: str) -> bool:
+    """An on/off variable: unset or off words are False, on words True, anything else an
+    error."""
+    value = _raw(name)
+    if value is None or value.strip().lower() in _OFF:
+        return False
+    if value.strip().lower() not in _ON:
+        raise EnvironmentVariableError(f"environment variable {name}={value!r}: expected one "
+                                       f"of {', '.join(_ON)} (on) or {', '.join(_OFF)} (off)")
+    return True
+
+
+def cache_dir() -> str | None:
+    """FASTLAUNCH_CACHE_DIR as set: None when unset, "" when set empty (no disk cache)."""
+    value = os.environ.get("FASTLAUNCH_CACHE_DIR")
+    if value is None or not value.strip():
+        return value if value is None else ""
+    return value
+
+
+def cache_trust() -> str:
+    """FASTLAUNCH_CACHE_TRUST: "private" (the default) or "shared"."""
+    value = _raw("FASTLAUNCH_CACHE_TRUST")
+    if value is None:
+        return "private"
+    word = value.strip().lower()
+    if word not in ("private", "shared"):
+        raise EnvironmentVariableError(f"environment variable FASTLAUNCH_CACHE_TRUST="
+                                       f"{value!r}: expected 'shared' or 'private' (unset: "
+                                       f"private)")
+    return word
+
+
+def no_libmvec() -> bool:
+    """FASTLAUNCH_NO_LIBMVEC: whether the CPU backend leaves libmvec out."""
+    return _switch("FASTLAUNCH_NO_LIBMVEC")
+
+
+_ARCH = re.compile(r"sm_[0-9]+a?")
+
+
+def cuda_arch() -> str | None:
+    """FASTLAUNCH_CUDA_ARCH ("sm_80", ...), or None when unset (the CUDA backend checks that
+    it knows the arch)."""
+    value = _raw("FASTLAUNCH_CUDA_ARCH")
+    if value is None:
+        return None
+    if not _ARCH.fullmatch(value.strip()):
+        raise EnvironmentVariableError(f"environment variable FASTLAUNCH_CUDA_ARCH={value!r}: "
+                                       f"expected a GPU arch such as sm_80 or sm_90a")
+    return value.strip()
+
+
+def _tool(name: str, what: str, usable) -> str | None:
+    """A tool's path: None when unset, "" when set empty (there is none), else a path that
+    `usable` accepts."""
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        return value if value is None else ""
+    if not usable(value):
+        raise EnvironmentVariableError(f"environment variable {name}={value!r}: expected the "
+                                       f"path of {what} (\"\": none)")
+    return value
+
+
+def libdevice_path() -> str | None:
+    """FASTLAUNCH_LIBDEVICE: None when unset, "" for none, else the path of a file."""
+    return _tool("FASTLAUNCH_LIBDEVICE", "libdevice.10.bc", os.path.isfile)
+
+
+def ptxas_path() -> str | None:
+    """FASTLAUNCH_PTXAS: None when unset, "" for none, else the path of an executable."""
+    return _tool("FASTLAUNCH_PTXAS", "ptxas (an executable file)",
+                 lambda p: os.path.isfile(p) and os.access(p, os.X_OK))
+
+
+def libcuda_path() -> str | None:
+    """FASTLAUNCH_LIBCUDA: the driver library to open, or None (libcuda.so.1).  Not checked
+    here: dlopen's own message says why a path does not load."""
+    return _raw("FASTLAUNCH_LIBCUDA")

@@ -46,6 +46,11 @@ def caught_where(err: BaseException) -> str:
     return f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno} (in {tb.tb_frame.f_code.co_name})"
 
 
+class FrozenValueWarning(UserWarning):
+    """A Python function whose result changes from call to call (`random.random()`,
+    `time.time()`) was called while tracing: its value is frozen into the program."""
+
+
 class BackendUnavailableError(RuntimeError):
     """A backend that this process cannot run on: backend="cuda" without an NVIDIA driver, a
     GPU, or fastlaunch's CUDA extension.  Lowering (`Compiled.lower`) still works."""

@@ -11,9 +11,14 @@ packed dims, so each store reads its entry.  In-place updates of inputs are writ
 after every read of the old values, and through a temporary where a kernel would read what it
 overwrites; their indices are checked before the first write, so a bad index leaves the
 inputs untouched.
+
+Size: over 1,000 lines: the fusion rules share the fuser's state (buffers, users, what is
+materialised), so they stay in one module until the IR-and-fusion folder of issue 26's layout
+gives the rule families (row, sibling, pack) files of their own.
 """
 from __future__ import annotations
 
+import enum
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -24,7 +29,8 @@ from . import ops
 from .ir import Graph, Kind, Node, Op
 from .leaves import contiguous_strides
 from .kernel import (RANDOM_COST, TRANSCENDENTAL, TRANSCENDENTAL_COST, Compute, Const, DivMod,
-                     Folded, Index, IndexValue, LibraryCall, Phase, accumulator_dtype, Kernel,
+                     Folded, Index, IndexValue, LibraryCall, LoopBegin, LoopEnd, Phase,
+                     accumulator_dtype, Kernel,
                      KernelArg, Load, Pick, Random, Reduced, Reduction, Scalar, Sort, Store,
                      address, coalesce, expression_operands, idents, index_picks, is_kernel,
                      set_extents, simplify, walk)
@@ -48,7 +54,8 @@ _ROW_OPS = (Op.SUM, Op.PROD, Op.MAX, Op.MIN, Op.ANY, Op.ALL)
 _EPILOGUE_OPS = (Op.SUM, Op.PROD, Op.MAX, Op.MIN, Op.ANY, Op.ALL)
 
 _UPDATES = (Kind.UPDATE, Kind.SCATTER)
-_SCALAR_ROLES = ("param", "rng")      # buffers passed to kernels by value
+_LOOP_IDS = itertools.count()         # loop labels in plans (for reading; record matches by nesting)
+_SCALAR_ROLES = ("param", "rng", "iter")      # buffers passed to kernels by value
 
 # A store kernel whose values read a pack (ir.Op.PACK) at its own index unrolls the pack's
 # trailing dims, up to this many elements (a 16 x 16 matrix): each store then reads its
@@ -57,15 +64,33 @@ _SCALAR_ROLES = ("param", "rng")      # buffers passed to kernels by value
 UNROLL_PACKED = 256
 
 
+class BufferRole(str, enum.Enum):
+    """What a plan buffer holds.  A str enum: it compares equal to (and prints as) its
+    value."""
+    INPUT = "input"      # an array argument
+    PARAM = "param"      # a scalar argument
+    CONST = "const"      # an array the trace captured
+    OUTPUT = "output"    # a result
+    TEMP = "temp"        # a materialised intermediate
+    STATUS = "status"    # the call's error word
+    RNG = "rng"          # the call's random key
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass
 class Buffer:
     id: int
-    role: str            # input | const | param | output | temp | status
+    role: BufferRole     # given as a BufferRole or its value
     dtype: np.dtype
     size: int            # elements (0 for params)
     ref: int = -1        # input/param position, const index or output index
     strides: tuple = ()  # element strides of the buffer as the kernels address it
     shape: tuple = ()
+
+    def __post_init__(self):
+        self.role = BufferRole(self.role)
 
 
 @dataclass
@@ -206,7 +231,7 @@ class _Fuser:
 
     # ---- buffers ---------------------------------------------------------------------------
     def new_buffer(self, role, dtype, shape=(), ref=-1, strides=None) -> Buffer:
-        size = int(np.prod(shape, dtype=np.int64)) if role not in ("param", "status", "rng") \
+        size = int(np.prod(shape, dtype=np.int64)) if role not in _SCALAR_ROLES + ("status",) \
             else 0
         buf = Buffer(len(self.plan.buffers), role, np.dtype(dtype), size, ref,
                      contiguous_strides(shape) if strides is None else tuple(strides), tuple(shape))
@@ -229,6 +254,8 @@ class _Fuser:
                 buf = self.new_buffer("const", node.dtype, node.shape, node.attrs["index"])
             elif node.op is Op.RNG_KEY:
                 buf = self.new_buffer("rng", node.dtype, ())
+            elif node.op is Op.ITER:
+                buf = self.new_buffer("iter", node.dtype, ())
             else:
                 buf = self.new_buffer("param", node.dtype, (), node.attrs["position"])
             self.buffer_of[node.index] = buf
@@ -263,7 +290,7 @@ class _Fuser:
             elif node.size and (_needs_buffer(node) or node.index in self.cuts):
                 if node.index not in self.buffer_of:
                     self.materialize(node, into=buf)
-                else:
+                elif self.buffer_of[node.index] is not buf:
                     late.append(i)
         # what the groups read first: a reduction among it may take in another group
         for shape in list(self._pending):
@@ -503,6 +530,10 @@ class _Fuser:
         buf = self.buffer_of.get(node.index)
         if buf is not None:
             return buf
+        if node.op.kind is Kind.LOOP:
+            self.emit_loop(node if node.op is Op.LOOP else node.inputs[0],
+                           {node.index: into} if into is not None else {})
+            return self.buffer_of.get(node.index)
         if node.op.kind is Kind.LEAF and node.op is not Op.LITERAL:
             return self.leaf_buffer(node)
         if into is None and node.op is Op.PACK:
@@ -691,6 +722,134 @@ class _Fuser:
             lays.append((0, bstrides[i][0], bstrides[i][1], rs, cs))
         self.plan.kernels.append(LibraryCall(fn, node.dtype, (bsizes[0], bsizes[1]) + sizes,
                                              args, lays, fn))
+
+    # ---- loops (Op.LOOP, loops.py) --------------------------------------------------------
+    def emit_loop(self, loop: Node, into: dict):
+        """The loop's steps: LoopBegin, its body's steps (the body graph fused on its own,
+        its buffers merged into this plan), LoopEnd.  Every result of the loop (its loop_out
+        nodes among the live ones; `into`: {node index: buffer} of those that are results)
+        gets its buffer; the loop node itself is marked done."""
+        if loop.index in self.buffer_of:
+            return
+        a = loop.attrs
+        body: Graph = a["body"]
+        k, nrec, n = a["ncarry"], a["ncollect"], a["n"]
+        users = self._users().get(loop.index, ())
+        outs = [self.graph.nodes[i] for i in sorted(users)
+                if self.graph.nodes[i].op is Op.LOOP_OUT]
+        results = {node.index: i for i, node in enumerate(self.graph.outputs)}
+        for o in outs:
+            if o.index in results and o.index not in into:
+                into[o.index] = self.output_buffer(results[o.index])
+        # the operands: carried values from C-ordered buffers the body's first iteration
+        # reads (never written: the loop writes its own buffers), the rest where they are
+        inits = []
+        for x in loop.inputs[:k]:
+            buf = self.materialize(x) if x.op.kind is not Kind.LEAF or x.op is Op.LITERAL \
+                else self.leaf_buffer(x)
+            if buf is None or buf.strides != contiguous_strides(x.shape) or \
+                    buf.role not in ("input", "temp", "const", "output"):
+                buf = self.materialize_copy(x)
+            inits.append(buf)
+        read = {nd.attrs["position"]: nd.op for nd in body.live_nodes()
+                if nd.op in (Op.ARG, Op.PARAM)}
+        imports = []
+        for j, x in enumerate(loop.inputs[k:]):
+            if k + j not in read:
+                buf = None                # a value the body's trace looked at, never read
+            elif (read[k + j] is Op.PARAM) != (x.op in (Op.PARAM, Op.ITER)):
+                if read[k + j] is Op.PARAM:
+                    raise ValueError(f"loop {loop.index}: leaf {k + j} is read by value but "
+                                     f"its value is computed")
+                buf = self.materialize_copy(x)     # a parameter read from memory
+            elif x.op in (Op.PARAM, Op.ITER, Op.ARG, Op.CONST):
+                buf = self.leaf_buffer(x)
+            elif x.op is Op.RNG_KEY:
+                raise ValueError("a loop body cannot read the random key")
+            else:
+                buf = self.materialize(x) if _needs_buffer(x) or x.op.kind is not Kind.VIEW \
+                    and x.op is not Op.LITERAL else None
+                if buf is None or buf.role in ("alias",):
+                    buf = self.materialize_copy(x)
+            imports.append(buf)
+        label = f"L{next(_LOOP_IDS)}"
+
+        def temp(node_or_shape, dtype=None) -> Buffer:
+            if isinstance(node_or_shape, Node):
+                return self.new_buffer("temp", node_or_shape.dtype, node_or_shape.shape)
+            return self.new_buffer("temp", dtype, node_or_shape)
+        # carried: two buffers taking turns (the final one a result's, where it is one)
+        finals = {o.attrs["what"][1]: o for o in outs if o.attrs["what"][0] == "carry"}
+        carried, reads, writes = [], [], []
+        for c in range(k):
+            x = loop.inputs[c]
+            final = into.get(finals[c].index) if c in finals else None
+            final = final or temp(x)
+            read = self.new_buffer("alias", x.dtype, x.shape)
+            write = self.new_buffer("alias", x.dtype, x.shape)
+            carried.append((inits[c].id, read.id, write.id, temp(x).id, final.id))
+            reads.append(read)
+            writes.append(write)
+            if c in finals:
+                self.buffer_of[finals[c].index] = final
+        # collected results: the body writes a row alias moved over the stack every iteration
+        rows, row_out = [], {}
+        for o in outs:
+            what = o.attrs["what"]
+            if what[0] == "collect":
+                stack = into.get(o.index) or temp(o)
+                v = body.outputs[k + what[1]]
+                row = self.new_buffer("alias", v.dtype, v.shape)
+                rows.append((row.id, stack.id, what[2]))
+                row_out[what[1]] = row
+                self.buffer_of[o.index] = stack
+        checkpoints = []
+        for o in outs:
+            what = o.attrs["what"]
+            if what[0] == "checkpoint":
+                stack = into.get(o.index) or temp(o)
+                x = loop.inputs[what[1]]
+                row = self.new_buffer("alias", x.dtype, x.shape)
+                checkpoints.append((what[1], row.id, stack.id, what[2]))
+                self.buffer_of[o.index] = stack
+        flag = temp((), np.bool_) if a["until"] else None
+        # the body, fused on its own: leaves are the read aliases and the imports
+        layouts = {c: contiguous_strides(loop.inputs[c].shape) for c in range(k)}
+        layouts.update({k + j: b.strides for j, b in enumerate(imports) if b is not None})
+        sub = _Fuser(unroll_small_reductions(body), layouts)
+        bplan = sub.run()
+        own_iter = next((sub.buffer_of[nd.index].id for nd in sub.graph.live_nodes()
+                         if nd.op is Op.ITER and nd.index in sub.buffer_of), None)
+        iter_buf = self.new_buffer("iter", np.int64, ()) if own_iter is not None else None
+        m: dict[int, int] = {}
+        for b in bplan.buffers:
+            if b.id == own_iter:
+                m[b.id] = iter_buf.id
+            elif b.role == "input" or b.role == "param":
+                m[b.id] = reads[b.ref].id if b.ref < k else imports[b.ref - k].id
+            elif b.role == "output":
+                if b.ref < k:
+                    m[b.id] = writes[b.ref].id
+                elif b.ref < k + nrec:
+                    r = b.ref - k
+                    m[b.id] = row_out[r].id if r in row_out else temp(b.shape, b.dtype).id
+                else:
+                    m[b.id] = flag.id
+            elif b.role == "status":
+                m[b.id] = self.status_buffer().id
+            elif b.role == "rng":
+                raise ValueError("a loop body cannot draw random numbers")
+            else:
+                nb = self.new_buffer(b.role, b.dtype, b.shape, b.ref, b.strides)
+                nb.size = b.size
+                m[b.id] = nb.id
+        self.plan.kernels.append(LoopBegin(label, n, carried, rows, checkpoints,
+                                           None if flag is None else flag.id,
+                                           None if iter_buf is None else iter_buf.id))
+        for step in bplan.kernels:
+            self.plan.kernels.append(_remapped(step, m))
+        self.plan.kernels.append(LoopEnd(label))
+        self.buffer_of[loop.index] = None
 
     def materialize_copy(self, node: Node) -> Buffer:
         """A C-ordered temporary holding node's value (a copy when it is a view)."""
@@ -1064,9 +1223,19 @@ def _reaches(roots, target: Node) -> bool:
     return False
 
 
+def _remapped(step, m: dict):
+    """A body's plan step with its buffer ids mapped into the enclosing plan's."""
+    from dataclasses import replace as _replace
+    if isinstance(step, LoopBegin):
+        return step.remapped(m)
+    if isinstance(step, LoopEnd):
+        return step
+    return _replace(step, args=[_replace(a, buffer=m[a.buffer]) for a in step.args])
+
+
 def _needs_buffer(node: Node) -> bool:
     return node.op.kind in (Kind.REDUCE, Kind.SCAN, Kind.SCATTER, Kind.UPDATE, Kind.SORT,
-                            Kind.LIBRARY) or (node.op is Op.PACK and node.attrs["stage"])
+                            Kind.LIBRARY, Kind.LOOP) or (node.op is Op.PACK and node.attrs["stage"])
 
 
 def unrolled_maps(shape, k: int) -> list:
@@ -1296,7 +1465,7 @@ class _KernelBuilder:
             return self._intern(Folded(len(k.prelude) - 1, node.dtype))
         if op is Op.LITERAL:
             return self._intern(Const(node.attrs["value"], node.dtype))
-        if op in (Op.PARAM, Op.RNG_KEY):
+        if op in (Op.PARAM, Op.RNG_KEY, Op.ITER):
             buf = self.fuser.leaf_buffer(node)
             return self._intern(Scalar(self.arg(buf, "scalar"), node.dtype))
         if op is Op.RANDOM:

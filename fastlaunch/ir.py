@@ -57,10 +57,13 @@ class Kind(enum.Enum):
     SORT = "sort"                # orders its operand along one axis
     LIBRARY = "library"          # dense linear algebra over the last two dims (np.linalg)
     PACK = "pack"                # values of one shape laid side by side along trailing dims
+    LOOP = "loop"                # a body graph run n times over carried values (loops.py)
 
 
 class Op(enum.Enum):
     """Every operation the IR knows.  The value is (printed name, kind, arity); arity -1 is variadic."""
+    kind: Kind
+    arity: int
 
     def __new__(cls, name, kind, arity):
         member = object.__new__(cls)
@@ -217,6 +220,26 @@ class Op(enum.Enum):
     # the entries and what consumes them fuse into one kernel.  stage=True: always
     # materialised (one kernel stores every operand), a barrier that bounds kernel sizes
     PACK = ("pack", Kind.PACK, -1)
+    # mark(x) role=... tag=...: x itself, seen by differentiation (adjoint.py) only.  role
+    # "var": a fresh variable that a gradient is taken with respect to (the tag keeps two
+    # differentiations of one value apart); "stop": fl.stop_gradient; "custom": an output of
+    # a fl.custom_vjp function, whose rule is the user's.  Every mark is removed when the
+    # trace ends (`strip_marks`): fusion and the backends never see one.
+    MARK = ("mark", Kind.ELEMENTWISE, 1)
+    # loop(init_0, ..., init_{k-1}, inv_0, ...) body=Graph n=... ncarry=k until=...: the body
+    # graph (its ARG 0..k-1 the carried values, then the loop-invariant ones; its outputs the
+    # k new carried values, then the collected ones, then with `until` a bool flag) run n
+    # times, stopping after the first iteration whose flag is set.  The node itself is no
+    # value (bool[]): its results are loop_out nodes of it (loops.py).
+    LOOP = ("loop", Kind.LOOP, -1)
+    # loop_out(loop) what=...: one result of a loop: ("carry", c) the final value of carried
+    # c; ("collect", r, every) collected value r of iterations every, 2 every, ... and the
+    # last (ceil(n / every) rows); ("checkpoint", c, every) carried c at the start of
+    # iterations 0, every, 2 every, ... (ceil(n / every) rows; what a backward pass restarts
+    # from: adjoint rule in loops.py)
+    LOOP_OUT = ("loop_out", Kind.LOOP, 1)
+    # the iteration number (int64, from 0) of the innermost loop whose body holds this node
+    ITER = ("iter", Kind.LEAF, 0)
 
     def __repr__(self):
         return f"Op.{self.name}"
@@ -291,6 +314,18 @@ class Graph:
         self.checks: list = []
         self.check: Node | None = None
         self.check_errors: list = []
+        # a loop body traced inside another graph: enclosing(node, its graph) -> this graph's
+        # leaf for a value of an enclosing graph (loops.py)
+        self.enclosing = None
+        # while the traced function runs: per node, where in its code it was made (trace.py's
+        # `site`, a callable), for rolling its loops (roll.py); None: not recorded
+        self.sites: list | None = None
+        self.site = None
+        self.warned: set = set()    # warnings given once per trace (stdlib_calls.py)
+        # called with no arguments after every 4th new node (trace.py's count of the traced
+        # code's loop iterations: a sample is enough, and a call costs a walk up the stack),
+        # or None
+        self.observer = None
 
     def add(self, op: Op, dtype, shape, inputs=(), **attrs) -> Node:
         """Make a node, or return the structurally equal node that already exists."""
@@ -305,6 +340,10 @@ class Graph:
             node = Node(op, dtype, shape, inputs, attrs, len(self.nodes))
             self.nodes.append(node)
             self._interned[key] = node
+            if self.sites is not None:
+                self.sites.append(self.site() if self.site is not None else None)
+            if self.observer is not None and not len(self.nodes) & 3:
+                self.observer()
         return node
 
     def add_const(self, array: np.ndarray) -> Node:
@@ -334,6 +373,15 @@ class Graph:
         lines = []
         for n in self.live_nodes():
             names[n.index] = f"%{len(names)}"
+            if n.op is Op.LOOP:
+                # the body, indented, in its own names
+                attrs = {k: v for k, v in n.attrs.items() if k != "body"}
+                head = " ".join([n.op.value, ", ".join(names[i.index] for i in n.inputs)] +
+                                [f"{k}={_format_value(v)}" for k, v in sorted(attrs.items())])
+                lines.append(f"{names[n.index]}:{_type_text(n)} = {head} {{")
+                lines += ["    " + line for line in n.attrs["body"].format().splitlines()]
+                lines.append("}")
+                continue
             lines.append(f"{names[n.index]}:{_type_text(n)} = {_op_text(n, names, self.consts)}")
         if self.outputs:
             lines.append("return " + ", ".join(names[n.index] for n in self.outputs))
@@ -345,6 +393,33 @@ class Graph:
         return "\n".join(lines)
 
     __str__ = format
+
+    def strip_marks(self) -> None:
+        """Remove every Op.MARK (each is its operand), rebuilding the live nodes in place:
+        values that differed only by their marks become one node again (CSE)."""
+        if not any(n.op is Op.MARK for n in self.nodes):
+            return
+        live = self.live_nodes()
+        sites, self.sites = self.sites, ([] if self.sites is not None else None)
+        site, self.site = self.site, None
+        self.nodes, self._interned = [], {}
+        mapped: dict[int, Node] = {}
+        for n in live:
+            if n.op is Op.MARK:
+                mapped[n.index] = mapped[n.inputs[0].index]
+            else:
+                made = self.add(n.op, n.dtype, n.shape, [mapped[i.index] for i in n.inputs],
+                                **n.attrs)
+                if sites is not None and len(self.sites) == len(self.nodes):
+                    self.sites[-1] = sites[n.index]     # a new node keeps where it was made
+                mapped[n.index] = made
+        self.site = site
+        self.outputs = [mapped[n.index] for n in self.outputs]
+        self.writebacks = [(pos, mapped[n.index]) for pos, n in self.writebacks]
+        if self.check is not None:
+            self.check = mapped[self.check.index]
+        self.checks = [(mapped[c.index], exc, msg) for c, exc, msg in self.checks
+                       if c.index in mapped]
 
 
 def _type_text(n: Node) -> str:

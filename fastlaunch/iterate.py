@@ -23,8 +23,12 @@ and putting the results together; the loop itself is record.py's and the interpr
 """
 from __future__ import annotations
 
+import functools
 import math
+import os
 import weakref
+from typing import TYPE_CHECKING, Any, Callable, Generic, Sequence
+
 
 import numpy as np
 
@@ -32,16 +36,23 @@ from . import _core, bytecode, forking
 from ._launch import ResultKind
 from .backends.base import CallLayout
 from .fuse import Plan
-from .jit import Compiled, Lowered, _EntryInfo
+from .jit import Compiled, Lowered, P, _EntryInfo
 from .link import link_entry
 from .pytree import TreeDef, flatten
 from .record import Loop, LoopPart, record_loop
 from .saved import finish_results, save_entry
+from . import loops, ops
+from .ir import Op
+from .numpy_api import node_of
+from .trace import Tracer, current_graph, new_tracer, tracing
 
 __all__ = ["iterate", "iterated", "Iterated"]
 
 
-def iterate(step, n, *args, carry=(), collect=True, until=None, inplace=False):
+def iterate(step: Callable[..., Any], n: int, *args: Any,
+            carry: str | int | Sequence[str | int] = (), collect: bool | int = True,
+            until: Callable[..., Any] | None = None, inplace: bool = False,
+            checkpoints: int | None = None) -> Any:
     """Run `step` n times in one call, feeding the carried arguments their new values.
 
     step: a compiled function (fl.compile) or a plain one (compiled on first use).
@@ -60,14 +71,60 @@ def iterate(step, n, *args, carry=(), collect=True, until=None, inplace=False):
         then come back.
     inplace: write the final carried values into the caller's arrays (once, after the last
         iteration) and return those arrays.
+    checkpoints: when the loop is differentiated (fl.grad of a function that calls
+        fl.iterate), how many states the backward pass keeps (default about sqrt(n)); see
+        docs/gradients.md.
+
+    Called on traced values (inside fl.compile or a differentiated function), the loop
+    becomes part of the enclosing program (a loop node of its graph), so it can be
+    differentiated; with until= it then returns only the carried values.
+
+    >>> import numpy as np, fastlaunch as fl
+    >>> fl.iterate(lambda x: x * 0.5, 3, np.ones(2), carry=(0,), collect=False).tolist()
+    [0.125, 0.125]
 
     Returns the step's results with the carried ones final and the others stacked: a tuple
     (or a single value, where the step returns one), or only the carried values with
-    collect=False (the array itself when one argument is carried).  Ctrl-C stops the loop at an iteration boundary (KeyboardInterrupt); the
-    caller's arrays are then as they were, except any the step itself updates in place,
-    which hold the state of the last completed iteration (as after a Python loop
-    interrupted between two calls)."""
-    return iterated(step, n, carry=carry, collect=collect, until=until, inplace=inplace)(*args)
+    collect=False (the array itself when one argument is carried).  Ctrl-C stops the loop at
+    an iteration boundary (KeyboardInterrupt); the caller's arrays are then as they were,
+    except any the step itself updates in place, which hold the state of the last completed
+    iteration (as after a Python loop interrupted between two calls).
+
+    A repeated call with the same step and options (the same `until` function object, not a
+    new lambda each time) finds its loop program in a table, as a compiled function does:
+    it costs about a replay.
+
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> @fl.compile
+        ... def step(p, target, lr):
+        ...     r = np.sin(p) - target
+        ...     return p - lr * 2 * r * np.cos(p), np.mean(r * r)
+        >>> p, losses = fl.iterate(step, 100, np.zeros(3), np.full(3, 0.5), 0.1, carry="p")
+        >>> losses.shape, bool(losses[-1] < 1e-6)
+        ((100,), True)
+        >>> p, losses = fl.iterate(step, 100, np.zeros(3), np.full(3, 0.5), 0.1, carry="p",
+        ...                        until=lambda loss: loss < 1e-3)
+        >>> len(losses), bool(losses[-1] < 1e-3 <= losses[-2])   # stopped at the first
+        (16, True)
+    """
+    key = (n, carry, collect, until, inplace, checkpoints, type(n), type(collect))
+    try:
+        # a repeated call with the same options: the Iterated by those options as given (the
+        # types are part of the key: collect=0 is refused where collect=False is not)
+        loop = step._iterated[key]
+    except (AttributeError, KeyError, TypeError):     # a plain function, new, unhashable
+        loop = iterated(step, n, carry=carry, collect=collect, until=until, inplace=inplace,
+                        checkpoints=checkpoints)
+        if isinstance(step, Compiled):
+            try:
+                fast = step.__dict__.setdefault("_iterated", {})
+                if len(fast) >= MAX_CACHED:
+                    fast.clear()
+                fast[key] = loop
+            except TypeError:                      # unhashable options (carry as a list)
+                pass
+    return loop(*args)
 
 
 # Iterated objects of each step, by their options (a fresh lambda as `until` each call finds
@@ -78,12 +135,26 @@ _CACHE_LOCK = forking.lock(forking.TABLE)
 MAX_CACHED = 64
 
 
-def iterated(step, n, *, carry=(), collect=True, until=None, inplace=False) -> "Iterated":
+def iterated(step: Callable[P, Any], n: int, *, carry: str | int | Sequence[str | int] = (),
+             collect: bool | int = True, until: Callable[..., Any] | None = None,
+             inplace: bool = False,
+             checkpoints: int | None = None) -> Iterated[P]:
     """The loop `iterate` runs, as an object: call it with the step's arguments; `.lower()`,
-    `.dis()` show its bytecode and `.save(path, *args)` writes it for `fl.load`."""
+    `.dis()` show its bytecode and `.save(path, *args)` writes it for `fl.load`.  The same
+    step and options give the same object (and its loop programs).
+
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> step = fl.compile(lambda p, t: (p - 0.5 * (p - t), np.mean((p - t) ** 2)))
+        >>> loop = fl.iterated(step, 3, carry="p")
+        >>> p, losses = loop(np.zeros(2), np.ones(2))
+        >>> p, losses
+        (array([0.875, 0.875]), array([1.    , 0.25  , 0.0625]))
+        >>> loop.save("loop.flp", np.zeros(2), np.ones(2))    # fl.load("loop.flp") replays it
+    """
     compiled = _compiled(step)
     key = (_int_count(n), _carry_key(carry), _collect_key(collect), _fn_key(until),
-           bool(inplace))
+           bool(inplace), _checkpoints(checkpoints))
     with _CACHE_LOCK:
         table = _CACHE.setdefault(compiled, {})
         found = table.get(key)
@@ -91,7 +162,8 @@ def iterated(step, n, *, carry=(), collect=True, until=None, inplace=False) -> "
             if len(table) >= MAX_CACHED:
                 table.pop(next(iter(table)))
             found = table[key] = Iterated(compiled, n, carry=carry, collect=collect,
-                                          until=until, inplace=inplace)
+                                          until=until, inplace=inplace,
+                                          checkpoints=checkpoints)
     return found
 
 
@@ -115,6 +187,16 @@ def _int_count(n) -> int:
     if not 0 <= n <= bytecode.MAX_COUNT:
         raise ValueError(f"fl.iterate: n must be from 0 to {bytecode.MAX_COUNT}, got {n}")
     return n
+
+
+def _checkpoints(value):
+    """The checkpoint budget of a differentiated loop: None (about sqrt(n)) or an int >= 1."""
+    if value is None:
+        return None
+    if type(value) is bool or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"fl.iterate: checkpoints must be an int >= 1 (how many states the "
+                         f"gradient keeps), got {value!r}")
+    return int(value)
 
 
 def _carry_key(carry) -> tuple:
@@ -168,12 +250,36 @@ def _fn_key(fn):
     return ("code", code, tuple(cells), fn.__defaults__)
 
 
-class Iterated:
+class Iterated(_core.Dispatcher, Generic[P]):
     """A compiled step run n times in one call (see `iterate`); one loop program per argument
-    signature, built on first use."""
+    signature, built on first use.
 
-    def __init__(self, step, n, *, carry=(), collect=True, until=None, inplace=False):
-        self.step = _compiled(step)
+    A call is the dispatcher's fast path (`_core.Dispatcher.__call__`), as for a compiled
+    function: arguments whose signature has a loop program run it at once, the entry's `post`
+    putting the results together where the program's own are not already what `iterate`
+    returns (an `until`, collect=k, constant results).  Anything else (a new signature,
+    arguments to prepare: scalars or non-contiguous carried arrays, n == 0) takes `_miss`.
+
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> halve = fl.iterated(fl.compile(lambda x: (x / 2, x.sum())), 3, carry="x")
+        >>> halve(np.ones(2))
+        (array([0.125, 0.125]), array([2. , 1. , 0.5]))
+        >>> print(halve.lower(np.ones(2)).bytecode.splitlines()[0])  # doctest: +ELLIPSIS
+        ; ... slots, ... argument words, 1 kernels, ...
+    """
+
+    if TYPE_CHECKING:
+        def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Any: ...
+
+    def __init__(self, step: Callable[P, Any], n: int, *,
+                 carry: str | int | Sequence[str | int] = (), collect: bool | int = True,
+                 until: Callable[..., Any] | None = None, inplace: bool = False,
+                 checkpoints: int | None = None) -> None:
+        step = _compiled(step)
+        super().__init__(step._static, True)
+        self.step = step
+        self.checkpoints = _checkpoints(checkpoints)
         self.n = _int_count(n)
         self.carry = _carry_key(carry)
         self.every = _collect_key(collect)
@@ -182,7 +288,7 @@ class Iterated:
         _fn_key(until)
         self.until = until
         self.inplace = bool(inplace)
-        self._entries: dict = {}         # signature bytes -> [_LoopEntry]
+        self._loops: dict = {}           # signature bytes -> [_LoopEntry]
         self._lock = forking.trace_lock()
         self.__name__ = f"iterate({self.step.__name__}, {self.n})"
 
@@ -190,10 +296,12 @@ class Iterated:
         return f"<fastlaunch.Iterated {self.__name__}, carry={self.carry}>"
 
     # ---- a call ------------------------------------------------------------------------
-    def __call__(self, *args, **kwargs):
+    def _miss(self, args, kwargs):
         if kwargs:
             raise TypeError("fl.iterate passes the step's arguments positionally")
-        call, originals = self._prepare(tuple(args))
+        if tracing():
+            return self._traced(tuple(args))
+        call, originals, scalars = self._prepare(tuple(args))
         if self.n == 0:
             return self._no_iterations(tuple(args), call)
         loop, call, copies = self._entry(call)
@@ -216,7 +324,111 @@ class Iterated:
                 np.copyto(arr, items[c])
                 items[c] = arr
             out = items[0] if loop.finish["structure"] == "leaf" else type(out)(items)
+        if scalars:
+            # a scalar state passed as a Python or NumPy scalar comes back as a NumPy scalar,
+            # as the Python loop over the compiled step gives it
+            positions = self._positions(call)
+            single = not isinstance(out, (tuple, list))
+            items = [out] if single else list(out)
+            for pos in scalars:
+                c = positions.index(pos)
+                items[c] = items[c][()]
+            out = items[0] if single else type(out)(items)
         return out
+
+    # ---- inside a traced function: a loop node of the caller's graph ---------------------
+    def _traced(self, args):
+        """The loop as part of the enclosing trace (a function that calls fl.iterate, or its
+        gradient): the step traced once into a loop body (loops.py), its results the loop's
+        outputs.  The carried values stay as the caller had them (inplace writes back)."""
+        g = current_graph()
+        positions = self._positions(args)
+        k = len(positions)
+        inits = []
+        for pos in positions:
+            node = node_of(args[pos])
+            if node.ndim == 0 and type(args[pos]) in (int, bool):
+                raise TypeError(f"fl.iterate: carried {self._name(pos, args)} is a Python "
+                                f"{type(args[pos]).__name__}; carry arrays or floats")
+            inits.append(node)
+        shapes = [(x.dtype, x.shape) for x in inits]
+        # read before the body is traced: a value of this trace read inside the body
+        # becomes one of the body's leaves
+        scalar = [bool(args[p].scalar) if isinstance(args[p], Tracer) else
+                  not isinstance(args[p], np.ndarray) and np.ndim(args[p]) == 0
+                  for p in positions]
+        if self.until is not None:
+            # the number of iterations run: a hidden carried counter (its gradient needs it)
+            shapes.append((np.dtype(np.int64), ()))
+            inits.append(ops.literal(g, 0, np.int64))
+        structure = {}
+
+        def step(tracers):
+            call = list(args)
+            for pos, t, sc in zip(positions, tracers, scalar):
+                t.scalar = sc
+                call[pos] = t
+            out = self.step(*call)
+            single = not isinstance(out, tuple)
+            results = [out] if single else list(out)
+            structure["single"] = single
+            if len(results) < k:
+                raise TypeError(f"fl.iterate: {self.step.__name__} returns {len(results)} "
+                                f"results for {k} carried arguments")
+            new = []
+            for c, (pos, r) in enumerate(zip(positions, results)):
+                node = node_of(r)
+                dt, shape = shapes[c]
+                if node.shape != shape or node.dtype != dt:
+                    raise TypeError(f"fl.iterate: {self.step.__name__}'s result {c} (the new "
+                                    f"{self._name(pos, args)}) is {node.dtype}{list(node.shape)}, "
+                                    f"the carried value is {dt}{list(shape)}")
+                new.append(node)
+            rest = results[k:]
+            structure["rest"] = [isinstance(r, Tracer) and r.scalar or np.ndim(r) == 0
+                                 for r in rest]
+            collected = [node_of(r) for r in rest] if self.every else []
+            flag = None
+            if self.until is not None:
+                f = node_of(self.until(*rest))
+                if f.size != 1:
+                    raise TypeError("fl.iterate: until must return one truth value")
+                flag = ops.cast(current_graph(), ops.reshape(current_graph(), f, ()), np.bool_)
+                new.append(ops.elementwise(current_graph(), Op.ADD, np.dtype(np.int64),
+                                           [tracers[k].node,
+                                            ops.literal(current_graph(), 1, np.int64)]))
+            return new, collected, flag
+        body, _, _ = loops.trace_body(g, shapes, step)
+        if self.until is not None and self.every:
+            raise TypeError("fl.iterate with until= inside a traced function returns only the "
+                            "carried values (the number of collected rows would depend on the "
+                            "data): pass collect=False")
+        if self.n == 0:
+            finals = inits[:k]
+            stacks = [ops.broadcast_to(g, ops.literal(g, 0, v.dtype), (0,) + v.shape)
+                      for v in body.graph.outputs[body.ncarry:body.ncarry + body.ncollect]]
+        else:
+            loop = loops.make_loop(g, body, inits, self.n, self.checkpoints)
+            finals = [loops.carry_out(g, loop, c) for c in range(k)]
+            stacks = [loops.collect_out(g, loop, r, self.every) for r in range(body.ncollect)]
+        carried = [new_tracer(f, scalar=sc) for f, sc in zip(finals, scalar)]
+        if self.inplace:
+            for pos, t in zip(positions, carried):
+                target = args[pos]
+                if not isinstance(target, Tracer):
+                    raise TypeError(f"fl.iterate(inplace=True): carried "
+                                    f"{self._name(pos, args)} is not a traced array")
+                target._assign(t.node, "fl.iterate(inplace=True)")
+                t = target
+            carried = [args[p] for p in positions]
+        if not self.every:
+            return carried[0] if k == 1 else tuple(carried)
+        items = carried + [new_tracer(s_) for s_ in stacks]
+        return items[0] if structure.get("single") else tuple(items)
+
+    def _on_aliased(self, args, kwargs, err):
+        # the fast path met arguments that overlap one the loop writes: the slow path says so
+        return self._miss(args, kwargs)
 
     def _positions(self, call) -> list:
         names = self.step._param_names
@@ -246,8 +458,9 @@ class Iterated:
     def _prepare(self, call):
         """The call with every carried argument a C-contiguous array (the loop's own buffers
         are; the step's kernels are compiled for one layout), and {position: caller's array}
-        of those copied where their final values must be written back."""
-        originals = {}
+        of those copied where their final values must be written back, and the positions of
+        scalars carried as 0-d arrays."""
+        originals, scalars = {}, []
         call = list(call)
         for pos in self._positions(call):
             x = call[pos]
@@ -255,9 +468,19 @@ class Iterated:
                 raise TypeError(f"fl.iterate: carried {self._name(pos, call)} is a DeviceArray; "
                                 f"a loop carries NumPy arrays (pass x.numpy()); device arrays "
                                 f"may be loop-invariant arguments")
+            if isinstance(x, (bool, int, float, complex, np.generic)):
+                # a scalar state (a Python float, a NumPy scalar) is carried as a 0-d array,
+                # of the dtype NumPy gives it (float64 for a Python float)
+                if self.inplace:
+                    raise ValueError(f"fl.iterate(inplace=True): carried {self._name(pos, call)} "
+                                     f"is a {type(x).__name__}, which cannot be written in "
+                                     f"place; pass a NumPy array")
+                call[pos] = x = np.asarray(x)
+                scalars.append(pos)
             if not isinstance(x, np.ndarray):
                 raise TypeError(f"fl.iterate: carried {self._name(pos, call)} must be a NumPy "
-                                f"array, got {type(x).__name__} (pass np.asarray(x))")
+                                f"array or a scalar, got {type(x).__name__} (pass "
+                                f"np.asarray(x))")
             if self.inplace and not x.flags.writeable:
                 raise ValueError(f"fl.iterate(inplace=True): carried {self._name(pos, call)} is "
                                  f"read-only")
@@ -274,7 +497,7 @@ class Iterated:
                     if np.shares_memory(a, b):
                         raise ValueError("fl.iterate(inplace=True): two carried arguments "
                                          "share memory")
-        return tuple(call), originals
+        return tuple(call), originals, scalars
 
     def _entry(self, call):
         """The loop entry for this call's signature (built on a miss), the call as it runs
@@ -299,14 +522,15 @@ class Iterated:
             found = self._find(enc, call)
             if found is None:
                 found = self._build(call)
-                self._entries.setdefault(sig, []).append(found)
+                self._loops.setdefault(sig, []).append(found)
+                self._install(found.fast)
         mutated = set(found.entry.executable.program.mutated_leaves)
         return found, call, {i: a for i, a in copies.items() if i in mutated}
 
     def _find(self, enc, call):
         sig, _, keys, statics = enc
         words = None
-        for loop in self._entries.get(sig, ()):
+        for loop in self._loops.get(sig, ()):
             if loop.keys != keys or loop.statics != statics:
                 continue
             if loop.entry.specialized:
@@ -479,7 +703,7 @@ class Iterated:
 
         # the program's results: carried values, stacked rows, flags; then put together
         raw, finish_results_spec = [], []
-        for c, final in enumerate(finals):
+        for final in finals:
             if final[0] == "leaf":
                 raw.append((ResultKind.RESULT_INPUT, final[1], False))
             else:
@@ -515,8 +739,17 @@ class Iterated:
                                      list(info.statics), list(info.static_values), raw,
                                      out_tree, dict(info.int_bounds), list(info.leaf_names))
         loop_entry.info.specialized = dict(info.specialized)
-        return _LoopEntry(loop_entry, finish, list(info.keys), list(info.statics),
+        # the dispatcher's entry: the same executable, with what puts the results together
+        # unless the program's results already are what iterate returns
+        fast = _core.Entry(entry.signature, list(info.keys), list(info.statics),
+                           loop_entry.executable, loop_entry.info, entry.specialized)
+        if not _direct(finish, prog, raw):
+            params = any(kind == "param" for kind, _ in finish["results"])
+            fast.post = functools.partial(_finish_call, finish,
+                                          self.step._static if params else None)
+        return _LoopEntry(loop_entry, finish, list(info.keys), list(info.statics), fast,
                           sum(nbytes for _, _, nbytes in self._stacked(rows)))
+
 
     def _stacked(self, rows) -> list:
         """(shape, dtype, bytes) of each stacked result."""
@@ -625,22 +858,26 @@ class Iterated:
         return list(out) if info.out_tree.kind == "list" else tuple(out)
 
     # ---- introspection and saving ---------------------------------------------------------
-    def lower(self, *args) -> Lowered:
+    def lower(self, *args: P.args, **kwargs: P.kwargs) -> Lowered:
         """The loop's graph(s), kernels and bytecode for these arguments (built if needed)."""
-        call, _ = self._prepare(tuple(args))
+        if kwargs:
+            raise TypeError("fl.iterate passes the step's arguments positionally")
+        call, _, _ = self._prepare(tuple(args))
         if self.n == 0:
             raise ValueError("fl.iterate: a loop of 0 iterations has no program")
         return self._entry(call)[0].entry.info.lowered
 
-    def dis(self, *args, file=None):
+    def dis(self, *args: Any, file: Any = None) -> None:
         """Print the loop's bytecode for these arguments."""
         import sys
         print(self.lower(*args).bytecode, file=file or sys.stdout)
 
-    def save(self, path, *args):
+    def save(self, path: str | os.PathLike, *args: P.args, **kwargs: P.kwargs) -> None:
         """Write the loop program for these arguments' signature to `path`; fl.load(path)
         replays it in another process (returning what this call returns)."""
-        call, _ = self._prepare(tuple(args))
+        if kwargs:
+            raise TypeError("fl.iterate passes the step's arguments positionally")
+        call, _, _ = self._prepare(tuple(args))
         if self.n == 0:
             raise ValueError("fl.iterate: a loop of 0 iterations has no program to save")
         loop = self._entry(call)[0]
@@ -649,11 +886,38 @@ class Iterated:
 
 
 class _LoopEntry:
-    __slots__ = ("entry", "finish", "keys", "statics", "stacked_bytes")
+    """A loop program: `entry` (saved, lowered), `fast` (the same executable in the
+    dispatcher's table, with the finishing step as its post where one is needed)."""
+    __slots__ = ("entry", "finish", "keys", "statics", "fast", "stacked_bytes")
 
-    def __init__(self, entry, finish, keys, statics, stacked_bytes=0):
+    def __init__(self, entry, finish, keys, statics, fast, stacked_bytes=0):
         self.entry, self.finish, self.keys, self.statics = entry, finish, keys, statics
+        self.fast = fast
         self.stacked_bytes = stacked_bytes
+
+
+def _direct(finish: dict, program, raw: list) -> bool:
+    """Whether the loop program's raw results are what iterate returns, as they are: each
+    result raw or a full stack of rows, in order, in the returned structure."""
+    if finish["flags"] is not None or len(finish["results"]) != len(raw):
+        return False
+    n, every = finish["n"], finish["every"]
+    rows = -(-n // every) if every else 0
+    for i, (kind, x) in enumerate(finish["results"]):
+        if kind not in ("raw", "stack") or x != i:
+            return False
+        if kind == "stack":
+            rkind, index, _ = raw[x]
+            if rkind != ResultKind.RESULT_NEW or program.outputs[index][2][0] != rows:
+                return False
+    # the program returns a tuple (its out_tree): a single array is taken out of it by post
+    return finish["structure"] == "tuple"
+
+
+def _finish_call(finish, static, args, raw):
+    """Entry.post of a loop program whose results need putting together (static: None where
+    no result is an argument's value, so the arguments need no flattening)."""
+    return finish_results(raw, finish, () if static is None else _leaves(args, static))
 
 
 def _c_strides(shape) -> tuple:

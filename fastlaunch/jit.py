@@ -3,6 +3,10 @@
 The per-call fast path lives in `_core.Dispatcher.__call__` (Cython).  This file is the slow
 path it falls back to: binding keyword arguments, tracing a new signature, fusing, compiling,
 recording and verifying a program, and installing it as a cache entry.
+
+Size: over 1,000 lines: the slow path, pickling and the argument-aliasing geometry (about
+300 lines) share `Compiled`; issue 26 moves the compile stages into one artifact module and
+aliasing into a module of its own.
 """
 from __future__ import annotations
 
@@ -17,14 +21,15 @@ import types
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence, TextIO
+from typing import (TYPE_CHECKING, Any, Callable, Concatenate, Generic, ParamSpec, Protocol,
+                    Sequence, TextIO, TypeVar, overload)
 
 import numpy as np
 
-# numpy_api, numpy_funcs, creation, rng, scipy_funcs: the tracer's NumPy API (registered on
-# import) and the calls intercepted while tracing
+# numpy_api, numpy_funcs, creation, rng, scipy_funcs, pymath, stdlib_calls: the tracer's NumPy
+# API (registered on import) and the calls intercepted while tracing
 from . import (_core, bytecode, creation, env, forking, fuse, numpy_api,  # noqa: F401
-               numpy_funcs, ops, record, rng, scipy_funcs)
+               numpy_funcs, ops, pymath, record, rng, scipy_funcs, stdlib_calls)
 from .backends import get_backend
 from ._launch import ResultKind, Space
 from .backends.base import CallLayout
@@ -32,7 +37,21 @@ from .errors import TracingError
 from .leaves import LeafSpec
 from .link import link_entry
 from .pytree import NestingError, flatten, register_method_class
+from . import roll
 from .trace import Attr, SpecializeRequest, trace_function
+
+# Typing (PEP 612): a compiled function keeps its function's parameters P and result type R,
+# so a type checker checks calls of `@fl.compile def f(x: np.ndarray) -> ...` as calls of f.
+# The pattern for every wrapper of a function: a class generic in [P, R] whose __call__ takes
+# `*args: P.args, **kwargs: P.kwargs`, and for a decorator usable bare and with options,
+# two overloads: (fn: Callable[P, R], *, options) -> Wrapper[P, R], and (fn: None = None, *,
+# options) -> a protocol whose generic __call__ maps Callable[P, R] to Wrapper[P, R]
+# (`CompileDecorator`).
+P = ParamSpec("P")
+R = TypeVar("R")
+P2 = ParamSpec("P2")
+R2 = TypeVar("R2")
+T = TypeVar("T")
 
 RETRACE_WARNING_AFTER = 8
 TRACE_HISTORY = 1000        # TraceRecords kept per compiled function (.stats['history'])
@@ -45,6 +64,19 @@ class StaticArraysWarning(UserWarning):
 
 class RetraceWarning(UserWarning):
     """A compiled function keeps meeting new signatures: each one is traced and compiled anew."""
+
+
+class UnrolledLoopWarning(UserWarning):
+    """A trace that repeats one pattern of operations many times: a Python loop inside the
+    compiled function, unrolled into the program (traced, fused and compiled in full, every
+    iteration of it).  fl.iterate runs such a loop over a compiled step instead."""
+
+
+# A trace of at least UNROLLED_NODES graph nodes made by a Python loop that ran at least
+# UNROLLED_ITERATIONS times (trace.LoopCounter) warns: such a loop is traced, fused and
+# compiled in full (300 iterations of the README's step: 2,400 nodes, 175 kernels, 47 s)
+UNROLLED_NODES = 1000
+UNROLLED_ITERATIONS = 64
 
 
 @dataclass
@@ -95,12 +127,35 @@ class _EntryInfo:
     specialized: dict = field(default_factory=dict)  # leaf -> value the trace was keyed by
 
 
-class Compiled(_core.Dispatcher):
-    """The callable returned by fastlaunch.compile."""
+class Compiled(_core.Dispatcher, Generic[P, R]):
+    """The callable returned by fastlaunch.compile: call it as the function it compiles.
 
-    def __init__(self, fn, *, static_argnums=(), static_argnames=(), backend=None, replay=True,
-                 seed=None, max_entries: int | None = None,
-                 pickle_programs: bool = False):
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> step = fl.compile(lambda x, y: np.sin(x) * y)
+        >>> step(np.zeros(3), np.ones(3))          # traced once, replayed after
+        array([0., 0., 0.])
+        >>> step.stats["traces"]
+        1
+    """
+    if TYPE_CHECKING:
+        __wrapped__: Callable[P, R]
+
+        def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+
+        @overload
+        def __get__(self, obj: None, objtype: type | None = None) -> Compiled[P, R]: ...
+
+        @overload
+        def __get__(self: Compiled[Concatenate[T, P2], R2], obj: T,
+                    objtype: type | None = None) -> Compiled[P2, R2]: ...
+
+        def __get__(self, obj: Any, objtype: type | None = None) -> Any: ...
+
+    def __init__(self, fn: Callable[P, R], *, static_argnums: int | Sequence[int] = (),
+                 static_argnames: str | Sequence[str] = (), backend: str | None = None,
+                 replay: bool = True, seed: int | None = None, max_entries: int | None = None,
+                 pickle_programs: bool = False) -> None:
         if not callable(fn):
             raise TypeError(f"fastlaunch.compile: expected a function to compile, got "
                             f"{type(fn).__name__} {fn!r:.60}")
@@ -220,7 +275,7 @@ class Compiled(_core.Dispatcher):
         substitute: dict = {}       # base leaf -> the 1-D span array passed in its place
         layout = []                 # the groups' layouts: part of the key
         refused = []                # (leaves, why)
-        for group in _overlap_groups(leaves):
+        for group in _overlap_groups(leaves, spans=self.backend.memory.crosses):
             first = leaves[group[0]]
             if all(_same_view(first, leaves[k]) for k in group[1:]):
                 for k in group[1:]:
@@ -404,7 +459,7 @@ class Compiled(_core.Dispatcher):
     def _device_view(self, name: str, obj):
         """A DeviceArray over another library's CUDA array (CuPy, PyTorch, ...): no copy, so
         in-place updates reach it."""
-        view = getattr(self.backend, "from_cuda_array", None)
+        view = getattr(self.backend, "from_cuda_array", None)     # optional (backends/base.py)
         if view is None:
             raise TypeError(f"{name}: a CUDA array ({type(obj).__name__}) can only be passed to a "
                             f"function compiled with backend='cuda' (this one: "
@@ -475,9 +530,17 @@ class Compiled(_core.Dispatcher):
         while True:
             try:
                 namespace = getattr(self.__wrapped__, "__globals__", None)
+                # a bound method's object holds functions too (self.sqrt = cholesky)
+                held = _bound_namespace(self.__wrapped__)
                 with creation.intercepting(namespace), rng.intercepting(), \
-                        numpy_funcs.intercepting(namespace), scipy_funcs.intercepting(namespace):
+                        numpy_funcs.intercepting(namespace), scipy_funcs.intercepting(namespace), \
+                        stdlib_calls.intercepting(namespace), \
+                        pymath.intercepting(namespace), scipy_funcs.intercepting(held), \
+                        numpy_funcs.intercepting(held), pymath.intercepting(held):
                     traced, result = trace_function(self.__wrapped__, build_args, leaves)
+                # Python loops of many identical iterations: one loop body each
+                traced.rolled = roll.roll_loops(traced.graph)
+                traced.graph.sites = None
                 break
             except SpecializeRequest as req:
                 new = req.positions - special
@@ -486,6 +549,17 @@ class Compiled(_core.Dispatcher):
                         from None
                 special |= new
                 needs = req.what
+        if traced.loop_iterations >= UNROLLED_ITERATIONS and \
+                len(traced.graph.nodes) >= UNROLLED_NODES:
+            text = (f"{self.__name__}: a Python loop inside it ran {traced.loop_iterations} "
+                    f"iterations while tracing, making {len(traced.graph.nodes)} operations: "
+                    f"the loop is unrolled into the program, every iteration traced, fused and "
+                    f"compiled. Make one iteration the compiled function and run the loop with "
+                    f"fl.iterate(step, n, ..., carry=...): traced once, looped inside the "
+                    f"interpreter")
+            if env.log_enabled():
+                print(f"[fastlaunch] {text}", file=sys.stderr)
+            warnings.warn(text, UnrolledLoopWarning, stacklevel=3)
         for name, gen, before in captured:
             if not _same_state(_rng_state(gen), before):
                 raise TracingError(
@@ -531,7 +605,8 @@ class Compiled(_core.Dispatcher):
         if traced.effects:
             entry.post = ContainerEffects(traced.effects)
         lowered = Lowered(str(traced.graph),
-                          [(k.label, k.describe(), ck.source) for k, ck in zip(plan.compiled_kernels(), kernels)],
+                          [(k.label, k.describe(), ck.source)
+                           for k, ck in zip(plan.compiled_kernels(), kernels)],
                           program.disassemble(), plan, program, fused)
         static_values = [call[i] for i in self._static if i < len(call)]
         entry.info = _EntryInfo(leaves, lowered, kernels, keys, statics, static_values, results,
@@ -540,6 +615,10 @@ class Compiled(_core.Dispatcher):
         seconds = time.perf_counter() - t0
         if install:
             reason = self._reason(leaves)
+            if traced.rolled:
+                reason += "; " + ", ".join(
+                    f"a Python loop of {n} identical iterations rolled into one loop body"
+                    for n in traced.rolled)
             if special:
                 values = ", ".join(f"{names[k]} = {leaf_objs[k]!r}" for k in sorted(special))
                 reason += (f"; specialised on the value of {values} (the trace uses it as a "
@@ -595,7 +674,7 @@ class Compiled(_core.Dispatcher):
                 "uncached_traces": self.retraces, "programs_loaded": self.programs_loaded,
                 "history": list(self.traces)}
 
-    def clear(self):
+    def clear(self) -> None:
         """Forget every traced signature; kernels no other function uses are unloaded (the
         disk cache keeps them cheap to load again)."""
         with self._lock:
@@ -606,15 +685,13 @@ class Compiled(_core.Dispatcher):
             self.trace_seconds = 0.0
             self.retraces = 0
             self._warned_at = 0
-        release = getattr(self.backend, "release", None)
-        if release is not None:
-            release()
+        self.backend.release()
 
-    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+    def lower(self, *args: P.args, **kwargs: P.kwargs) -> Lowered:
         """Trace for these arguments (without running) and return the IR, kernels and bytecode."""
         return self._entry_for(args, kwargs).info.lowered
 
-    def save(self, path: str | os.PathLike, *args: Any, **kwargs: Any) -> None:
+    def save(self, path: str | os.PathLike, *args: P.args, **kwargs: P.kwargs) -> None:
         """Write the program traced for these arguments' signature to `path`;
         fastlaunch.load(path) replays it in another process without this function."""
         from .saved import save_entry
@@ -646,7 +723,13 @@ class Compiled(_core.Dispatcher):
         (LLVM IR on the CPU), which is long."""
         out = file or sys.stdout
         if args or kwargs:
-            print(self.lower(*args, **kwargs).text(source=source), file=out)
+            lowered = self.lower(*args, **kwargs)
+            print(lowered.text(source=source), file=out)
+            forward = getattr(self.__wrapped__, "forward_program", None)
+            if forward is not None:      # a gradient (grad.py): what the gradient costs
+                print(f"; peak temporaries {lowered.program.peak_temp_bytes()} bytes with the "
+                      f"gradient, {forward(self.backend.name, args, kwargs).peak_temp_bytes()} "
+                      f"bytes for the function alone", file=out)
             return
         for i, entry in enumerate(self._entries_list()):
             print(f"#### entry {i}: {_signature_text(entry.info.leaves)}", file=out)
@@ -655,7 +738,7 @@ class Compiled(_core.Dispatcher):
     def __repr__(self):
         return f"<fastlaunch.Compiled {self.__qualname__} ({len(self._entries_list())} entries)>"
 
-    def __get__(self, obj, objtype=None):
+    def __get__(self, obj, objtype=None):  # type: ignore[no-redef]
         """A compiled method: `self` is its first argument.  Unless it is static, its class is
         taken apart by attributes (pytree.register_method_class): array attributes are traced
         leaves read on every call, the others keyed by value."""
@@ -666,7 +749,7 @@ class Compiled(_core.Dispatcher):
         return types.MethodType(self, obj)
 
     # ---- pickling and Dask -------------------------------------------------------------
-    def with_programs(self, *args, **kwargs) -> "Compiled":
+    def with_programs(self, *args: P.args, **kwargs: P.kwargs) -> Compiled[P, R]:
         """Trace (without running) for these example arguments' signature and mark this function
         to ship its programs when pickled: a process that unpickles it installs them and calls
         them without tracing or compiling.  Returns self:
@@ -722,16 +805,16 @@ class Compiled(_core.Dispatcher):
         from . import saved
         from .pytree import TreeDef
         where = f"{self.__qualname__}: shipped program"
-        meta, program, kernels, entry = saved.loads_entry(data, self.backend.name, where)
+        meta, program, kernels, entry, plan = saved.loads_entry(data, self.backend.name, where)
         if tuple(meta["static_positions"]) != self._static:
             raise saved.SavedProgramError(f"{where}: static positions "
                                           f"{meta['static_positions']}, expected {self._static}")
         static_values = [saved._static_value(v) for v in meta["statics"]]
         leaves = saved._signature_specs(bytes.fromhex(meta["signature"]))
         lowered = Lowered(meta["graph"],
-                          [(k["label"], "(shipped program: no kernel plan)", ck.source)
-                           for k, ck in zip(meta["kernels"], kernels)],
-                          program.disassemble(), None, program)
+                          [(k.label, k.describe(), ck.source)
+                           for k, ck in zip(plan.compiled_kernels(), kernels)],
+                          program.disassemble(), plan, program)
         entry.info = _EntryInfo(
             leaves, lowered, kernels,
             [k if type(k) is str else tuple(k) for k in meta["keys"]],   # str: a const
@@ -757,17 +840,43 @@ class Compiled(_core.Dispatcher):
         return ("fastlaunch.Compiled", normalize_token(self.__wrapped__), options)
 
 
+class CompileDecorator(Protocol):
+    """What `fl.compile(...)` with options and no function returns: a decorator that keeps the
+    decorated function's parameters and result type."""
+
+    def __call__(self, fn: Callable[P, R], /) -> Compiled[P, R]: ...
+
+
+@overload
+def compile(fn: Callable[P, R], *, static_argnums: int | Sequence[int] = (),
+            static_argnames: str | Sequence[str] = (), backend: str | None = None,
+            replay: bool = True, seed: int | None = None, max_entries: int | None = None,
+            pickle_programs: bool = False) -> Compiled[P, R]: ...
+
+
+@overload
+def compile(fn: None = None, *, static_argnums: int | Sequence[int] = (),
+            static_argnames: str | Sequence[str] = (), backend: str | None = None,
+            replay: bool = True, seed: int | None = None, max_entries: int | None = None,
+            pickle_programs: bool = False) -> CompileDecorator: ...
+
+
 def compile(fn: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
             static_argnames: str | Sequence[str] = (), backend: str | None = None,
             replay: bool = True, seed: int | None = None,
             max_entries: int | None = None,
-            pickle_programs: bool = False) -> Compiled | Callable[[Callable], Compiled]:
+            pickle_programs: bool = False) -> Any:
     """Compile a NumPy function: traced once per signature, then replayed from bytecode.
 
+    Use it as `@fl.compile`, as `@fl.compile(static_argnames="n", ...)`, or as
+    `fl.compile(fn, ...)`; the result is a `Compiled`, called as `fn` is.
+
     static_argnums / static_argnames: arguments whose *value* is part of the signature.
-    backend: "cpu" (LLVM), "null" (no kernels run: for structure tests) or "devsim" (the CPU's
-        kernels behind a simulated device-memory boundary: for tests of the device paths);
-        None: the FASTLAUNCH_BACKEND environment variable, else "cpu".
+    backend: "cpu" (LLVM on this machine), "cuda" (NVIDIA GPUs: PTX through LLVM's NVPTX
+        target; see the README's CUDA section), "null" (no kernels run: for structure
+        tests) or "devsim" (the CPU's kernels behind a simulated device-memory boundary: for
+        tests of the device paths); None: the FASTLAUNCH_BACKEND environment variable, else
+        "cpu".
     replay=False re-traces on every call (hitting the kernel cache): the "before" baseline.
     seed: random numbers drawn inside fn (np.random.*, default_rng()) come from this seed
         (each traced signature counts its calls from it; a forked child's draws are salted
@@ -775,6 +884,23 @@ def compile(fn: Callable | None = None, *, static_argnums: int | Sequence[int] =
     max_entries: signatures kept (least recently used dropped past it); default 512.
     pickle_programs: a pickled copy carries the programs traced so far (see
         Compiled.with_programs), so that the receiving process neither traces nor compiles them.
+
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> @fl.compile
+        ... def step(p, target, lr):
+        ...     r = np.sin(p) - target
+        ...     return p - lr * 2 * r * np.cos(p), np.mean(r * r)
+        >>> p, loss = step(np.zeros(4), np.full(4, 0.5), 0.1)   # traced, then replayed
+        >>> float(loss)
+        0.25
+        >>> @fl.compile(static_argnames="n")
+        ... def power(x, n):
+        ...     for _ in range(n - 1):
+        ...         x = x * x
+        ...     return x
+        >>> power(np.full(2, 3.0), 2)
+        array([9., 9.])
     """
     def wrap(f):
         return Compiled(f, static_argnums=static_argnums, static_argnames=static_argnames,
@@ -929,7 +1055,7 @@ def _foreign_device_array(leaf) -> bool:
             not hasattr(type(leaf), "__cuda_array_interface__"):
         return False
     try:
-        leaf.__cuda_array_interface__
+        leaf.__cuda_array_interface__  # noqa: B018  (asked for: a CPU tensor raises)
     except Exception:                 # noqa: BLE001  (AttributeError, RuntimeError, ...)
         return False
     return True
@@ -1015,7 +1141,8 @@ def _foreign_view(name: str, leaf):
             return np.from_dlpack(leaf)
         except (BufferError, TypeError, ValueError, RuntimeError) as err:
             raise TypeError(f"{name}: {cls.__name__} cannot be shared with NumPy through "
-                            f"DLPack without a copy ({err}); pass np.asarray(x) for a copy")
+                            f"DLPack without a copy ({err}); pass np.asarray(x) for a copy") \
+                from None
     if hasattr(leaf, "__array_interface__") or hasattr(leaf, "__array_struct__"):
         view = np.asarray(leaf)
         if isinstance(view, np.ndarray) and view.dtype != object:
@@ -1153,9 +1280,10 @@ def _stand_in(x: np.ndarray) -> np.ndarray:
 
 
 
-def _overlap_groups(leaves) -> list:
+def _overlap_groups(leaves, spans: bool = False) -> list:
     """The array leaves that overlap in memory, in groups (transitively): lists of leaf
-    positions, each in order, each of two or more."""
+    positions, each in order, each of two or more.  spans: leaves whose byte spans meet
+    overlap too (x[::2] and x[1::2]): a crossing backend copies each span whole."""
     arrays = [(k, x) for k, x in enumerate(leaves) if isinstance(x, np.ndarray) and x.size]
     parent = {k: k for k, _ in arrays}
 
@@ -1165,12 +1293,19 @@ def _overlap_groups(leaves) -> list:
         return k
     for a, (k, x) in enumerate(arrays):
         for k2, y in arrays[a + 1:]:
-            if root(k) != root(k2) and np.shares_memory(x, y):
+            if root(k) != root(k2) and (np.shares_memory(x, y) or
+                                        spans and _spans_meet(x, y)):
                 parent[max(root(k), root(k2))] = min(root(k), root(k2))
     groups: dict = {}
     for k, _ in arrays:
         groups.setdefault(root(k), []).append(k)
     return [g for g in groups.values() if len(g) > 1]
+
+
+def _spans_meet(x: np.ndarray, y: np.ndarray) -> bool:
+    bounds = getattr(np.lib, "array_utils", np).byte_bounds
+    (a0, a1), (b0, b1) = bounds(x), bounds(y)
+    return a0 < b1 and b0 < a1
 
 
 @dataclass(frozen=True)
@@ -1243,7 +1378,7 @@ def _owner_bounds(x: np.ndarray):
         x = x.base
     if not (x.flags.c_contiguous or x.flags.f_contiguous):
         return None
-    bounds = getattr(getattr(np.lib, "array_utils", np), "byte_bounds")
+    bounds = getattr(np.lib, "array_utils", np).byte_bounds
     return bounds(x)
 
 
@@ -1324,6 +1459,17 @@ def _generator_leaves(keys) -> set:
         if type(k) is tuple and k and k[0] == "numpy.random.Generator":
             return set(k[1])
     return set()
+
+
+def _bound_namespace(fn):
+    """The attribute dict of the object a bound method belongs to, else None: the functions
+    it holds (filterpy's sigma points keep `self.sqrt = scipy.linalg.cholesky`) are swapped
+    for their tracing entry points like the names of the function's module."""
+    obj = getattr(fn, "__self__", None)
+    if obj is None or not hasattr(fn, "__func__") or isinstance(obj, (type, types.ModuleType)):
+        return None
+    held = getattr(obj, "__dict__", None)
+    return held if type(held) is dict else None
 
 
 class ContainerEffects:

@@ -14,10 +14,10 @@ import numpy as np
 
 from .ir import Op, dtype_short
 
-__all__ = ["KernelError", "accumulator_dtype", "ordered_product", "Loop", "DivMod", "Pick", "Index", "Load", "Scalar", "Const",
-           "IndexValue", "Random", "Compute", "Folded", "Reduced", "Phase", "Store", "Reduction", "Sort",
-           "KernelArg", "Kernel", "walk", "expression_operands", "index_picks", "SMALL_SORT",
-           "sort_passes",
+__all__ = ["KernelError", "accumulator_dtype", "ordered_product", "Loop", "DivMod", "Pick",
+           "Index", "Load", "Scalar", "Const", "IndexValue", "Random", "Compute", "Folded",
+           "Reduced", "Phase", "Store", "Reduction", "Sort", "ArgKind", "KernelArg", "Kernel",
+           "walk", "expression_operands", "index_picks", "SMALL_SORT", "sort_passes",
            "LibraryCall", "is_kernel"]
 
 
@@ -333,13 +333,28 @@ class Sort:
     positions: bool = False
 
 
+class ArgKind(str, enum.Enum):
+    """How a kernel takes an argument word (_launch.ArgKind): a buffer's address, a scalar's
+    bits, or the status word's address.  A str enum: it compares equal to (and prints as)
+    its value, "buffer" / "scalar" / "status", as saved kernel descriptions write it."""
+    BUFFER = "buffer"
+    SCALAR = "scalar"
+    STATUS = "status"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class KernelArg:
-    kind: str         # "buffer" or "scalar"
+    kind: ArgKind     # given as an ArgKind or its value
     dtype: np.dtype
     buffer: int       # id of the plan buffer bound to this argument
     extent: int = 0   # elements the kernel may touch (buffers): the verifier checks sizes
     writes: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "kind", ArgKind(self.kind))
 
 
 @dataclass
@@ -510,9 +525,71 @@ class LibraryCall:
             max(1, k if self.name == "gemm" else m)
 
 
+@dataclass
+class LoopBegin:
+    """The start of a loop in a plan (a graph's Op.LOOP, fuse.py): the steps up to the
+    matching LoopEnd are its body, run `n` times (record.py makes the bytecode loop).
+    Buffer ids: per carried value (init, read, write, spare, final): the body reads `read`
+    and writes `write`, two aliases (role "alias") that take turns between `final` and
+    `spare` (ping-pong), the first iteration reading `init`; per collected result (row,
+    stack, every): the body writes the alias `row`, moved every iteration to row
+    counter // every of `stack`; per checkpoint (carried index, row, stack, every): the
+    carried value's new value is copied into its row each iteration; `flag`: a bool the body
+    writes, the loop stops after an iteration that set it; `iter`: the body's iteration
+    number (role "iter", the loop counter by value), or None."""
+    label: str
+    n: int
+    carried: list
+    rows: list
+    checkpoints: list
+    flag: int | None = None
+    iter: int | None = None
+    schedule: object = None
+    status = None
+
+    def describe(self) -> str:
+        parts = [f"loop {self.label} n={self.n}"]
+        parts += [f"  carry buf{i} -> buf{f} (reads buf{r}, writes buf{w}, spare buf{s})"
+                  for i, r, w, s, f in self.carried]
+        parts += [f"  collect buf{r} into buf{st} every {e}" for r, st, e in self.rows]
+        parts += [f"  checkpoint carry {c} into buf{st} every {e}"
+                  for c, _, st, e in self.checkpoints]
+        if self.flag is not None:
+            parts.append(f"  until buf{self.flag}")
+        return "\n".join(parts)
+
+    def buffers(self) -> list:
+        """Every buffer id the loop's own instructions use."""
+        out = [b for c in self.carried for b in c] + [b for r in self.rows for b in r[:2]]
+        out += [b for _, r, st, _ in self.checkpoints for b in (r, st)]
+        return out + ([self.flag] if self.flag is not None else [])
+
+    def remapped(self, m) -> "LoopBegin":
+        return LoopBegin(self.label, self.n, [tuple(m[b] for b in c) for c in self.carried],
+                         [(m[r], m[st], e) for r, st, e in self.rows],
+                         [(c, m[r], m[st], e) for c, r, st, e in self.checkpoints],
+                         None if self.flag is None else m[self.flag],
+                         None if self.iter is None else m[self.iter], self.schedule)
+
+
+@dataclass
+class LoopEnd:
+    """The end of the loop whose LoopBegin has the same label."""
+    label: str
+    schedule: object = None
+    status = None
+
+    def describe(self) -> str:
+        return f"end loop {self.label}"
+
+
 def is_kernel(step) -> bool:
-    """Whether a plan step is a compiled kernel (not a LibraryCall)."""
+    """Whether a plan step is a compiled kernel (not a LibraryCall or a loop's bounds)."""
     return isinstance(step, Kernel)
+
+
+def is_loop_step(step) -> bool:
+    return isinstance(step, (LoopBegin, LoopEnd))
 
 
 def index_picks(ix: Index) -> list:

@@ -55,6 +55,9 @@ class ExecutableLayout:
     polls: bool
     keepalive: object
     rng_seed: int = 0        # the seed of the program's random numbers (if it draws any)
+    # the program copies arguments back whole (TO_HOST of an argument's byte span, on a
+    # crossing backend): two such spans that meet, x[::2] and x[1::2], would lose writes
+    copies_back: bool = False
 
 
 # Result arrays one call may return (_core.pyx's MAX_OUTPUTS: a stack array of references).
@@ -123,6 +126,8 @@ def executable_layout(program: Program, call: CallLayout, keepalive=None,
         kernel_errors=KERNEL_ERRORS + [(bit, check_exception(name), message)
                                        for bit, name, message in program.checks],
         polls=any(op is Opcode.POLL for _, op, _ in program.instructions()),
+        copies_back=any(op is Opcode.TO_HOST and program.slots[ops[0]].role == SlotRole.INPUT
+                        for _, op, ops in program.instructions()),
         keepalive=(program.consts, keepalive),
         rng_seed=call.rng_seed if call.rng_seed is not None else
         int.from_bytes(os.urandom(8), "little"))

@@ -51,7 +51,8 @@ def _resolve(public: str):
     obj = {"np": np}.get(parts[0]) or sys.modules.get(parts[0])
     for p in parts[1:]:
         obj = getattr(obj, p, None)
-    return obj
+    # while a trace runs, some names are fastlaunch's entry points in front of NumPy's
+    return obj.__wrapped__ if getattr(obj, "_fl_entry", False) else obj
 
 
 # what to use instead: (text, the functions it needs traced); shown only when those are
@@ -111,6 +112,11 @@ def unsupported(func, what: str = "") -> str:
 _CONVERTING = ("numpy", "scipy", "sklearn", "pandas")
 
 
+def _callable(qual: str) -> str:
+    """What the user called for a code object's qualified name: a class for its __init__."""
+    return qual[:-len(".__init__")] if qual.endswith(".__init__") else qual
+
+
 def converting_function(frame) -> tuple[str, str]:
     """Walking out from `frame` (inside an np.asarray of a traced array): the outermost
     library function, i.e. the one the user's code called, and where it was called:
@@ -137,6 +143,44 @@ def converting_function(frame) -> tuple[str, str]:
         entry = inner
         code = entry.f_code
         qual = getattr(code, "co_qualname", code.co_name)
-    public = f"{_public_module(entry.f_globals.get('__name__', ''))}.{qual}"
+    public = f"{_public_module(entry.f_globals.get('__name__', ''))}.{_callable(qual)}"
     where = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
     return public, where
+
+
+# libraries whose own code, reached with traced arrays, fails in ways that name neither the
+# function the user called nor fastlaunch (SciPy's C routines' TypeErrors, writes into
+# read-only arrays, attributes of ndarray a tracer lacks)
+_FOREIGN = ("scipy", "sklearn", "pandas", "skimage", "statsmodels")
+
+
+def library_failure(err: BaseException) -> str:
+    """For an exception raised inside such a library's code called from the user's traced
+    function: a message naming the library function as the user called it; else ''."""
+    if any(f"{lib}." in str(err) for lib in _FOREIGN):
+        return ""                 # our own message names the library function already
+    tb = err.__traceback__
+    frames = []
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    caller = None
+    for k, frame in enumerate(frames):
+        top = frame.f_globals.get("__name__", "").split(".")[0]
+        if top in _FOREIGN and caller is not None:
+            code = frame.f_code
+            qual = getattr(code, "co_qualname", code.co_name)
+            if "<locals>" in qual and k + 1 < len(frames):
+                # a decorator's wrapper (SciPy's batching): name the function it wraps
+                frame = frames[k + 1]
+                code = frame.f_code
+                qual = getattr(code, "co_qualname", code.co_name)
+            public = f"{_public_module(frame.f_globals.get('__name__', ''))}.{_callable(qual)}"
+            return (f"{public} (called at {caller.f_code.co_filename}:{caller.f_lineno}) failed "
+                    f"inside its own code on traced arrays ({type(err).__name__}: {err}) -- "
+                    f"fastlaunch traces NumPy functions that dispatch on their arguments, and "
+                    f"a list of SciPy functions, not this one{instead(public)}; call it outside "
+                    f"the compiled function, or write it with NumPy functions")
+        if top not in ("fastlaunch", "numpy") and top not in _FOREIGN:
+            caller = frame            # the user's code (the last frame before the library)
+    return ""

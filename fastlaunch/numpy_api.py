@@ -3,6 +3,10 @@
 Each entry turns a NumPy call on tracers into graph nodes through ops.py, with NumPy's own
 dtype rules.  A NumPy function missing from the registry raises TracingError naming it: it is
 never silently computed some other way.
+
+Size: over 1,000 lines: the traced NumPy surface, until issue 26 splits it (with
+numpy_funcs.py) by family: ufuncs, reductions, indexing, shape and joining, linear algebra,
+sorting, random, creation.
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ import numpy as np
 from . import complexops, naming, ops, pytree, small_linalg
 from .errors import TracingError
 from .ir import Node, Op, check_shape
-from .trace import (Storage, Tracer, Unreturnable, ViewMap, current_graph, frame, new_tracer,
+from .trace import (Storage, Tracer, Unreturnable, current_graph, frame, new_tracer,
                     tracing, view_of)
 
 FUNCTIONS: dict = {}
@@ -122,6 +126,8 @@ def array_function(func, args, kwargs):
 
 
 # ---- ufuncs ------------------------------------------------------------------------------
+# ufunc methods composed in numpy_funcs.py (reduceat), registered there
+UFUNC_METHODS: dict = {}
 _UNSUPPORTED_UFUNC_KWARGS = ("where", "axes", "axis", "order", "subok", "signature", "extobj")
 
 
@@ -142,6 +148,8 @@ def array_ufunc(ufunc, method, inputs, kwargs):
         return ufunc_accumulate(ufunc, *inputs, **kwargs)
     if method == "outer":
         return ufunc_outer(ufunc, *inputs, **kwargs)
+    if method in UFUNC_METHODS:
+        return UFUNC_METHODS[method](ufunc, *inputs, **kwargs)
     raise TracingError(f"{naming.public_name(ufunc)}.{method} is not supported by fastlaunch "
                        f"yet")
 
@@ -181,11 +189,11 @@ def _compare_beyond_64_bits(ufunc, inputs):
 
 
 def call_ufunc(ufunc, inputs, out=None, dtype=None, casting="same_kind", _operator=False,
-               **kwargs):
-    for k, v in kwargs.items():
-        if k == "where" and v is True:
-            continue
+               where=True, **kwargs):
+    for k in kwargs:
         raise TracingError(f"np.{ufunc.__name__}(..., {k}=...) is not supported by fastlaunch")
+    if where is not True:
+        return _ufunc_where(ufunc, inputs, out, dtype, casting, where)
     if ufunc.nout != 1:
         return _multi_output_ufunc(ufunc, inputs, out)
     if len(inputs) != ufunc.nin:
@@ -218,7 +226,44 @@ def call_ufunc(ufunc, inputs, out=None, dtype=None, casting="same_kind", _operat
     return wrap(node, weak, scalar)
 
 
+def _ufunc_where(ufunc, inputs, out, dtype, casting, where):
+    """ufunc(..., where=m): `out` keeps its values where m is False; without `out`, NumPy
+    leaves those elements uninitialised, and they are the computed values here."""
+    wn = node_of(where)
+    if wn.dtype != np.bool_:
+        raise TypeError(f"Cannot cast array data from {wn.dtype!r} to dtype('bool') according "
+                        f"to the rule 'safe'")
+    result = call_ufunc(ufunc, inputs, dtype=dtype, casting=casting)
+    if out is None:
+        return result
+    if isinstance(result, tuple):
+        raise TracingError(f"np.{ufunc.__name__}(..., out=..., where=...) is not supported by "
+                           f"fastlaunch")
+    holder = target = out[0] if isinstance(out, tuple) else out
+    target = _out_tracer(target)
+    if not is_tracer(target):
+        return _write_out(target, result.node, ufunc.__name__, casting)   # its error
+    if not np.can_cast(result.dtype, target.dtype, casting):
+        raise TypeError(f"Cannot cast ufunc '{ufunc.__name__}' output from {result.dtype!r} "
+                        f"to {target.dtype!r} with casting rule '{casting}'")
+    g = current_graph()
+    merged = ops.elementwise(g, Op.WHERE, target.dtype,
+                             [wn, ops.cast(g, result.node, target.dtype), target.node])
+    _write_out(target, merged, ufunc.__name__, casting)
+    return holder if holder is not target else target
+
+
+def _out_tracer(target):
+    """An `out=` array made inside fn (creation.TraceBuffer) takes traced values: promoted."""
+    promote = getattr(type(target), "_fl_get", None)
+    return promote(target, True) if promote is not None else target
+
+
 def _write_out(target, node: Node, name: str, casting="same_kind") -> Tracer:
+    holder, target = target, _out_tracer(target)
+    if holder is not target:
+        _write_out(target, node, name, casting)
+        return holder                  # NumPy returns `out` itself
     if not is_tracer(target):
         raise TracingError(f"np.{name}(..., out=...) needs `out` to be a traced array; "
                            f"a NumPy array cannot receive traced values")
@@ -1027,18 +1072,33 @@ def einsum(subscripts, *operands, out=None, dtype=None, optimize=False, **kwargs
                 ops.reduce(g, Op.ANY, n, summed)
         r = ops.transpose(g, n, [kept.index(c) for c in output])
         return wrap(r, scalar=r.ndim == 0)
-    if len(nodes) != 2:
-        raise TracingError("np.einsum with more than two operands is not supported by fastlaunch")
-    r = ops.contract(g, nodes[0], labels[0], nodes[1], labels[1], output, dt)
-    return wrap(r, scalar=r.ndim == 0)
+    # two operands at a time, left to right, keeping the labels a later operand or the
+    # output needs (NumPy sums all products in one loop: the same sum, in another order)
+    cur, cur_lab = nodes[0], labels[0]
+    for k in range(1, len(nodes)):
+        if k == len(nodes) - 1:
+            keep = output
+        else:
+            later = "".join(labels[k + 1:]) + output
+            keep = "".join(dict.fromkeys(c for c in cur_lab + labels[k] if c in later))
+        cur = ops.contract(g, cur, cur_lab, nodes[k], labels[k], keep, dt)
+        cur_lab = keep
+    return wrap(cur, scalar=cur.ndim == 0)
 
 
 # ---- elementwise functions that are not ufuncs -----------------------------------------------
 @implements(np.where)
 def where(condition, x=None, y=None):
     if x is None and y is None:
-        raise TracingError("np.where(condition) with one argument returns data-dependent indices, "
-                           "which cannot be traced; use the three-argument np.where(cond, a, b)")
+        # indices whose count depends on the data: usable only to index with (x[idx] = v,
+        # x[idx, d] *= -1, x[idx].sum()), which is indexing with the mask itself
+        c = _as_tracer(condition)
+        if c.dtype != np.bool_:
+            c = c != 0
+        if c.ndim == 0:
+            raise TracingError("np.where(condition) of a 0-d traced condition gives indices "
+                               "that depend on the data; use np.where(cond, a, b)")
+        return tuple(WhereIndices(c, d) for d in range(c.ndim))
     n = ops.where(current_graph(), operand(condition), operand(x), operand(y))
     return wrap(n, scalar=False)
 
@@ -1234,10 +1294,13 @@ def reshape(a, *shape, order="C", newshape=None, copy=None):
         shape = (newshape,)
     if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
         shape = tuple(shape[0])
-    if order not in ("C", "A"):
+    if order not in ("C", "A", "F"):
         raise TracingError(f"reshape(order={order!r}) is not supported by fastlaunch")
     t = _as_tracer(a)
     new_shape = ops.normalize_shape(shape, t.size)
+    if order == "F" and t.ndim > 1 or order == "F" and len(new_shape) > 1:
+        # Fortran order: the reversed axes reshaped in C order, reversed back
+        return transpose(reshape(transpose(t), new_shape[::-1]))
     scalar = t.scalar and not new_shape        # views of a NumPy scalar stay scalars
     vm = frame(t).squeeze_expand(new_shape)
     if vm is not None:
@@ -1422,7 +1485,20 @@ def _normalize_key(key, ndim: int) -> tuple:
         key = (key,)
     out = []
     for k in key:
+        if isinstance(k, range):         # x[range(n), y]: the index array it stands for
+            k = np.arange(k.start, k.stop, k.step)
+        elif type(k) is tuple:           # x[:, (0, 1)] is x[:, [0, 1]], as in NumPy
+            k = array(list(k)) if any(is_tracer(v) for v in k) else \
+                np.array(k, dtype=np.intp if not k else None)
         if k is None or k is Ellipsis or isinstance(k, slice):
+            out.append(k)
+        elif is_tracer(k):             # before the scalar tests: a traced scalar looks like one
+            if k.dtype == np.bool_:
+                raise TracingError(
+                    "boolean-mask indexing (x[mask]) gives an array whose size depends on the "
+                    "data, which cannot be traced; use np.where(mask, x, fill) to keep the shape")
+            if k.dtype.kind not in "iu":
+                raise IndexError("arrays used as indices must be of integer (or boolean) type")
             out.append(k)
         elif isinstance(k, (bool, np.bool_)):
             raise TracingError("indexing with a boolean scalar is not supported by fastlaunch")
@@ -1502,7 +1578,39 @@ def _advanced(t: Tracer, key: tuple):
     return transpose(view, adv + rest), 0, indices
 
 
+def _mask_key(t: Tracer, key):
+    """A key that selects with a traced mask and basic indices after it, x[mask, d] (or the
+    indices of np.where(mask)): (x's view by the basic part, the mask), else None."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    parts = list(key)
+    if parts and type(parts[0]) is tuple and parts[0] and \
+            all(isinstance(k, WhereIndices) for k in parts[0]):
+        parts[0:1] = list(parts[0])          # x[np.where(m), d]: np.where's tuple inside
+    if not parts or not isinstance(parts[0], WhereIndices) and \
+            not (is_tracer(parts[0]) and parts[0].dtype == np.bool_ and len(parts) > 1):
+        return None
+    if isinstance(parts[0], WhereIndices):
+        mask = parts[0].mask
+        n = mask.ndim
+        if len(parts) < n or any(not isinstance(k, WhereIndices) or k.mask is not mask or
+                                 k.axis != d for d, k in enumerate(parts[:n])):
+            raise TracingError(WhereIndices.why)
+        rest = parts[n:]
+    else:
+        mask, rest = parts[0], parts[1:]
+        n = mask.ndim
+    if any(is_tracer(k) or not isinstance(k, (int, np.integer, slice)) for k in rest):
+        raise TracingError(_MASK_HINT)
+    if not rest:
+        return t, mask
+    return getitem(t, (slice(None),) * n + tuple(rest)), mask
+
+
 def getitem(t: Tracer, key):
+    found = _mask_key(t, key)
+    if found is not None:
+        t, key = found
     mask = _traced_mask(t, key)
     if mask is not None:
         return MaskedSelection(t, mask, wrap(node_of(t), scalar=False))
@@ -1526,6 +1634,9 @@ def getitem(t: Tracer, key):
 
 
 def setitem(t: Tracer, key, value):
+    found = _mask_key(t, key)
+    if found is not None:
+        t, key = found
     mask = _traced_mask(t, key)
     if mask is not None:
         _masked_assign(t, mask, value)
@@ -1671,6 +1782,33 @@ def _selection_inplace(ufunc):
         call_ufunc(ufunc, (vals, v), out=vals)
         return MaskedSelection(self.base, self.mask, vals)
     return op
+
+
+class WhereIndices(Unreturnable):
+    """One of the index arrays np.where(mask) returns while tracing: their length depends on
+    the data, so they stand for the mask, as an index only."""
+    why = ("the indices np.where(cond) returns have a count that depends on the data, which "
+           "cannot be traced; they work as an index of an array of cond's shape (x[idx] = v, "
+           "x[idx, d] *= -1, x[idx].sum()); otherwise use np.where(cond, a, b) or the boolean "
+           "mask itself")
+
+    def __init__(self, mask: Tracer, axis: int):
+        self.mask, self.axis = mask, axis
+
+    def __getattr__(self, name):
+        raise TracingError(self.why)
+
+    def __len__(self):
+        raise TracingError(self.why)
+
+    def __array__(self, dtype=None, copy=None):
+        raise TracingError(self.why)
+
+    def _refuse(self, *args, **kwargs):
+        raise TracingError(self.why)
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __iter__ = _refuse
+    __array_ufunc__ = None
 
 
 class MaskedSelection(Unreturnable):
@@ -2330,7 +2468,15 @@ for _f in (np.nonzero, np.argwhere, np.flatnonzero, np.unique, np.extract, np.co
 def asarray(obj: Any) -> Any:
     """Inside a traced function: `obj` (a NumPy array or nested list) as a traced constant, so
     that NumPy-level indexing by traced values works (`fl.asarray(table)[idx]`).  Outside a
-    trace this is np.asarray."""
+    trace this is np.asarray.
+
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> table = np.array([10.0, 20.0, 30.0])
+        >>> lookup = fl.compile(lambda i: fl.asarray(table)[i])   # table[i] would not trace
+        >>> lookup(np.array([2, 0]))
+        array([30., 10.])
+    """
     if not tracing():
         return np.asarray(obj)
     return array(obj)
@@ -2356,9 +2502,13 @@ def _method(name, impl):
 
 def _binary(ufunc):
     def forward(self, other):
+        if isinstance(other, MaskedSelection):
+            return NotImplemented            # its reflected operator: the masked elements
         return call_ufunc(ufunc, (self, other), _operator=True)
 
     def reflected(self, other):
+        if isinstance(other, MaskedSelection):
+            return NotImplemented
         return call_ufunc(ufunc, (other, self), _operator=True)
 
     def inplace(self, other):
@@ -2379,8 +2529,28 @@ for _name, _uf in [("add", np.add), ("sub", np.subtract), ("mul", np.multiply),
     _method(f"__i{_name}__", _i)
 
 for _name, _uf in [("lt", np.less), ("le", np.less_equal), ("gt", np.greater),
-                   ("ge", np.greater_equal), ("eq", np.equal), ("ne", np.not_equal)]:
+                   ("ge", np.greater_equal)]:
     _method(f"__{_name}__", _binary(_uf)[0])
+
+
+def _equality(ufunc, same: bool):
+    compare = _binary(ufunc)[0]
+
+    def method(self, other):
+        if isinstance(other, (str, bytes)) or other is None:
+            # `pad == "same"`, `x != None`: a Python scalar compares as Python does, an array
+            # elementwise as NumPy 2 does (never equal)
+            if self.weak is not None or self.scalar:
+                return not same
+            return wrap(ops.broadcast_to(current_graph(), ops.literal(current_graph(), not same,
+                                                                      np.bool_), self.shape),
+                        scalar=False)
+        return compare(self, other)
+    return method
+
+
+_method("__eq__", _equality(np.equal, True))
+_method("__ne__", _equality(np.not_equal, False))
 
 
 def _divmod(self, other):
@@ -2630,6 +2800,45 @@ def _set_shape(self, value):
 
 Tracer.shape = property(Tracer.shape.fget, _set_shape, doc="the array's shape (settable)")
 _method("fill", lambda self, value: setitem(self, Ellipsis, value))
+
+
+_PY_SCALAR = {"f": (float, np.float64), "i": (int, np.int64), "u": (int, np.int64),
+              "b": (None, np.bool_)}
+
+
+def _item(self, *args):
+    """x.item(): the Python number NumPy returns, as a traced weak scalar (NEP 50: a Python
+    float times a float32 array stays float32); an `if` on it still needs its value."""
+    if len(args) == 1 and isinstance(args[0], tuple):
+        args = args[0]
+    if len(args) == 1:
+        t = getitem(reshape(self, (-1,)), args[0])
+    elif args:
+        t = getitem(self, tuple(args))
+    else:
+        if self.size != 1:
+            raise ValueError("can only convert an array of size 1 to a Python scalar")
+        t = reshape(self, ())
+    kind = _PY_SCALAR.get(t.dtype.kind)
+    if kind is None or t.ndim:
+        return _TRACER_ITEM(t)           # trace.py's error: the value is needed
+    weak, dtype = kind
+    return wrap(ops.cast(current_graph(), t.node, dtype), weak=weak, scalar=True)
+
+
+def _tolist(self):
+    """x.tolist(): nested lists of traced Python numbers (x.item() of each element)."""
+    if self.ndim == 0:
+        return _item(self)
+    if self.size > _TOLIST_ELEMENTS or self.dtype.kind not in _PY_SCALAR:
+        return _TRACER_TOLIST(self)
+    return [_tolist(getitem(self, i)) for i in range(self.shape[0])]
+
+
+_TOLIST_ELEMENTS = 4096
+_TRACER_ITEM, _TRACER_TOLIST = Tracer.item, Tracer.tolist
+_method("item", _item)
+_method("tolist", _tolist)
 _method("nonzero", lambda self: _data_dependent("x.nonzero()")())
 _method("dot", lambda self, other, out=None: dot(self, other, out))
 _method("cumsum", lambda self, axis=None, dtype=None, out=None: cumsum(self, axis, dtype, out))

@@ -7,6 +7,10 @@ fuses with its neighbours as its parts do.  They follow NumPy's own definitions,
 checks and error messages; where fastlaunch must differ (a data-dependent result size, a
 traced value needed as a Python value) the function raises TracingError saying what to pass
 instead.  Registered in numpy_api.FUNCTIONS like the rest of the traced surface.
+
+Size: over 1,000 lines: part of the traced NumPy surface, until issue 26 splits it (with
+numpy_api.py) by family: ufuncs, reductions, indexing, shape and joining, linear algebra,
+sorting, random, creation.
 """
 from __future__ import annotations
 
@@ -16,10 +20,10 @@ import warnings
 
 import numpy as np
 
-from . import ops, special
+from . import numpy_api, ops, special
 from .errors import TracingError
 from .ir import Node, Op
-from .creation import _any_traced
+from .creation import TraceBuffer, _any_traced
 from .interception import Interception
 from .numpy_api import (FUNCTIONS, _as_tracer, all_, any_, array, call_ufunc, concatenate,
                         copy, getitem, implements, is_tracer, node_of, operand, ravel, reshape,
@@ -119,9 +123,20 @@ def scalar_assigned(g, value, dtype) -> Node:
 
 
 def _static_array(x, what: str) -> np.ndarray:
-    if is_tracer(x) or getattr(type(x), "__fl_tracer__", None) is not None and \
-            type(x).__fl_tracer__(x) is not None:
-        raise TracingError(f"{what} must be known while tracing (a constant, not a traced array)")
+    """x as a NumPy array of values known while tracing.  A traced scalar computed from
+    Python scalar arguments alone (np.pad(a, n) with n an int argument) specialises the trace
+    on them (SpecializeRequest, from int()); any other traced value is an error naming `what`."""
+    if isinstance(x, (list, tuple)) and any(_any_traced(v) for v in x):
+        return np.asarray([_static_array(v, what) for v in x])
+    if getattr(type(x), "__fl_tracer__", None) is not None:
+        x = type(x).__fl_tracer__(x) if type(x).__fl_tracer__(x) is not None else x
+    if is_tracer(x):
+        if x.ndim == 0 and x.dtype.kind in "iub":
+            from .trace import _scalar_argument_positions
+            if _scalar_argument_positions(x.node):
+                return np.asarray(int(x))          # raises SpecializeRequest
+        raise TracingError(f"{what} must be known while tracing (a constant, not a traced "
+                           f"array); a Python int argument is specialised on automatically")
     return np.asarray(x)
 
 
@@ -746,22 +761,78 @@ def _as_strided_entries():
     def entry(x, shape=None, strides=None, subok=False, writeable=True):
         if tracing() and _any_traced(x):
             return as_strided(x, shape, strides, subok, writeable)
+        if tracing() and isinstance(x, TraceBuffer):
+            # a view of a constant buffer made inside fn: NumPy's view while it stays one,
+            # the traced (read-only) view of its tracer once a traced value is written into it
+            view = original(x.view(np.ndarray), shape, strides, subok, writeable).view(TraceBuffer)
+            view._fl_follow(x, lambda base: as_strided(base, shape, strides, subok, writeable),
+                            "np.lib.stride_tricks.as_strided")
+            return view
         return original(x, shape, strides, subok, writeable)
     entry.__wrapped__ = original
     return [(np.lib.stride_tricks, "as_strided", entry)]
 
 
-# np.lib.stride_tricks.as_strided takes traced arrays while this block runs (it is no
-# NumPy-dispatched function: it reads the array's memory interface).  As for the creation
-# functions: calls through the module attribute, and the name imported into the traced
-# function's module (`from numpy.lib.stride_tricks import as_strided`).
-intercepting = Interception(_as_strided_entries).active
+# NumPy functions real code calls with Python lists or tuples of traced values
+# (np.sum([a, b]), np.linalg.norm([dx, dy]), np.diag([sx, sy])): NumPy dispatches on the
+# sequence, not on what it holds, and converts it in C, which a tracer cannot answer.  Their
+# entries make such a sequence an array first (np.array of tracers is traced), then call
+# NumPy's function, which dispatches to ours.  Name -> how many leading arguments are arrays.
+SEQUENCE_ARGUMENTS = {
+    "sum": 1, "prod": 1, "mean": 1, "max": 1, "min": 1, "amax": 1, "amin": 1, "average": 1,
+    "std": 1, "var": 1, "median": 1, "ptp": 1, "cumsum": 1, "cumprod": 1, "argmax": 1,
+    "argmin": 1, "all": 1, "any": 1, "clip": 1, "round": 1, "around": 1, "diag": 1,
+    "trace": 1, "sort": 1, "flip": 1, "diff": 1, "atleast_1d": 1, "atleast_2d": 1,
+    "transpose": 1, "dot": 2, "cross": 2, "outer": 2, "inner": 2, "polyval": 2,
+    "linalg.norm": 1, "linalg.inv": 1, "linalg.det": 1, "linalg.solve": 2,
+}
+
+
+def _traced_sequence(x) -> bool:
+    return isinstance(x, (list, tuple)) and _any_traced(x)
+
+
+def _sequence_entry(original, arrays: int):
+    def entry(*args, **kwargs):
+        if tracing() and any(_traced_sequence(a) for a in args[:arrays]):
+            args = tuple(array(a) if k < arrays and _traced_sequence(a) else a
+                         for k, a in enumerate(args))
+        return original(*args, **kwargs)
+    entry.__name__ = getattr(original, "__name__", "entry")
+    entry.__qualname__ = getattr(original, "__qualname__", entry.__name__)
+    entry.__doc__ = getattr(original, "__doc__", None)
+    entry.__wrapped__ = original
+    entry._fl_entry = True               # naming.py looks through it
+    return entry
+
+
+def _entries():
+    out = list(_as_strided_entries())
+    for name, arrays in SEQUENCE_ARGUMENTS.items():
+        owner = np
+        *path, attr = name.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        original = getattr(owner, attr, None)
+        if original is not None:
+            out.append((owner, attr, _sequence_entry(original, arrays)))
+    return out
+
+
+# While this block runs: np.lib.stride_tricks.as_strided takes traced arrays (it is no
+# NumPy-dispatched function: it reads the array's memory interface), and the functions of
+# SEQUENCE_ARGUMENTS take lists of traced values.  As for the creation functions: calls
+# through the module attribute, and the names imported into the traced function's module
+# (`from numpy.lib.stride_tricks import as_strided`).
+intercepting = Interception(_entries).active
 
 
 # ==== counting ========================================================================================
 _BINCOUNT_HINT = ("np.bincount(x) returns max(x) + 1 bins, a size that depends on the data, "
                   "which cannot be traced; pass minlength=k (the number of bins) to compile for "
-                  "k bins: a value outside [0, k) then raises ValueError when the function runs")
+                  "k bins: a value outside [0, k) then raises ValueError when the function runs. "
+                  "(Values with a known bound, x % k, np.clip(x, 0, k - 1) or an argmin over k, "
+                  "are counted in k bins without minlength)")
 
 
 @implements(np.bincount)
@@ -790,9 +861,67 @@ def bincount(x, weights=None, minlength=0):
     if xn.size == 0:        # (NumPy returns intp zeros then, weights or not)
         return wrap(ops.broadcast_to(g, ops.literal(g, 0, np.intp), (minlength,)), scalar=False)
     if minlength == 0:
-        raise TracingError(_BINCOUNT_HINT)
+        lo, hi = value_bounds(xn)
+        if not (lo >= 0 and math.isfinite(hi)):
+            raise TracingError(_BINCOUNT_HINT)
+        # the values' bound (x % k, np.clip(x, 0, k - 1), argmin over k): k bins, which is
+        # NumPy's max(x) + 1 exactly when the largest value reaches the bound; a call where
+        # it does not raises rather than return more bins than NumPy would
+        bins = int(hi) + 1
+        top = ops.reduce(g, Op.MAX, ops.cast(g, xn, np.intp), (0,))
+        require(wrap(ops.elementwise(g, Op.EQ, np.bool_, [top, ops.literal(g, bins - 1,
+                                                                            np.intp)])),
+                ValueError, f"np.bincount(x) without minlength: fastlaunch compiled it for "
+                            f"{bins} bins, the bound of x's values, but this call's largest "
+                            f"value is below {bins - 1}, where NumPy returns fewer bins; pass "
+                            f"minlength={bins} for {bins} bins on every call")
+        minlength = bins
     base = ops.broadcast_to(g, ops.literal(g, 0, dt), (minlength,))
     return wrap(ops.scatter(g, base, values, [xn], 0, "add", strict=True), scalar=False)
+
+
+def value_bounds(n: Node) -> tuple:
+    """(lo, hi), bounds every element of the integer node n is known to lie in from how it
+    was computed (literals, x % k, minimum/maximum with literals (np.clip), argmin/argmax over
+    a fixed axis, casts of bools, views and gathers of those); infinite where unknown."""
+    inf = math.inf
+    if n.dtype.kind == "b":
+        return 0, 1
+    if n.dtype.kind not in "iu":
+        return -inf, inf
+    op = n.op
+    if op is Op.LITERAL:
+        v = int(n.attrs["value"])
+        return v, v
+    if op in (Op.BROADCAST, Op.TRANSPOSE, Op.SLICE, Op.RESHAPE):
+        return value_bounds(n.inputs[0])
+    if op is Op.GATHER:                       # values of its source
+        return value_bounds(n.inputs[0])
+    if op is Op.CAST:
+        lo, hi = value_bounds(n.inputs[0]) if n.inputs[0].dtype.kind in "biu" else (-inf, inf)
+        info = np.iinfo(n.dtype)
+        return (lo, hi) if info.min <= lo and hi <= info.max else (info.min, info.max)
+    if op in (Op.ARGMIN, Op.ARGMAX):
+        src = n.inputs[0]
+        return 0, math.prod(src.shape[a] for a in n.attrs["axes"]) - 1
+    if op is Op.MOD:
+        k = ops.literal_value(n.inputs[1])
+        if k is not None and int(k) > 0:
+            return 0, int(k) - 1
+    if op in (Op.MINIMUM, Op.MAXIMUM):
+        (alo, ahi), (blo, bhi) = value_bounds(n.inputs[0]), value_bounds(n.inputs[1])
+        if op is Op.MINIMUM:
+            return min(alo, blo), min(ahi, bhi)
+        return max(alo, blo), max(ahi, bhi)
+    if op is Op.WHERE:
+        (alo, ahi), (blo, bhi) = value_bounds(n.inputs[1]), value_bounds(n.inputs[2])
+        return min(alo, blo), max(ahi, bhi)
+    if op in (Op.ADD, Op.SUB):
+        (alo, ahi), (blo, bhi) = value_bounds(n.inputs[0]), value_bounds(n.inputs[1])
+        if op is Op.ADD:
+            return alo + blo, ahi + bhi
+        return alo - bhi, ahi - blo
+    return -inf, inf
 
 
 def _histogram_indices(a: Node, edges: np.ndarray, uniform) -> tuple[Node, Node]:
@@ -1705,3 +1834,321 @@ def corrcoef(x, y=None, rowvar=True, *, dtype=None):
 # ---- methods ---------------------------------------------------------------------------------
 Tracer.repeat = lambda self, repeats, axis=None: repeat(self, repeats, axis)
 Tracer.choose = lambda self, choices, out=None, mode="raise": choose(self, choices, out, mode)
+
+
+# ==== contractions, segments, interpolation, index arithmetic (issue 30) ============================
+@implements(np.tensordot)
+def tensordot(a, b, axes=2):
+    """NumPy's own: the summed axes moved together, both operands reshaped to matrices, one
+    product (so the same BLAS call, the same rounding), the result reshaped back."""
+    ta, tb = _as_tracer(a), _as_tracer(b)
+    try:
+        iter(axes)
+    except TypeError:
+        n = operator.index(axes)
+        axes_a, axes_b = list(range(-n, 0)), list(range(n))
+    else:
+        axes_a, axes_b = axes
+    axes_a = [axes_a] if np.ndim(axes_a) == 0 else list(axes_a)
+    axes_b = [axes_b] if np.ndim(axes_b) == 0 else list(axes_b)
+    if len(axes_a) != len(axes_b):
+        raise ValueError("shape-mismatch for sum")
+    na, nb = ta.ndim, tb.ndim
+    axes_a = [ax % na if na else ax for ax in axes_a]
+    axes_b = [ax % nb if nb else ax for ax in axes_b]
+    for x, y in zip(axes_a, axes_b):
+        if ta.shape[x] != tb.shape[y]:
+            raise ValueError("shape-mismatch for sum")
+    keep_a = [k for k in range(na) if k not in axes_a]
+    keep_b = [k for k in range(nb) if k not in axes_b]
+    inner = math.prod(ta.shape[ax] for ax in axes_a)
+    at = reshape(transpose(ta, keep_a + axes_a),
+                 (math.prod(ta.shape[k] for k in keep_a), inner))
+    bt = reshape(transpose(tb, axes_b + keep_b),
+                 (inner, math.prod(tb.shape[k] for k in keep_b)))
+    from .numpy_api import dot
+    return reshape(dot(at, bt), tuple(ta.shape[k] for k in keep_a) +
+                   tuple(tb.shape[k] for k in keep_b))
+
+
+_REDUCEAT_SLICES = 256      # segments reduced one by one up to this many; beyond, one scatter
+
+
+def ufunc_reduceat(ufunc, array_, indices, axis=0, dtype=None, out=None):
+    """ufunc.reduceat with indices known when tracing: segment i reduces
+    a[indices[i]:indices[i+1]] (to the end for the last), or is a[indices[i]] alone where
+    indices[i] >= indices[i+1]."""
+    name = f"np.{ufunc.__name__}.reduceat"
+    if out is not None:
+        raise TracingError(f"{name}(..., out=...) is not supported by fastlaunch")
+    if _any_traced(indices):
+        raise TracingError(f"{name} with traced indices is not supported by fastlaunch: the "
+                           f"segment sizes would depend on the data; pass them as a NumPy "
+                           f"array or list")
+    reducer = {np.add: sum_, np.multiply: None, np.maximum: None, np.minimum: None,
+               np.logical_or: None, np.logical_and: None}
+    if ufunc not in reducer:
+        raise TracingError(f"{name} is not supported by fastlaunch (add, multiply, maximum, "
+                           f"minimum, logical_or and logical_and are)")
+    t = _as_tracer(array_)
+    if t.ndim == 0:
+        raise TypeError("Cannot use reduceat with a zero-dimensional array")
+    ax = _axis(axis, t.ndim)
+    idx = np.asarray(indices)
+    if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
+        raise TypeError("index must be a 1-d array of integers")
+    n = t.shape[ax]
+    bad = idx[(idx < 0) | (idx >= n)]
+    if bad.size:
+        raise IndexError(f"index {int(bad[0])} out-of-bounds in {ufunc.__name__}.reduceat "
+                         f"[0, {n})")
+    # the dtype ufunc.reduce gives (small integers and bools summed as int64, ...)
+    rdt = np.dtype(dtype) if dtype is not None else ufunc.reduce(np.zeros(1, t.dtype)).dtype
+    t = t.astype(rdt)
+    if idx.size > _REDUCEAT_SLICES and ufunc in (np.add, np.multiply, np.maximum, np.minimum):
+        return _reduceat_scatter(ufunc, t, idx, ax)
+    pieces = []
+    for i, start in enumerate(idx.tolist()):
+        stop = idx[i + 1] if i + 1 < len(idx) else n
+        sl = [slice(None)] * t.ndim
+        if stop > start:
+            sl[ax] = slice(start, stop)
+            pieces.append(ufunc.reduce(getitem(t, tuple(sl)), axis=ax, keepdims=True))
+        else:
+            sl[ax] = slice(start, start + 1)
+            pieces.append(getitem(t, tuple(sl)))
+    return concatenate(pieces, axis=ax)
+
+
+def _reduceat_scatter(ufunc, t, idx, ax):
+    """Many segments: every element scattered into its segment (np.add.at & co.)."""
+    n = t.shape[ax]
+    seg = np.full(n, -1, np.intp)           # the segment each position feeds, -1: none
+    single = np.zeros(len(idx), bool)
+    for i, start in enumerate(idx.tolist()):
+        stop = idx[i + 1] if i + 1 < len(idx) else n
+        if stop > start:
+            seg[start:stop] = i
+        else:
+            single[i] = True
+    moved = _moveaxis(t, ax, 0)
+    identity = {np.add: 0, np.multiply: 1, np.maximum: -np.inf, np.minimum: np.inf}[ufunc]
+    if t.dtype.kind in "iub" and ufunc in (np.maximum, np.minimum):
+        info = np.iinfo(t.dtype) if t.dtype.kind != "b" else None
+        identity = (info.min if ufunc is np.maximum else info.max) if info else \
+            (ufunc is np.minimum)
+    from .numpy_api import full_like
+    acc = full_like(moved[:len(idx)], identity)
+    used = seg >= 0
+    ufunc.at(acc, seg[used], moved[np.flatnonzero(used)])
+    if single.any():
+        acc = where(reshape(np.asarray(single), (-1,) + (1,) * (t.ndim - 1)),
+                    moved[idx], acc)
+    return _moveaxis(acc, 0, ax)
+
+
+@implements(np.interp)
+def interp(x, xp, fp, left=None, right=None, period=None):
+    """NumPy's C loop: j with xp[j] <= x < xp[j+1], slope * (x - xp[j]) + fp[j] (from the
+    other end where that is NaN); fp's ends (or left/right) outside; fp[j] where x == xp[j]."""
+    if period is not None:
+        raise TracingError("np.interp(period=...) is not supported by fastlaunch")
+    tx, txp, tfp = (_as_tracer(v).astype(np.float64) if is_tracer(v) or _any_traced(v)
+                    else np.asarray(v, np.float64) for v in (x, xp, fp))
+    if np.iscomplexobj(fp) or (is_tracer(fp) and fp.dtype.kind == "c"):
+        raise TracingError("np.interp of complex values is not supported by fastlaunch")
+    if txp.ndim != 1 or tfp.ndim != 1:
+        raise ValueError("object too deep for desired array" if txp.ndim > 1 or tfp.ndim > 1
+                         else "object of too small depth for desired array")
+    if txp.shape[0] != tfp.shape[0]:
+        raise ValueError("fp and xp are not of the same length.")
+    if txp.shape[0] == 0:
+        raise ValueError("array of sample points is empty")
+    n = txp.shape[0]
+    tx = _as_tracer(tx)
+    lval = tfp[0] if left is None else left
+    rval = tfp[-1] if right is None else right
+    j = np.clip(searchsorted_(txp, tx, side="right") - 1, 0, max(n - 2, 0))
+    x0, x1 = take_(txp, j), take_(txp, np.minimum(j + 1, n - 1))
+    y0, y1 = take_(tfp, j), take_(tfp, np.minimum(j + 1, n - 1))
+    slope = (y1 - y0) / (x1 - x0)
+    inner = slope * (tx - x0) + y0
+    inner = np.where(np.isnan(inner), slope * (tx - x1) + y1, inner)
+    inner = np.where(np.isnan(inner) & (y0 == y1), y0, inner)
+    inner = np.where(tx == x0, y0, inner)
+    out = np.where(tx == txp[-1], tfp[-1], inner)
+    out = np.where(tx > txp[-1], rval, out)
+    out = np.where(tx < txp[0], lval, out)
+    out = np.where(np.isnan(tx), np.nan, out)
+    return out[()] if out.ndim == 0 else out
+
+
+def searchsorted_(a, v, side):
+    from .numpy_api import searchsorted
+    return searchsorted(a if is_tracer(a) else wrap(node_of(a), scalar=False), v, side)
+
+
+def take_(a, idx):
+    from .numpy_api import take
+    return take(a if is_tracer(a) else wrap(node_of(a), scalar=False), idx)
+
+
+@implements(np.unravel_index)
+def unravel_index(indices, shape, order="C"):
+    if _any_traced(shape):
+        raise TracingError("np.unravel_index with a traced shape is not supported by "
+                           "fastlaunch; the shape must be known when tracing")
+    dims = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+    if order not in ("C", "F"):
+        raise ValueError("only 'C' or 'F' order is permitted")
+    t = _as_tracer(indices)
+    if t.dtype.kind not in "iub":
+        raise TypeError("only int indices permitted")
+    size = math.prod(dims)
+    idx = t.astype(np.intp)
+    require(all_((idx >= 0) & (idx < size)), ValueError,
+            f"index out of bounds in np.unravel_index for array with size {size}")
+    out = []
+    rest = idx
+    for d in (reversed(dims) if order == "C" else dims):
+        out.append(rest % d if d else rest)
+        rest = rest // d if d else rest
+    out = out[::-1] if order == "C" else out
+    return tuple(o[()] if o.ndim == 0 else o for o in out)
+
+
+@implements(np.ravel_multi_index)
+def ravel_multi_index(multi_index, dims, mode="raise", order="C"):
+    if _any_traced(dims):
+        raise TracingError("np.ravel_multi_index with traced dims is not supported by "
+                           "fastlaunch")
+    dims = tuple(int(s) for s in dims)
+    if len(multi_index) != len(dims):
+        raise ValueError(f"parameter multi_index must be a sequence of length {len(dims)}")
+    modes = (mode,) * len(dims) if isinstance(mode, str) else tuple(mode)
+    idx = [_as_tracer(m) if _any_traced(m) else wrap(node_of(np.asarray(m)), scalar=False)
+           for m in multi_index]
+    strides, acc = [], 1
+    for d in (reversed(dims) if order == "C" else dims):
+        strides.append(acc)
+        acc *= d
+    strides = strides[::-1] if order == "C" else strides
+    total = None
+    for m, d, s, md in zip(idx, dims, strides, modes):
+        if m.dtype.kind not in "iub":
+            raise TypeError("only int indices permitted")
+        m = m.astype(np.intp)
+        if md == "wrap":
+            m = m % d
+        elif md == "clip":
+            m = np.clip(m, 0, d - 1)
+        elif md == "raise":
+            require(all_((m >= 0) & (m < d)), ValueError, "invalid entry in coordinates array")
+        else:
+            raise ValueError(f"clipmode must be one of 'clip', 'raise', or 'wrap' (got {md!r})")
+        total = m * s if total is None else total + m * s
+    return total[()] if total.ndim == 0 else total
+
+
+@implements(np.fill_diagonal)
+def fill_diagonal(a, val, wrap=False):
+    t = _target(a, "np.fill_diagonal")
+    if t.ndim < 2:
+        raise ValueError("array must be at least 2-d")
+    if t.ndim == 2:
+        step = t.shape[1] + 1
+        end = t.size if wrap else min(t.shape[1] * t.shape[1], t.size)
+    else:
+        if len(set(t.shape)) != 1:
+            raise ValueError("All dimensions of input must be of equal length")
+        step = 1 + int(np.cumprod(t.shape[:-1]).sum())
+        end = t.size
+    flat = np.arange(0, end, step)
+    if not flat.size:
+        return None
+    where_ = np.unravel_index(flat, t.shape)
+    g = current_graph()
+    vn = ops.reshape(g, ops.cast(g, node_of(val), t.dtype, wraps=True), (-1,))
+    if vn.size == 0:
+        return None
+    if vn.size != flat.size:           # val repeats (or is cut), as a.flat[...] = val does
+        vn = ops.gather(g, vn, [_ew(Op.MOD, _INTP, _iota((flat.size,), 0),
+                                    _lit(vn.size, _INTP))], 0)
+    setitem(t, where_, _as_value(vn))
+    return None
+
+
+def _as_value(node):
+    return wrap(node, scalar=False)
+
+
+numpy_api.UFUNC_METHODS["reduceat"] = ufunc_reduceat
+
+
+@implements(np.insert)
+def insert(arr, obj, values, axis=None):
+    """NumPy's algorithm, for insertion indices known while tracing: a new array of the grown
+    shape, the values written at their (shifted) positions, the old elements at the rest."""
+    from .numpy_api import _filled
+    if _any_traced(obj):
+        raise TracingError("np.insert with traced insertion indices is not supported by "
+                           "fastlaunch: the result's layout would depend on the data; pass "
+                           "them as a NumPy array or list")
+    t = _as_tracer(arr)
+    if axis is None:
+        t = reshape(t, (-1,))
+        axis = 0
+    axis = _axis(axis, t.ndim)
+    n = t.shape[axis]
+    values = _as_tracer(values).astype(t.dtype) if _any_traced(values) else \
+        np.asarray(values).astype(t.dtype)
+    slobj = [slice(None)] * t.ndim
+    if isinstance(obj, slice):
+        indices = np.arange(*obj.indices(n), dtype=np.intp)
+    else:
+        indices = np.array(obj)
+        if indices.dtype == bool:
+            raise TracingError("np.insert with a boolean obj is not supported by fastlaunch")
+        if indices.ndim > 1:
+            raise ValueError("index array argument obj to insert must be one dimensional or "
+                             "scalar")
+    if indices.ndim == 0:
+        index = int(indices)
+        if index < -n or index > n:
+            raise IndexError(f"index {index} is out of bounds for axis {axis} with size {n}")
+        index = index + n if index < 0 else index
+        v = values if is_tracer(values) else array(values)
+        if v.ndim < t.ndim:
+            v = reshape(v, (1,) * (t.ndim - v.ndim) + tuple(v.shape))
+        v = _moveaxis(v, 0, axis)        # NumPy: values[:, ...] go along the axis
+        numnew = v.shape[axis]
+        shape = list(t.shape)
+        shape[axis] += numnew
+        new = _filled(tuple(shape), t.dtype, 0)
+        slobj[axis] = slice(None, index)
+        setitem(new, tuple(slobj), getitem(t, tuple(slobj)))
+        slobj[axis] = slice(index, index + numnew)
+        setitem(new, tuple(slobj), v)
+        slobj[axis] = slice(index + numnew, None)
+        rest = [slice(None)] * t.ndim
+        rest[axis] = slice(index, None)
+        setitem(new, tuple(slobj), getitem(t, tuple(rest)))
+        return new
+    indices = indices.astype(np.intp)
+    if ((indices < -n) | (indices > n)).any():
+        bad = int(indices[(indices < -n) | (indices > n)][0])
+        raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
+    indices[indices < 0] += n
+    numnew = len(indices)
+    order = indices.argsort(kind="mergesort")
+    indices[order] += np.arange(numnew)
+    shape = list(t.shape)
+    shape[axis] += numnew
+    old = np.ones(shape[axis], dtype=bool)
+    old[indices] = False
+    new = _filled(tuple(shape), t.dtype, 0)
+    slobj[axis] = indices
+    setitem(new, tuple(slobj), values if is_tracer(values) else array(values))
+    slobj[axis] = np.flatnonzero(old)
+    setitem(new, tuple(slobj), t)
+    return new

@@ -7,6 +7,7 @@ attribute is static, keyed by value in the signature."""
 from __future__ import annotations
 
 import dataclasses
+import struct
 
 import numpy as np
 
@@ -145,7 +146,18 @@ def register_class(cls: type, flatten=None, unflatten=None) -> type:
     the caller's object); every other attribute (numbers, strings, flags) is static: part of
     the signature, keyed by value, so a new value traces again.  With `flatten(obj) ->
     (children, aux)` and `unflatten(aux, children) -> obj` (JAX's convention): the children are
-    taken apart further and `aux` (hashable) is static.  Returns cls (usable as a decorator)."""
+    taken apart further and `aux` (hashable) is static.  Returns cls (usable as a decorator).
+
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> @fl.register_class
+        ... class Layer:
+        ...     def __init__(self, w, scale):
+        ...         self.w, self.scale = w, scale     # w: traced; scale: static, by value
+        >>> apply = fl.compile(lambda layer, x: layer.w @ x * layer.scale)
+        >>> apply(Layer(np.eye(2), 3.0), np.ones(2))
+        array([3., 3.])
+    """
     if not isinstance(cls, type):
         raise TypeError(f"register_class: expected a class, got {cls!r:.60}")
     if (flatten is None) != (unflatten is None):
@@ -196,15 +208,23 @@ def _is_child(v) -> bool:
             or hasattr(t, "__cuda_array_interface__") or getattr(t, "__fl_device__", False))
 
 
-def _static_key(v):
-    global _static_key_fn
-    if _static_key_fn is None:
-        from ._core import static_key
-        _static_key_fn = static_key
-    return _static_key_fn(v)
+def static_key(value):
+    """What a static argument's value is keyed by: its type as well as its value (1 and 1.0,
+    np.float64(2) and 2.0 trace differently), floats by their bits (0.0 and -0.0 differ; every
+    NaN of one sign is one key, so a static NaN does not re-trace on every call).  The
+    dispatcher keys static arguments by it (_core.encode)."""
+    t = type(value)
+    if t is float or isinstance(value, np.floating):
+        f = float(value)
+        if f != f:
+            return (t, "nan", bool(np.signbit(f)))
+        return (t, struct.pack("<d", f))
+    if t is tuple:
+        return (t,) + tuple(static_key(v) for v in value)
+    if t is frozenset:
+        return (t, frozenset(static_key(v) for v in value))
+    return (t, value)
 
-
-_static_key_fn = None
 
 
 def _same_static(a, b) -> bool:
@@ -216,7 +236,7 @@ def _same_static(a, b) -> bool:
     if t is not type(b):
         return False
     if t is float or isinstance(a, (np.floating, tuple, frozenset)):
-        return _static_key(a) == _static_key(b)
+        return static_key(a) == static_key(b)
     try:
         return bool(a == b)
     except Exception:         # noqa: BLE001  (a user type's __eq__ may raise)
@@ -251,7 +271,7 @@ class ObjectKey:
         if self._hash is None:
             try:
                 self._hash = hash((self.cls, self.names,
-                                   tuple((k, _static_key(v)) for k, v in self.statics),
+                                   tuple((k, static_key(v)) for k, v in self.statics),
                                    self.aux))
             except TypeError:       # an unhashable static value: equality still decides
                 self._hash = hash((self.cls, self.names))

@@ -23,7 +23,7 @@ from ._launch import Space
 from .backends.base import HOST_MEMORY, MemoryModel
 from .bytecode import ArgKind, Assembler, KernelInfo, Program, SlotInfo, SlotRole, routine_of
 from .fuse import Plan
-from .kernel import is_kernel
+from .kernel import LoopBegin, LoopEnd, is_kernel
 from .leaves import LeafSpec, element_range
 
 # A program estimated to do more work than this (operations) polls for signals between its
@@ -101,6 +101,13 @@ def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: 
             slot_of[b.id] = len(slots)
             slots.append(SlotInfo(SlotRole.STATUS, np.dtype(np.int64).str, label="status",
                                   space=kspace))
+        elif b.role == "alias":
+            # a loop's carried value or row: a pointer its instructions move (LoopBegin)
+            slot_of[b.id] = len(slots)
+            slots.append(SlotInfo(SlotRole.ALIAS, b.dtype.str, 0, b.size - 1,
+                                  label=f"alias{b.id}", space=kspace))
+        elif b.role == "iter":
+            pass                          # the counter slot of its loop (below)
         elif b.role == "output":
             out = len(slots)
             slots.append(SlotInfo(SlotRole.OUTPUT, b.dtype.str, 0, b.size - 1,
@@ -120,24 +127,85 @@ def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: 
             temps.add(slot_of[b.id])
     outputs.sort()
 
+    # loops: a counter slot each; a slot used inside a loop is live from before the
+    # outermost loop around the use to after it (no ALLOC or FREE inside a loop)
+    region = list(range(len(plan.kernels)))       # step -> (first, last) step of its region
+    region = [(i, i) for i in region]
+    counters: dict[int, int] = {}          # LoopBegin step -> its counter slot
+    spare_alias: dict[int, list] = {}      # per loop, per carried value: ROTATE's third alias
+    open_loops: list = []
+    for k_index, k in enumerate(plan.kernels):
+        if isinstance(k, LoopBegin):
+            counters[k_index] = len(slots)
+            slots.append(SlotInfo(SlotRole.COUNTER, np.dtype(np.int64).str,
+                                  label=f"i{len(counters) - 1}"))
+            spare_alias[k_index] = []
+            for c, (_, read, _, _, _) in enumerate(k.carried):
+                r = slots[slot_of[read]]
+                spare_alias[k_index].append(len(slots))
+                slots.append(SlotInfo(SlotRole.ALIAS, r.dtype, r.lo, r.hi,
+                                      label=f"spare{len(counters) - 1}.{c}", space=r.space))
+            if k.iter is not None:
+                slot_of[k.iter] = counters[k_index]
+            open_loops.append(k_index)
+        elif isinstance(k, LoopEnd):
+            begin = open_loops.pop()
+            if not open_loops:
+                for i in range(begin, k_index + 1):
+                    region[i] = (begin, k_index)
+    if open_loops:
+        raise ValueError("a plan's loop has no end")
+
+    def step_slots(k) -> list:
+        if isinstance(k, LoopBegin):
+            return [slot_of[b] for b in k.buffers()]
+        if isinstance(k, LoopEnd):
+            return []
+        return [slot_of[a.buffer] for a in k.args]
+
     first_use: dict[int, int] = {}
     last_use: dict[int, int] = {}
     for k_index, k in enumerate(plan.kernels):
-        for a in k.args:
-            s = slot_of[a.buffer]
-            first_use.setdefault(s, k_index)
-            last_use[s] = k_index
+        lo, hi = region[k_index]
+        for s in step_slots(k):
+            first_use.setdefault(s, lo)
+            last_use[s] = max(last_use.get(s, hi), hi)
 
     asm = Assembler()
     infos = []
     status = next((slot_of[b.id] for b in plan.buffers if b.role == "status"), None)
     unchecked = False             # a kernel may have raised an error bit since the last CHECK
-    work = sum(k.size * max(1, int(np.prod(k.rspace, dtype=np.int64))) * k.cost_per_iteration()
-               if is_kernel(k) else k.work() for k in plan.kernels)
+    work = _work(plan.kernels)
     polling = work >= POLL_WORK
     # kernel_names: one per compiled kernel; library calls (LIBCALL) are not in the kernel table
     names = iter(kernel_names)
+    loops: list = []                  # the open loops' (LoopBegin, head pc, patches)
     for k_index, k in enumerate(plan.kernels):
+        if isinstance(k, LoopBegin):
+            if not loops:
+                # every temporary of the loop (and of loops inside it) before its head
+                for s in sorted(temps):
+                    if first_use.get(s) == k_index:
+                        asm.alloc(s, slots[s].nbytes)
+                        if s in shadow_in:
+                            asm.to_device(s, shadow_in[s], slots[shadow_in[s]].span_bytes)
+            loops.append(_begin_loop(asm, k, slot_of, slots, counters[k_index],
+                                     spare_alias[k_index], polling and not loops) +
+                         (counters[k_index],))
+            continue
+        if isinstance(k, LoopEnd):
+            begin, head, spares, ctr = loops.pop()
+            if unchecked:
+                asm.check(status)     # an error stops the loop in the iteration that raised it
+                unchecked = False
+            _end_loop(asm, begin, head, spares, slot_of, slots, ctr)
+            lo, hi = region[k_index]
+            if hi == k_index:
+                for s in list(temps):
+                    if last_use.get(s) == k_index and s not in shadow_out and \
+                            not (s in shadow_in and shadow_in[s] in mutated_leaves):
+                        asm.free(s)
+            continue
         writes_input = any(a.writes and a.kind == "buffer" and
                            slots[slot_of[a.buffer]].role == SlotRole.INPUT for a in k.args)
         if writes_input:
@@ -151,7 +219,7 @@ def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: 
         # a library call may take one buffer as two operands (x.T @ x): each slot once
         used = list(dict.fromkeys(slot_of[a.buffer] for a in k.args))
         for s in used:
-            if s in temps and first_use[s] == k_index:
+            if s in temps and first_use[s] == k_index and not loops:
                 asm.alloc(s, slots[s].nbytes)
                 if s in shadow_in:
                     asm.to_device(s, shadow_in[s], slots[shadow_in[s]].span_bytes)
@@ -163,7 +231,7 @@ def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: 
                         [(slot_of[a.buffer],) + tuple(lay) for a, lay in zip(k.args, k.layouts)])
         for s in used:
             if s in temps and last_use[s] == k_index and s not in shadow_out and \
-                    not (s in shadow_in and shadow_in[s] in mutated_leaves):
+                    not (s in shadow_in and shadow_in[s] in mutated_leaves) and not loops:
                 asm.free(s)
     if unchecked:
         asm.check(status)
@@ -182,6 +250,65 @@ def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: 
                    outputs=[(slot, dt, tuple(shape)) for _, slot, dt, shape in outputs],
                    mutated_leaves=sorted(mutated_leaves),
                    checks=[(bit, exc.__name__, message) for bit, exc, message in plan.checks])
+
+
+def _work(steps) -> int:
+    """Estimated operations of a plan's steps (a loop's body times its count)."""
+    total, scale = 0, [1]
+    for k in steps:
+        if isinstance(k, LoopBegin):
+            scale.append(scale[-1] * max(1, k.n))
+        elif isinstance(k, LoopEnd):
+            scale.pop()
+        elif is_kernel(k):
+            total += scale[-1] * k.size * max(1, int(np.prod(k.rspace, dtype=np.int64))) * \
+                k.cost_per_iteration()
+        else:
+            total += scale[-1] * k.work()
+    return total
+
+
+def _begin_loop(asm: Assembler, k: LoopBegin, slot_of: dict, slots: list, ctr: int,
+                spares: list, poll: bool):
+    """The code before a plan loop's body: its carried aliases on their buffers (the first
+    iteration reads the first values and writes the final buffer), the counter, the head
+    (POLLing there when the program is long), each row moved to this iteration's.  Returns
+    (k, head pc, the spare aliases)."""
+    for (init, read, write, spare, final), alias in zip(k.carried, spares):
+        asm.move(slot_of[read], slot_of[init])
+        asm.move(slot_of[write], slot_of[final])
+        asm.move(alias, slot_of[spare])
+    asm.set(ctr, 0)
+    head = asm.here()
+    if poll:
+        asm.poll()
+    for row, stack, every in k.rows:
+        asm.row(slot_of[row], slot_of[stack], ctr, every, slots[slot_of[row]].span_bytes)
+    for _c, row, stack, every in k.checkpoints:
+        asm.row(slot_of[row], slot_of[stack], ctr, every, slots[slot_of[row]].span_bytes)
+    return k, head, spares
+
+
+def _end_loop(asm: Assembler, k: LoopBegin, head: int, spares: list, slot_of: dict,
+              slots: list, ctr: int):
+    """The code after a plan loop's body: checkpoint copies, the until test, the turn of the
+    carried buffers, the jump back; then each carried value's final buffer filled from where
+    the last iteration left it (nothing to copy when that is the final buffer itself)."""
+    for c, row, _stack, _every in k.checkpoints:
+        write = slot_of[k.carried[c][2]]
+        asm.copy(slot_of[row], write, slots[slot_of[row]].span_bytes)
+    stop = asm.break_if(slot_of[k.flag]) if k.flag is not None else None
+    for (_init, read, write, _spare, _final), alias in zip(k.carried, spares):
+        asm.rotate(slot_of[read], slot_of[write], alias)
+    asm.loop(ctr, k.n, head)
+    for _init, read, _write, _spare, final in k.carried:      # after LOOP: `read` holds the last
+        asm.copy(slot_of[final], slot_of[read], slots[slot_of[final]].span_bytes)
+    if stop is not None:
+        done = asm.jump()
+        asm.patch(stop, asm.here())
+        for _init, _read, write, _spare, final in k.carried:  # stopped before the turn
+            asm.copy(slot_of[final], slot_of[write], slots[slot_of[final]].span_bytes)
+        asm.patch(done, asm.here())
 
 
 # ---- loops (fl.iterate) ------------------------------------------------------------------------

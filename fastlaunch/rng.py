@@ -225,8 +225,44 @@ def _default_rng(original):
     def default_rng(seed=None):
         if tracing() and seed is None:
             return call_generator()      # fresh numbers on every call
-        return original(seed)            # a fixed seed: the same numbers every call, as NumPy
+        gen = original(seed)             # a fixed seed: the same numbers every call, as NumPy
+        if tracing() and type(gen) is np.random.Generator and gen is not seed:
+            return SeededGenerator(gen.bit_generator)
+        return gen
     return default_rng
+
+
+class SeededGenerator(np.random.Generator):
+    """A fixed-seed Generator made inside a traced function: NumPy's numbers (constants), but
+    `out=` takes an array made inside the function or a traced one.  NumPy's C code would
+    write into the array's memory, which no longer holds the values of an array a traced
+    value was written into: the numbers are drawn, then assigned."""
+
+    def _into(self, method, out, kwargs):
+        kwargs["size"] = out.shape
+        kwargs["dtype"] = out.dtype
+        out[...] = getattr(super(), method)(**kwargs)
+        return out
+
+    def random(self, size=None, dtype=np.float64, out=None):
+        if out is None or type(out) is np.ndarray:
+            return super().random(size, dtype, out)
+        return self._into("random", out, {})
+
+    def standard_normal(self, size=None, dtype=np.float64, out=None):
+        if out is None or type(out) is np.ndarray:
+            return super().standard_normal(size, dtype, out)
+        return self._into("standard_normal", out, {})
+
+    def standard_exponential(self, size=None, dtype=np.float64, method="zig", out=None):
+        if out is None or type(out) is np.ndarray:
+            return super().standard_exponential(size, dtype, method, out)
+        return self._into("standard_exponential", out, {"method": method})
+
+    def standard_gamma(self, shape, size=None, dtype=np.float64, out=None):
+        if out is None or type(out) is np.ndarray:
+            return super().standard_gamma(shape, size, dtype, out)
+        return self._into("standard_gamma", out, {"shape": shape})
 
 
 def _intercepted(name, original, impl):

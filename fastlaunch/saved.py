@@ -23,26 +23,31 @@ A process with another target compiles the kernels from their descriptions in bo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
+import math
 import os
+import re
 import struct
 import tempfile
 
 import numpy as np
 
 from . import _core
-from ._launch import Opcode, ResultKind, Space
+from ._launch import Opcode, ResultKind, Routine, Space
 from ._version import __version__
 from .backends import get_backend
 from .backends.base import CallLayout
-from .bytecode import MAX_COUNT, Program, verify
-from .kernel import set_extents
+from .bytecode import (LIBCALL_ARRAYS, MAX_COUNT, ROUTINES, Program, SlotRole, check_exception,
+                       verify)
+from .fuse import Buffer, Plan
+from .kernel import KernelArg, LibraryCall, set_extents
 from .kernel_json import kernel_from_json, kernel_to_json
-from .leaves import LeafSpec
+from .leaves import LeafSpec, contiguous_strides
 from .link import link_entry
 from .pytree import TreeDef, flatten
-from .record import kernel_info
+from .record import kernel_info, record
 
 MAGIC = b"FLPROG\x00\x01"
 FORMAT_VERSION = 2
@@ -114,7 +119,10 @@ def dumps_entry(entry, backend, static_positions, iterate=None) -> bytes:
                      bool(scalar)] for kind, index, scalar in info.results],
         "out_tree": info.out_tree.to_json(),
         "int_bounds": [[leaf, lo, hi] for leaf, (lo, hi) in sorted(info.int_bounds.items())],
-        "kernels": [{"label": label, "text": backend.kernel_text(k), "desc": kernel_to_json(d)}
+        # "schedule": what the backend decided that the description does not show (a CUDA
+        # split), for schedule_kernel on load
+        "kernels": [{"label": label, "text": backend.kernel_text(k), "desc": kernel_to_json(d),
+                     "schedule": dict(d.schedule.saved)}
                     for (label, _, _), k, d in zip(info.lowered.kernels, info.kernels,
                                                    descriptions)],
         "graph": info.lowered.graph,
@@ -284,7 +292,19 @@ def _keys(j) -> list:
 
 
 class LoadedProgram(_core.Dispatcher):
-    """A saved program, callable with arguments of the saved signature only."""
+    """A saved program (see `load`), callable with arguments of the saved signature only: an
+    argument of another dtype, shape or kind is a TypeError naming it.
+
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> fl.compile(lambda x: x * 2).save("double.flp", np.ones(2))
+        >>> double = fl.load("double.flp")
+        >>> double(np.arange(2.0))
+        array([0., 2.])
+        >>> double([1.0, 2.0])
+        Traceback (most recent call last):
+        TypeError: argument 'x': expected an array float64[2], got a Python list (pass np.asarray(...))
+    """
 
     def __init__(self, path, meta, entry, leaves, names):
         super().__init__(tuple(meta["static_positions"]), True)
@@ -326,11 +346,23 @@ def load(path: str | os.PathLike, backend: str | None = None, *,
     what that guarantees.
 
     In both modes the bytecode is verified before anything runs, and a file that fails any
-    check raises SavedProgramError (a ValueError)."""
+    check raises SavedProgramError (a ValueError).
+
+    Example:
+        >>> import numpy as np, fastlaunch as fl
+        >>> scale = fl.compile(lambda x, y: np.exp(x) * y)
+        >>> x, y = np.zeros(3), np.full(3, 2.0)
+        >>> scale.save("scale.flp", x, y)
+        >>> loaded = fl.load("scale.flp")         # in any process: no tracing, no function
+        >>> loaded(x, y)
+        array([2., 2., 2.])
+        >>> fl.load("scale.flp", machine_code=False)(x, y)   # kernels generated again
+        array([2., 2., 2.])
+    """
     path = os.fspath(path)
     with _invalid(path):
         meta, program, objects = _read(path)
-        entry, _, leaves, names = _load(path, meta, program, objects, backend, machine_code)
+        entry, _, leaves, names, _ = _load(path, meta, program, objects, backend, machine_code)
         finish = _iterate_finish(meta, program, len(meta["results"]), len(leaves))
     if finish is not None:
         return LoadedIteration(path, meta, entry, leaves, names, finish)
@@ -339,12 +371,120 @@ def load(path: str | os.PathLike, backend: str | None = None, *,
 
 def loads_entry(data: bytes, backend: str | None = None, where: str = "saved program bytes",
                 machine_code: bool = True):
-    """(meta, program, kernels, entry) from bytes made by dumps_entry, checked and verified as
-    `load` checks a file (the same trust rule: the bytes hold machine code that will run)."""
+    """(meta, program, kernels, entry, plan) from bytes made by dumps_entry, checked and
+    verified as `load` checks a file (the same trust rule: the bytes hold machine code that
+    will run); `plan` is the scheduled plan the program was recorded from, rebuilt from the
+    kernel descriptions the bytes hold (scheduled_plan), which fl.iterate, save and pickling
+    read of an entry."""
     with _invalid(where):
         meta, program, objects = _parse(bytes(data), where)
-        entry, kernels, _, _ = _load(where, meta, program, objects, backend, machine_code)
-    return meta, program, kernels, entry
+        entry, kernels, leaves, _, described = _load(where, meta, program, objects, backend,
+                                                     machine_code)
+        plan = scheduled_plan(program, described, leaves,
+                              get_backend(backend or meta["backend"]).memory)
+    return meta, program, kernels, entry, plan
+
+
+_SHADOW = re.compile(r"(in|out)(\d+)@dev")
+
+
+def scheduled_plan(program: Program, described: list, leaves: list, memory) -> Plan:
+    """The scheduled plan `program` was recorded from (record.record), rebuilt from its code
+    and its kernels' scheduled descriptions (one per program kernel, in order): buffers from
+    the slots (a device shadow, named `in{leaf}@dev` / `out{ref}@dev` by record, belongs to
+    its argument's or output's buffer), each kernel's arguments bound to the buffers of the
+    slots its LAUNCH binds, library calls from their LIBCALLs.  Checked: recording the plan
+    again gives the program back (slot labels aside), else SavedProgramError."""
+    slots, nleaves = program.slots, program.nleaves
+    buffers: list = []
+    of_slot: dict = {}                 # slot -> buffer id
+
+    def add(slot, role, dtype, shape, ref=-1, strides=None) -> int:
+        buf = Buffer(len(buffers), role, np.dtype(dtype),
+                     0 if role in ("param", "status", "rng") else math.prod(shape), ref,
+                     contiguous_strides(shape) if strides is None else tuple(strides),
+                     tuple(shape))
+        buffers.append(buf)
+        if slot is not None:
+            of_slot[slot] = buf.id
+        return buf.id
+
+    def leaf_buffer(j: int) -> int:
+        if j not in of_slot:
+            leaf = leaves[j]
+            if leaf.is_array:
+                add(j, "input", leaf.dtype, leaf.shape, j, leaf.strides)
+            else:
+                add(j, "param", leaf.dtype, (), j)
+        return of_slot[j]
+
+    consts = {slot: i for i, (slot, _) in enumerate(program.consts)}
+    outputs = {slot: i for i, (slot, _, _) in enumerate(program.outputs)}
+    output_of: dict = {}               # output ref -> its buffer
+    for s in range(nleaves, len(slots)):
+        slot = slots[s]
+        shadow = _SHADOW.fullmatch(slot.label) if slot.role == SlotRole.TEMP else None
+        if shadow and shadow.group(1) == "in" and int(shadow.group(2)) < nleaves:
+            j = int(shadow.group(2))
+            add(s, "input", leaves[j].dtype, leaves[j].shape, j, leaves[j].strides)
+        elif shadow and shadow.group(1) == "out" and int(shadow.group(2)) in output_of:
+            of_slot[s] = output_of[int(shadow.group(2))]
+        elif slot.role == SlotRole.TEMP:
+            add(s, "temp", slot.dtype, (slot.hi + 1,))
+        elif slot.role == SlotRole.CONST and s in consts:
+            add(s, "const", slot.dtype, (slot.hi + 1,), consts[s])
+        elif slot.role == SlotRole.OUTPUT and s in outputs:
+            ref = int(slot.label[3:]) if re.fullmatch(r"out\d+", slot.label) else outputs[s]
+            output_of[ref] = add(s, "output", slot.dtype, program.outputs[outputs[s]][2], ref)
+        elif slot.role == SlotRole.STATUS:
+            add(s, "status", slot.dtype, ())
+        elif slot.role == SlotRole.RNG:
+            add(s, "rng", slot.dtype, ())
+        else:
+            raise SavedProgramError(f"slot {s} ({slot.role}): not a slot of a plain program")
+
+    def buffer_of(s: int) -> int:
+        if 0 <= s < nleaves:
+            return leaf_buffer(s)
+        if s not in of_slot:
+            raise SavedProgramError(f"slot {s}: no buffer of the plan is recorded there")
+        return of_slot[s]
+
+    steps, words = [], {}
+    for _, op, ops in program.instructions():
+        if op is Opcode.BIND:
+            args_at, list_at, count = ops
+            for i in range(count):
+                words[args_at + i] = int(program.arg_lists[list_at + i])
+        elif op is Opcode.LAUNCH:
+            k = described[ops[0]]
+            bound = [buffer_of(words[ops[2] + p]) for p in range(len(k.args))]
+            steps.append(dataclasses.replace(k, args=[dataclasses.replace(a, buffer=b)
+                                                      for a, b in zip(k.args, bound)]))
+        elif op is Opcode.LIBCALL:
+            info = ROUTINES[Routine(ops[0])]
+            args, layouts = [], []
+            for a in range(LIBCALL_ARRAYS):
+                slot, *layout = ops[6 + 6 * a:12 + 6 * a]
+                if slot < 0:
+                    break
+                args.append(KernelArg("buffer", np.dtype(slots[slot].dtype), buffer_of(slot),
+                                      0, bool(info.arrays[a] and info.arrays[a][1])))
+                layouts.append(tuple(layout))
+            steps.append(LibraryCall(info.name, np.dtype(info.dtype), tuple(ops[1:6]), args,
+                                     layouts, info.name))
+    plan = Plan(buffers, steps, [output_of[r] for r in sorted(output_of)],
+                [(bit, check_exception(name), message) for bit, name, message in program.checks])
+    again = record(plan, [k.name for k in program.kernels], leaves,
+                   [arr for _, arr in program.consts], program.mutated_leaves, memory)
+
+    def same(p: Program) -> tuple:
+        return (p.code.tolist(), p.arg_lists.tolist(), p.nargwords, p.kernels, p.outputs,
+                p.mutated_leaves, p.checks, [s for s, _ in p.consts],
+                [dataclasses.replace(s, label="") for s in p.slots])
+    if same(again) != same(program):
+        raise SavedProgramError("the program is not one its kernels' plan records")
+    return plan
 
 
 @contextlib.contextmanager
@@ -363,7 +503,8 @@ def _invalid(path):
 
 
 def _load(path, meta, program: Program, objects, backend, machine_code):
-    """(entry, compiled kernels, signature leaves, leaf names) of a parsed saved program."""
+    """(entry, compiled kernels, signature leaves, leaf names, scheduled kernel descriptions)
+    of a parsed saved program."""
     sig = bytes.fromhex(_str(meta["signature"], "signature"))
     leaves = _signature_specs(sig)
     be = get_backend(backend or _str(meta["backend"], "backend"))
@@ -378,7 +519,7 @@ def _load(path, meta, program: Program, objects, backend, machine_code):
     for i, km in enumerate(kmeta):
         if type(km) is not dict:
             raise SavedProgramError(f"kernels: entry {i} is malformed")
-        k = be.schedule_kernel(kernel_from_json(km.get("desc")))
+        k = be.schedule_kernel(kernel_from_json(km.get("desc")), km.get("schedule", {}))
         set_extents(k)
         program.kernels[i] = kernel_info(k, program.kernels[i].name)
         kernels.append((k, km))
@@ -432,7 +573,7 @@ def _load(path, meta, program: Program, objects, backend, machine_code):
     call = CallLayout(results, out_tree, int_bounds)
     entry = link_entry(be, program, compiled, call, sig, keys, statics, specialized)
     _iterate_finish(meta, program, len(results), len(leaves))
-    return entry, compiled, leaves, names
+    return entry, compiled, leaves, names, [k for k, _ in kernels]
 
 
 def _iterate_finish(meta, program: Program, nresults: int, nleaves: int):
@@ -440,6 +581,14 @@ def _iterate_finish(meta, program: Program, nresults: int, nleaves: int):
     if "iterate" not in meta:
         return None
     finish = check_finish(meta["iterate"], nresults, nleaves)
+    # stacked rows and the stop flags are arrays the program makes (a file that says a
+    # constant or an argument is one fails here, not when called)
+    stacked = [x for kind, x in finish["results"] if kind == "stack"]
+    if finish["flags"] is not None:
+        stacked.append(finish["flags"])
+    if any(_list(meta["results"][x], "result")[0] != ResultKind.RESULT_NEW for x in stacked):
+        raise SavedProgramError("iterate: a stacked result or the flags are not arrays the "
+                                "program makes")
     # what fl.iterate records: one loop, whose LOOP and NEXTs all count to the iteration
     # count the results are for
     loops = program.loops()
@@ -473,13 +622,47 @@ class LoadedIteration(LoadedProgram):
 
 
 def _mismatch(static_positions, want: list, names: list, args) -> str:
-    """Name the first argument leaf that does not match the saved signature."""
+    """Name the first argument (then the first leaf) that does not match the saved signature."""
     from .pytree import flatten
     static = set(static_positions)
+    positions = [i for i in range(len(args)) if i not in static]
+    # the saved leaves of each argument, in order: consecutive leaves share their argument's name
+    groups: list = []
+    for j, name in enumerate(names):
+        if groups and groups[-1][0] == name:
+            groups[-1][1].append(j)
+        else:
+            groups.append((name, [j]))
+    named = not names or not names[0].startswith("leaf ")
+    if named and len(positions) != len(groups):
+        return (f"this saved program takes {len(groups)} non-static argument"
+                f"{'' if len(groups) == 1 else 's'} ({', '.join(g[0] for g in groups)}), got "
+                f"{len(positions)}")
     leaves = []
-    for i, a in enumerate(args):
-        if i not in static:
-            leaves += flatten(a)[0]
+    for k, i in enumerate(positions):
+        got = flatten(args[i])[0]
+        if named:
+            name, js = groups[k]
+            if isinstance(args[i], (list, tuple)) and (len(js) != 1 or want[js[0]].is_array) \
+                    and len(got) != len(js):
+                w = want[js[0]]
+                kind = type(args[i]).__name__
+                if len(js) == 1:
+                    return (f"{name}: expected an array {w.dtype}{list(w.shape)}, got a Python "
+                            f"{kind} (pass np.asarray(...))")
+                if len(args[i]) == len(js):
+                    # a flat container like the saved one: name the item that is a list
+                    for item, (x, j) in enumerate(zip(args[i], js)):
+                        if isinstance(x, (list, tuple)) and want[j].is_array:
+                            return (f"{name}[{item}]: expected an array {want[j].dtype}"
+                                    f"{list(want[j].shape)}, got a Python "
+                                    f"{type(x).__name__} (pass np.asarray(...))")
+                return (f"{name}: expected a container of {len(js)} arrays/scalars, got a "
+                        f"Python {kind} of {len(args[i])} items")
+            if len(got) != len(js):
+                return (f"{name}: the saved program takes {len(js)} array/scalar leaves for "
+                        f"it, got {len(got)} ({type(args[i]).__name__})")
+        leaves += got
     if len(leaves) != len(want):
         return (f"this saved program takes {len(want)} array/scalar arguments, "
                 f"got {len(leaves)}")
@@ -505,7 +688,7 @@ def finish_results(raw, finish: dict, leaves):
     if finish["flags"] is not None:
         flags = raw[finish["flags"]]
         # rows up to the stopping one were written (all false but it); later rows are not
-        first = int(np.argmax(flags))
+        first = int(flags.argmax())
         ran = first + 1 if flags[first] else n
     rows = -(-ran // every) if every else 0
     out = []

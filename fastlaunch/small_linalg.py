@@ -344,9 +344,9 @@ def slogdet(g: Graph, a_node: Node, dtype) -> tuple:
 
 def cholesky(g: Graph, a_node: Node, upper: bool, dtype) -> Node:
     """np.linalg.cholesky of float64 a (its lower triangle, as potrf 'L' on NumPy's copy;
-    upper: the upper triangle and the transposed factor, as potrf 'U'), as OpenBLAS's potf2: l[j][j] = sqrt(a[j][j] - sum l[j][k]^2), the column below it
-    (a[i][j] - l[i][0] l[j][0] - ...) times 1 / l[j][j]; a pivot <= 0 is LinAlgError (NaN
-    is not: as NumPy, NaN out)."""
+    upper: the upper triangle and the transposed factor, as potrf 'U'), as OpenBLAS's potf2:
+    l[j][j] = sqrt(a[j][j] - sum l[j][k]^2), the column below it (a[i][j] - l[i][0] l[j][0]
+    - ...) times 1 / l[j][j]; a pivot <= 0 is LinAlgError (NaN is not: as NumPy, NaN out)."""
     batch, n = a_node.shape[:-2], a_node.shape[-1]
     wr = _Writer(g, batch)
     a = wr.entries(a_node)

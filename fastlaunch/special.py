@@ -154,6 +154,13 @@ def _gammaln(g, dt, x):
     return _where(g, _bool(g, Op.EQ, x, _c(g, -np.inf, dt)), _c(g, -np.inf, dt), r)
 
 
+def _entr(g, dt, x):
+    # SciPy: -x log(x) for x > 0, 0 at 0, -inf below; NaN stays NaN
+    r = _op(g, Op.NEG, dt, _op(g, Op.MUL, dt, x, _op(g, Op.LOG, dt, x)))
+    r = _where(g, _bool(g, Op.EQ, x, _c(g, 0.0, dt)), _c(g, 0.0, dt), r)
+    return _where(g, _bool(g, Op.LT, x, _c(g, 0.0, dt)), _c(g, -np.inf, dt), r)
+
+
 def _scipy_i0(g, dt, x):
     return i0(g, x, dt)
 
@@ -168,7 +175,8 @@ SCIPY_UFUNCS = {
     "expit": ("rewrite", _expit), "logit": ("rewrite", _logit),
     "log_expit": ("rewrite", _log_expit),
     "xlogy": ("rewrite", _xlog(Op.LOG)), "xlog1py": ("rewrite", _xlog(Op.LOG1P)),
-    "ndtr": ("rewrite", _ndtr), "i0": ("rewrite", _scipy_i0), "i0e": ("rewrite", _scipy_i0e),
+    "ndtr": ("rewrite", _ndtr), "entr": ("rewrite", _entr), "i0": ("rewrite", _scipy_i0),
+    "i0e": ("rewrite", _scipy_i0e),
 }
 
 

@@ -9,10 +9,12 @@ as in NumPy.  Nothing here knows about kernels or backends.
 from __future__ import annotations
 
 import dis
+import enum
 import linecache
 import re
 import sys
 import threading
+import types
 import weakref
 from dataclasses import dataclass
 
@@ -122,11 +124,14 @@ class ViewMap:
 
 class Storage:
     """The current value of one array that views may write into."""
-    __slots__ = ("node", "version", "position", "frozen_reason", "through")
+    __slots__ = ("node", "version", "position", "frozen_reason", "through", "graph")
 
     def __init__(self, node: Node, position: int | None = None, frozen_reason: str | None = None,
                  through=None):
         self.node = node
+        # the graph the value belongs to: a loop body traced inside a function (loops.py)
+        # reads the function's values through its own leaves, never its nodes directly
+        self.graph = getattr(_state, "graph", None)
         self.version = 0
         self.position = position          # flattened argument position, for inputs
         self.frozen_reason = frozen_reason
@@ -184,34 +189,86 @@ def _assert_passing_value(frame):
 
 
 _BUILTIN_MINMAX = re.compile(r"(?<![\w.])(max|min)\(")
+# `out[i] = x`, `out[0], out[1] = a, b`, `out[i] += x`: a store into something subscripted
+_SUBSCRIPT_STORE = re.compile(r"\]\s*(?:,[^=]*)?(?:[-+*/%@&|^]|//|\*\*|<<|>>)?=(?!=)")
+
+_CHOICE = ("express data-dependent choices with np.where(cond, a, b), or make the deciding "
+           "argument static with static_argnames=/static_argnums=")
+_STORE = ("storing a traced value into a NumPy array (out[i] = x) converts it to a Python "
+          "number: create `out` from a traced value instead, e.g. "
+          "np.zeros_like(x), or with np.zeros/np.empty inside fn (np.ndarray(shape) is NumPy's "
+          "own class, which fastlaunch cannot intercept: use np.empty(shape))")
+_CONVERT = ("return it from the function (a 0-d array) and convert it after the call; "
+            "for data-dependent choices use np.where(cond, a, b), or make the deciding argument "
+            "static with static_argnames=/static_argnums=")
 
 
-def _bool_hint(frame) -> str:
-    """What the user's line does with bool(tracer), where the source says so."""
-    try:
-        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
-    except Exception:   # noqa: BLE001  (no source: no hint)
+def _source_line(frame) -> str:
+    """The line the user's code is at: `frame`, or the first frame outside fastlaunch above it
+    (a TraceBuffer forwards bool()/float() to its tracer)."""
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "fastlaunch":
+        frame = frame.f_back
+    if frame is None:
         return ""
+    try:
+        return linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+    except Exception:   # noqa: BLE001  (no source: no line)
+        return ""
+
+
+def _bool_advice(frame) -> str:
+    """What to do instead of bool(tracer), for what the user's line does with it."""
+    line = _source_line(frame)
     if line.startswith("assert "):
-        return (" in an `assert` whose failure fastlaunch cannot tell from one of its parts "
-                "(`assert a or b`, or an assert rewritten by a tool such as pytest): `assert "
-                "cond` and `assert a and b` on traced values become checks made every time the "
-                "function runs; or check the inputs before the call")
+        return ("an `assert` whose failure fastlaunch cannot tell from one of its parts "
+                "(`assert a or b`, or an assert rewritten by a tool such as pytest) cannot be "
+                "checked: `assert cond` and `assert a and b` on traced values become checks "
+                "made every time the function runs; or check the inputs before the call")
     if _BUILTIN_MINMAX.search(line):
-        return (" in Python's max()/min(), which compare values one by one: use "
-                "np.maximum(a, b) / np.minimum(a, b), or x.max() / x.min()")
+        return ("Python's max()/min() compare values one by one: use np.maximum(a, b) / "
+                "np.minimum(a, b), or x.max() / x.min()")
     if line.startswith("while "):
-        return (" as a `while` condition: the number of iterations depends on the data; loop "
-                "a fixed number of times (for _ in range(n)) with np.where to freeze "
-                "converged values")
-    return ""
+        return ("here it is a `while` condition, so the number of iterations depends on the "
+                "data. Loop a fixed number of times (for _ in range(n)) with np.where to "
+                "freeze converged values, or make one iteration the compiled function and "
+                "run the loop with fastlaunch.iterate(step, n, ..., until=lambda ...: converged)")
+    follows = _next_statement(frame)
+    if line.startswith("if ") and (follows == "break" or line.endswith(": break")):
+        return ("here it decides whether a loop stops (a convergence test): make one iteration "
+                "the compiled function and run the loop with fastlaunch.iterate(step, n, ..., "
+                "until=lambda ...: converged), or loop a fixed number of times with np.where "
+                "to freeze converged values")
+    if line.startswith("if ") and follows.startswith("raise "):
+        return ("here it decides whether to raise (a check of the inputs): check them before "
+                "calling the compiled function, or write `assert cond, message`, which is "
+                "checked on every call")
+    return _CHOICE
+
+
+def _value_advice(frame) -> str:
+    """What to do instead of float(tracer) / int(tracer) / x.item() / x.tolist()."""
+    if _SUBSCRIPT_STORE.search(_source_line(frame)):
+        return _STORE
+    return _CONVERT
+
+
+def _next_statement(frame) -> str:
+    """The source line after the user's current one (the body of a one-line `if`)."""
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "fastlaunch":
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    try:
+        return linecache.getline(frame.f_code.co_filename, frame.f_lineno + 1).strip()
+    except Exception:   # noqa: BLE001  (no source)
+        return ""
 
 
 class Tracer:
     """An array inside a traced function.  See numpy_api.py for what it supports."""
 
-    __slots__ = ("_storage", "_view", "_reshape", "_post", "_node", "_version", "weak", "scalar",
-                 "__weakref__")
+    __slots__ = ("_storage", "_view", "_reshape", "_post", "_node", "_version", "_graph", "weak",
+                 "scalar", "__weakref__")
     __array_priority__ = 1000
 
     def __init__(self, storage: Storage, view: ViewMap | None = None, reshape: tuple | None = None,
@@ -224,14 +281,21 @@ class Tracer:
         self._post = post if reshape is not None else None
         self._node = None
         self._version = -1
+        self._graph = None
         self.weak = weak          # Python type of a NEP 50 weak scalar, else None
         self.scalar = scalar      # NumPy would hand this back as a scalar, not a 0-d array
 
     @property
     def node(self) -> Node:
         st = self._storage
-        if self._version != st.version or self._node is None:
+        g = getattr(_state, "graph", None)
+        # a cached node is per graph (a loop body reads enclosing values through its own
+        # leaves); with no trace active (results flattened after it) the last one stands
+        if self._version != st.version or self._node is None or \
+                (self._graph is not g and g is not None):
             n = st.node
+            if st.graph is not g and st.graph is not None and g is not None:
+                n = enclosing_value(g, n, st.graph)
             if self._view is not None:
                 n = self._view.read(current_graph(), n)
             if self._reshape is not None:
@@ -240,6 +304,7 @@ class Tracer:
                     n = self._post.read(current_graph(), n)
             self._node = n
             self._version = st.version
+            self._graph = g
         return self._node
 
     # ---- array attributes ----
@@ -277,33 +342,43 @@ class Tracer:
             raise TypeError("iteration over a 0-d array")
         return (self[i] for i in range(self.shape[0]))
 
+    @property
+    def __class__(self):
+        """What isinstance() sees (type() still says Tracer): a value NumPy hands back as a
+        scalar looks like that NumPy scalar (x[2, 0] of a float64 array is an np.float64,
+        so `isinstance(x, float)` holds, as real code tests before calling .item()), a weak
+        Python number (a Python int or float argument, math.cos(...)) like that Python type
+        (`isinstance(pad, int)`); every other tracer like a Tracer."""
+        if self.weak is not None:
+            return self.weak
+        if self.scalar:
+            return self.node.dtype.type
+        return Tracer
+
     def __repr__(self):
         return f"Tracer(shape={self.shape}, dtype={self.dtype})"
 
     __hash__ = None  # like ndarray: == makes arrays, so tracers are unhashable
 
     # ---- data-dependent Python control flow cannot be traced ----
-    def _concrete(self, what: str):
+    def _concrete(self, what: str, advice: str):
+        """Raise for a Python-level use of this array's value: `what` names the use, `advice`
+        what to do instead (specific to that use: see _bool_advice, _value_advice)."""
         positions = _scalar_argument_positions(self.node)
         if positions:
             # computed from Python scalar arguments only: the trace can use their values
             raise SpecializeRequest(positions, what)
         raise TracingError(
             f"{what} needs the value of a traced array ({self.dtype}{list(self.shape)}), which is "
-            f"not known while tracing. Express data-dependent choices with np.where(cond, a, b), "
-            f"or make the deciding argument static with static_argnames=/static_argnums=. "
-            f"(Storing a traced value into a NumPy array, out[i] = x, does this too: create "
-            f"`out` from a traced value instead, e.g. np.zeros_like(x), or with np.zeros/"
-            f"np.empty inside fn; np.ndarray(shape) is NumPy's own class, which fastlaunch "
-            f"cannot intercept: use np.empty(shape).)")
+            f"not known while tracing: {advice}.")
 
     def __bool__(self):
         frame = sys._getframe(1)
         passing = _assert_passing_value(frame)
         if passing is not None:
             return self._assert(passing, frame)
-        self._concrete("bool(x) (an `if`, `while`, `and`/`or` or `not` on an array)"
-                       + _bool_hint(frame))
+        self._concrete("bool(x) (an `if`, `while`, `and`/`or` or `not` on an array)",
+                       _bool_advice(frame))
 
     def _assert(self, passing: bool, frame) -> bool:
         """bool(x) as the test of an `assert`: a runtime check.  The trace goes on as if the
@@ -327,23 +402,26 @@ class Tracer:
         return passing
 
     def __float__(self):
-        self._concrete("float(x)")
+        self._concrete("float(x)", _value_advice(sys._getframe(1)))
 
     def __int__(self):
-        self._concrete("int(x)")
+        self._concrete("int(x)", _value_advice(sys._getframe(1)))
 
-    def __index__(self):
-        self._concrete("using a traced array as a Python index (operator.index); to index a "
-                       "NumPy array by a traced index use fastlaunch.asarray(array)[index], and")
+    def __index__(self):  # noqa: PLE0305  (_concrete raises: there is no index to return)
+        self._concrete("using a traced array as a Python index or size (operator.index)",
+                       "to index a NumPy array by a traced index use "
+                       "fastlaunch.asarray(array)[index] (a list or tuple: make it an array "
+                       "first); a size or count (range(n), a shape) must be static: pass it as "
+                       "a Python int, or name it in static_argnames=")
 
     def __complex__(self):
-        self._concrete("complex(x)")
+        self._concrete("complex(x)", _value_advice(sys._getframe(1)))
 
     def tolist(self):
-        self._concrete("x.tolist()")
+        self._concrete("x.tolist()", _CONVERT)
 
     def item(self, *args):
-        self._concrete("x.item()")
+        self._concrete("x.item()", _CONVERT)
 
     def __array__(self, dtype=None, copy=None):
         library, where = naming.converting_function(sys._getframe(1))
@@ -375,6 +453,10 @@ class Tracer:
         if st.frozen_reason:
             raise TracingError(f"{operation}: {st.frozen_reason}")
         g = current_graph()
+        if st.graph is not None and st.graph is not g:
+            raise TracingError(f"{operation}: a loop body (fl.iterate's step) writes into an "
+                               f"array of the function around it; return the new value as a "
+                               f"result of the step instead")
         view = self._view or ViewMap.identity(st.node.shape)
         if self._reshape is not None:
             # into the reshaped value (through the post view), then back through the reshape
@@ -387,6 +469,15 @@ class Tracer:
         st.version += 1
         if st.through is not None:
             st.through(Tracer(st))
+
+
+def enclosing_value(g: Graph, node: Node, source: Graph) -> Node:
+    """A value of an enclosing trace (`source`) read inside graph g, a loop body: the body's
+    own leaf standing for it (Graph.enclosing, set by loops.py)."""
+    if g.enclosing is None:
+        raise TracingError("a traced value of another function is used here; pass it as an "
+                           "argument instead")
+    return g.enclosing(node, source)
 
 
 def new_tracer(node: Node, weak: type | None = None, scalar: bool | None = None) -> Tracer:
@@ -460,22 +551,127 @@ _pytree.LEAF_TYPES.add(Tracer)
 
 
 # ---- the trace driver --------------------------------------------------------------------------
+class ResultSource(str, enum.Enum):
+    """Where a result leaf comes from (Traced.outputs' first item).  A str enum: it compares
+    equal to (and prints as) its value."""
+    NEW = "new"          # a graph output: (NEW, output index, as_scalar)
+    INPUT = "input"      # an argument leaf handed back: (INPUT, leaf)
+    VALUE = "value"      # a Python value returned as is: (VALUE, obj)
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass
 class Traced:
     graph: Graph
-    outputs: list            # per result leaf: ("new", output index, as_scalar) | ("input", leaf) | ("value", obj)
+    outputs: list            # per result leaf: a tuple led by its ResultSource
     mutated_leaves: list
     int_bounds: dict         # leaf -> (lo, hi): weak Python int parameters cast to narrower ints
     # paths (argument position, then keys/indices) of argument lists and dicts the function
     # mutated; when non-empty, the outputs are those of (result, [final contents per path])
     effects: list = None
+    # iterations of each Python loop rolled into a loop node (roll.py)
+    rolled: list = None
+    # the most loop iterations one frame of the traced code ran while making nodes (see
+    # LoopCounter): a Python loop unrolled into the graph
+    loop_iterations: int = 0
 
 
-def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
+# modules whose frames are not the user's code: a node made inside np.linalg's Python code or
+# fastlaunch's own expansions belongs to the user's line that called them
+_LIBRARY_MODULES = ("fastlaunch", "numpy", "scipy")
+
+
+class LoopCounter:
+    """Counts, per frame of the traced code, the new nodes made at a bytecode offset below the
+    previous one's in that frame: a jump back, i.e. one more iteration of a loop (or
+    comprehension) making nodes.  Nodes that one call makes (np.linalg.inv of an 8x8 matrix
+    written out as thousands of nodes) come from one offset and count nothing.  Called for
+    every 4th node (Graph.observer): a loop whose body makes fewer nodes counts fewer
+    iterations than it ran, which the thresholds (jit.UNROLLED_*) allow for."""
+
+    __slots__ = ("last", "most", "kinds")
+
+    def __init__(self):
+        self.last: dict = {}     # id(frame) -> (frame, offset of its last node, jumps back)
+        self.most = 0
+        self.kinds: dict = {}    # code -> _LIBRARY, _USER or _TOP (trace_function: stop)
+
+    def __call__(self):
+        f = sys._getframe(2)         # above Graph.add
+        last, kinds = self.last, self.kinds
+        while f is not None:
+            kind = kinds.get(f.f_code)
+            if kind is None:
+                kind = kinds[f.f_code] = _frame_kind(f)
+            if kind == _USER:
+                seen = last.get(id(f))
+                if seen is not None and seen[0] is f:
+                    count = seen[2]
+                    if f.f_lasti < seen[1]:
+                        count += 1
+                        if count > self.most:
+                            self.most = count
+                else:
+                    count = 0
+                last[id(f)] = (f, f.f_lasti, count)
+            elif kind == _TOP:
+                break
+            f = f.f_back
+
+
+_LIBRARY, _USER, _TOP = 0, 1, 2
+
+
+def _frame_kind(frame) -> int:
+    if frame.f_code is trace_function.__code__:
+        return _TOP
+    module = frame.f_globals.get("__name__", "")
+    return _LIBRARY if module.split(".", 1)[0] in _LIBRARY_MODULES else _USER
+
+
+_user_code: "weakref.WeakKeyDictionary | dict" = {}
+
+
+def _site():
+    """Where the traced function's code is as a node is made: the frames of user code on the
+    stack below trace_function, outermost first, each with its bytecode offset, then the
+    library frame the innermost one called (a new frame object for each call).  roll.py
+    finds the iterations of the code's loops from these: an offset that jumps back, or the
+    same instruction calling again.  The frames are held (so that a new one is never taken
+    for an old one by its address) until the trace is rolled."""
+    f = sys._getframe(2)
+    chain = []
+    below = None
+    while f is not None:
+        code = f.f_code
+        if code is _TRACE_CODE:
+            break
+        user = _user_code.get(code)
+        if user is None:
+            module = f.f_globals.get("__name__", "") or ""
+            user = _user_code[code] = module.split(".", 1)[0] not in _LIBRARY_MODULES
+        if user:
+            chain.append((f, f.f_lasti))
+        elif not chain:
+            below = f
+        f = f.f_back
+    if not chain:
+        return None
+    chain.reverse()
+    return tuple(chain) + ((below, -1),)
+
+
+def trace_function(fn, build_args, leaves: list, roll: bool = True) -> tuple[Traced, object]:
     """Run fn on tracers.  `leaves` describes each flattened argument (leaves.LeafSpec: an
     array's dtype and shape, a scalar's dtype and weak Python type).  `build_args(tracers)`
-    rebuilds the call's (args, kwargs) around the tracers.  Returns (Traced, result tree)."""
+    rebuilds the call's (args, kwargs) around the tracers.  roll: Python loops of many
+    identical iterations become loop nodes (roll.py).  Returns (Traced, result tree)."""
     g = Graph()
+    if roll:
+        g.sites, g.site = [], _site
+    g.observer = loops = LoopCounter()
     previous = getattr(_state, "graph", None)
     _state.graph = g
     try:
@@ -493,6 +689,7 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
                 tracers.append(Tracer(Storage(node, position=pos), weak=weak, scalar=True))
         args, kwargs = build_args(tracers)
         containers = _containers((args, kwargs))
+        bound = _bound_object_state(fn)
         with noting_errors() as noted:
             try:
                 result = fn(*args, **kwargs)
@@ -511,7 +708,21 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
                         f"{caught_where(swallowed)} and then raised "
                         f"{type(err).__name__}: {err}; the TracingError was: "
                         f"{swallowed}") from err
+                failure = None if isinstance(err, SpecializeRequest) else \
+                    naming.library_failure(err)
+                if failure:
+                    raise TracingError(failure) from err
                 raise
+            finally:
+                rebound = _restore_bound_object(fn, bound)
+        if rebound:
+            raise TracingError(
+                f"{getattr(fn, '__qualname__', fn)} rebinds {', '.join(rebound)} of the object "
+                f"it is bound to: fastlaunch.compile(obj.method) compiles it for that one object, "
+                f"whose attributes it reads while tracing, and cannot replay the rebinding. "
+                f"Decorate the method in its class with @fastlaunch.compile (self is then an "
+                f"argument: its array attributes are read, and the attributes it rebinds "
+                f"rebound, on every call), or pass the state as arguments and return it")
         request = next((e for e in noted if isinstance(e, SpecializeRequest)), None)
         if request is not None:
             raise request            # caught by the traced code: still specialise
@@ -531,9 +742,49 @@ def trace_function(fn, build_args, leaves: list) -> tuple[Traced, object]:
         ops.seal_checks(g)
         traced = _finish(g, result_and_effects, tracers, storages)
         traced.effects = [path for path, _ in effects]
+        traced.loop_iterations = loops.most + 1 if loops.most else 0    # jumps back + 1
         return traced, result_and_effects
+    except BaseException:
+        g.sites = g.site = None          # (they hold the traced code's frames)
+        raise
     finally:
         _state.graph = previous
+        # drop the frames the counter kept: a finished frame holds its caller's (f_back), so
+        # they would make a cycle through this frame's locals and keep the whole trace's
+        # objects (kernels, plans) alive until a garbage collection
+        g.observer = None
+        loops.last.clear()
+
+
+_TRACE_CODE = trace_function.__code__
+
+
+def _bound_object_state(fn):
+    """The attributes of the object a bound method `fn` belongs to, before the trace."""
+    obj = getattr(fn, "__self__", None)
+    if obj is None or not hasattr(fn, "__func__") or isinstance(obj, (type, types.ModuleType)):
+        return None
+    try:
+        return dict(vars(obj))
+    except TypeError:            # no __dict__ (slots, builtins): nothing to rebind
+        return None
+
+
+def _restore_bound_object(fn, before) -> list:
+    """The attributes the trace rebound on that object, each given its old value back (a
+    tracer must not stay on the user's object)."""
+    if before is None:
+        return []
+    obj = fn.__self__
+    now = vars(obj)
+    changed = [k for k in now if k not in before or now[k] is not before[k]] + \
+        [k for k in before if k not in now]
+    for k in changed:
+        if k in before:
+            now[k] = before[k]
+        else:
+            del now[k]
+    return [f"self.{k}" for k in changed]
 
 
 class SpecializeRequest(TracingError):
@@ -588,22 +839,24 @@ def _finish(g: Graph, result, tracers, storages) -> Traced:
             st = leaf._storage
             if st.position is not None and leaf._view is None and leaf._reshape is None \
                     and (leaf is tracers[st.position] or st.node.op is not Op.PARAM):
-                outputs.append(("input", st.position))
+                outputs.append((ResultSource.INPUT, st.position))
                 continue
             if id(leaf) not in returned:
                 g.outputs.append(leaf.node)
                 returned[id(leaf)] = len(g.outputs) - 1
-            outputs.append(("new", returned[id(leaf)], bool(leaf.scalar)))
+            outputs.append((ResultSource.NEW, returned[id(leaf)], bool(leaf.scalar)))
         elif isinstance(leaf, np.ndarray):
             g.outputs.append(g.add_const(leaf))
-            outputs.append(("new", len(g.outputs) - 1, False))
+            outputs.append((ResultSource.NEW, len(g.outputs) - 1, False))
         else:
-            outputs.append(("value", leaf))
+            outputs.append((ResultSource.VALUE, leaf))
     mutated = []
     for st in storages:
         if st.version:
             g.writebacks.append((st.position, st.node))
             mutated.append(st.position)
+    g.strip_marks()        # differentiation's marks (adjoint.py) end with the trace
+    g.site = None          # (g.sites stays for roll.py, which jit.py runs next)
     return Traced(g, outputs, mutated, _param_int_bounds(g))
 
 

@@ -3,8 +3,17 @@ the suite runs on (`pytest --backend devsim`, or FASTLAUNCH_BACKEND) is the defa
 fl.compile that names none; `--cuda-ptx` also lowers every traced function for CUDA and
 assembles its kernels with ptxas for sm_90 and sm_80 (tests/cuda_ptx.py; in CI, a sample of
 them without the option); tests marked
-`cuda` skip, with the reason, where no GPU is usable."""
+`cuda` skip, with the reason, where no GPU is usable.
+
+The suite leaves nothing behind: the process that starts it (the xdist controller, or a
+single-process run) makes one folder for the session and removes it at the end; inside it
+are the kernel cache, the temporary folder of every test process and their subprocesses
+(TMPDIR: pytest's tmp_path, Dask's scratch space, ptxas's files), and matplotlib's and
+other tools' caches (MPLCONFIGDIR, XDG_CACHE_HOME), none of them in the system temp folder
+or the user's ~/.cache."""
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 
@@ -12,8 +21,21 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # tests/cuda_ptx.py
 
-# before any test imports the CPU backend, which reads the variable once
-os.environ.setdefault("FASTLAUNCH_CACHE_DIR", tempfile.mkdtemp(prefix="fastlaunch-test-cache-"))
+# Set at import, before any test imports the CPU backend (which reads FASTLAUNCH_CACHE_DIR
+# once), Dask (its temporary-directory) or matplotlib; workers and subprocesses inherit it.
+_ROOT_VAR = "FASTLAUNCH_TEST_ROOT"
+_OWN_ROOT = _ROOT_VAR not in os.environ or not os.path.isdir(os.environ[_ROOT_VAR])
+if _OWN_ROOT:
+    os.environ[_ROOT_VAR] = tempfile.mkdtemp(prefix="fastlaunch-tests-")
+    # removed when this process ends, after the session (and any xdist workers) are done
+    atexit.register(shutil.rmtree, os.environ[_ROOT_VAR], True)
+_ROOT = os.environ[_ROOT_VAR]
+for _var, _sub in (("TMPDIR", "tmp"), ("MPLCONFIGDIR", "matplotlib"),
+                   ("XDG_CACHE_HOME", "cache"), ("FASTLAUNCH_CACHE_DIR", "kernel-cache")):
+    if _var != "FASTLAUNCH_CACHE_DIR" or _var not in os.environ:   # a cache the user chose
+        os.environ[_var] = os.path.join(_ROOT, _sub)
+        os.makedirs(os.environ[_var], mode=0o700, exist_ok=True)
+tempfile.tempdir = None              # read TMPDIR again (pytest's tmp_path base, Dask, ...)
 
 
 def pytest_addoption(parser):

@@ -7,8 +7,12 @@ everything after that:
     memory                its MemoryModel: where its kernels read and write
     schedule(plan)        the plan with its own launch decisions: splits, tiles, serial kernels,
                           launch sizes (kernel.launch); may add kernels and temporaries
-    schedule_kernel(k)    one kernel's launch decisions, without splitting it (what schedule()
-                          gave it: a saved program's kernels are scheduled again on load)
+    schedule_kernel(k, saved)
+                          one kernel's launch decisions, without splitting it: what schedule()
+                          gave it.  A saved program's kernels are scheduled again on load from
+                          their descriptions and `saved`, what the file stores of each
+                          schedule (`kernel.schedule.saved`: the decisions a description does
+                          not show, such as a CUDA split; checked, never trusted for memory)
     compile(kernel)       a scheduled kernel -> CompiledKernel (object code, an entry point)
     load_object(text, obj, target_key)
                           a CompiledKernel from saved object code (or compiled again from its
@@ -18,8 +22,19 @@ everything after that:
     link(program, kernels, call)
                           a verified bytecode program + its compiled kernels -> an executable
                           (a _core.Executable subclass: the thing the dispatcher calls)
-    release()             optional: free the code of kernels no executable uses any more
-                          (Compiled.clear() calls it)
+    release()             free the code of kernels no executable uses any more (Compiled.clear()
+                          calls it); the number of kernels freed
+
+A backend whose kernels use device memory may also have, each on its own (`DeviceBackend`
+below; the pipeline asks for them with getattr and refuses what a backend lacks):
+
+    to_device(arr)        a DeviceArray with a copy of a NumPy array (fastlaunch.to_device)
+    from_cuda_array(obj)  a DeviceArray viewing another library's CUDA array, no copy (an
+                          argument with __cuda_array_interface__)
+
+Every schedule object (a scheduled kernel's `schedule`) has `launch_size`, `params` (the
+executable's per-kernel words), `describe()` and `saved` (a dict of ints, what
+`schedule_kernel` needs beside the kernel's description).
 
 `null.py` implements all of it in a few lines; `cpu.py` is the LLVM host backend; `devsim.py`
 is the CPU's kernels behind a simulated device boundary.  `Backend` below spells the interface
@@ -77,6 +92,15 @@ class CallLayout:
     rng_seed: int | None = None                      # random numbers' seed (None: fresh)
 
 
+def derived_schedule(kernel, saved, backend: str) -> None:
+    """For a backend whose schedule follows from a kernel's description alone (schedule
+    objects whose `saved` is {}): refuse a saved schedule of another backend's kind (a CUDA
+    split's partials would be read as whole reductions)."""
+    if saved is not None and saved != {}:
+        raise ValueError(f"kernel {kernel.label!r} was scheduled by another backend "
+                         f"({saved!r}); the {backend} backend cannot run it as described")
+
+
 @runtime_checkable
 class Backend(Protocol):
     """What every backend provides (see the module docstring for what each member does)."""
@@ -88,6 +112,11 @@ class Backend(Protocol):
         """fuse.Plan (unscheduled) -> a new Plan whose kernels have a `schedule`: an object
         with `launch_size`, `params` (the executable's per-kernel words) and `describe()`.
         The plan it is given stays unscheduled."""
+
+    def schedule_kernel(self, kernel, saved=None):
+        """One unscheduled kernel.Kernel -> a scheduled copy, never split: the schedule the
+        backend's schedule() gave that kernel, rebuilt from its description and `saved` (its
+        schedule's `saved` dict, as a saved program stores it; None: {})."""
 
     def compile(self, kernel) -> CompiledKernel:
         """A scheduled kernel.Kernel -> CompiledKernel."""
@@ -104,3 +133,18 @@ class Backend(Protocol):
     def link(self, program, kernels: list, call: CallLayout):
         """A verified bytecode.Program, its CompiledKernels (one per program kernel, in
         order) and the CallLayout -> a _core.Executable (usually via link.executable_layout)."""
+
+    def release(self) -> int:
+        """Free the code of kernels no executable uses any more; how many were freed."""
+
+
+class DeviceBackend(Protocol):
+    """Optional members of a backend whose kernels use device memory, each on its own: the
+    pipeline looks each up with getattr/hasattr and refuses what a backend lacks."""
+
+    def to_device(self, arr):
+        """A DeviceArray holding a copy of the NumPy array `arr` in this backend's memory."""
+
+    def from_cuda_array(self, obj):
+        """A DeviceArray viewing `obj`, another library's array with
+        `__cuda_array_interface__`, without a copy (in-place updates reach it)."""

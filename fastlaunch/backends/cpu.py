@@ -28,7 +28,6 @@ import ctypes.util
 import dataclasses
 import hashlib
 import logging
-import os
 import time
 import weakref
 
@@ -88,7 +87,7 @@ def _load_math(features: str, mode: str) -> MathTarget:
     inline = mode != "libm" and "+fma" in flags
     inline_all = inline and mode == "inline"
     scalef = "+avx512f" in flags
-    if os.environ.get("FASTLAUNCH_NO_LIBMVEC"):
+    if env.no_libmvec():
         return MathTarget(vector_bits=wide, inline=inline, inline_all=inline_all, scalef=scalef)
     try:
         llvm.load_library_permanently("libmvec.so.1")
@@ -176,8 +175,8 @@ class CPUBackend:
     def schedule(self, plan):
         return cpu_schedule.schedule(plan)
 
-    def schedule_kernel(self, kernel: Kernel) -> Kernel:
-        return cpu_schedule.schedule_kernel(kernel)
+    def schedule_kernel(self, kernel: Kernel, saved: dict | None = None) -> Kernel:
+        return cpu_schedule.schedule_kernel(kernel, saved)
 
     def link(self, program, kernels, call):
         from ..link import host_executable

@@ -23,8 +23,9 @@ import numpy as np
 from ..bytecode import blas_layout
 from ..ir import Op
 from ..kernel import (Compute, Index, Kernel, KernelArg, LibraryCall, Load, Loop, Reduction,
-                      accumulator_dtype, address, coalesce, idents, is_kernel, ordered_product,
-                      set_extents, substitute, walk)
+                      accumulator_dtype, address, coalesce, idents, is_kernel, is_loop_step,
+                      ordered_product, set_extents, substitute, walk)
+from .base import derived_schedule
 
 # Full reductions of at least 2*REDUCE_CHUNK elements into fewer than SPLIT_MAX_OUTPUTS
 # results are split (see the module docstring).
@@ -87,6 +88,10 @@ class CPUSchedule:
     def params(self) -> tuple:
         return (self.work_per_item, self.threads)
 
+    @property
+    def saved(self) -> dict:
+        return {}        # everything follows from the kernel's description (schedule_kernel)
+
     def describe(self) -> str:
         tile = f" tile={list(self.tile)}" if self.tile else ""
         stream = " stream" if self.stream else ""
@@ -100,6 +105,9 @@ def schedule(plan, reduce_chunk: int = REDUCE_CHUNK):
     is left unscheduled: it is the contract every backend starts from."""
     out = plan.with_kernels([])
     for k in plan.kernels:
+        if is_loop_step(k):
+            out.kernels.append(k)         # a loop's bounds: record.py's business
+            continue
         if not is_kernel(k):
             # a library call the fused plan asked for (np.linalg): the host runs it as is
             if k.schedule is not None:
@@ -127,6 +135,10 @@ _INT32_MAX = (1 << 31) - 1
 class LibrarySchedule:
     """A step the CPU runs as a library call (LIBCALL): BLAS/LAPACK on the interpreter's
     thread, with BLAS's own threads."""
+
+    @property
+    def saved(self) -> dict:
+        return {}
 
     def describe(self) -> str:
         return "library call"
@@ -191,8 +203,10 @@ def gemm_call(k: Kernel):
                        k.label, LibrarySchedule())
 
 
-def schedule_kernel(k: Kernel) -> Kernel:
-    """A copy of an unscheduled kernel with its tile, launch size and work (not split)."""
+def schedule_kernel(k: Kernel, saved: dict | None = None) -> Kernel:
+    """A copy of an unscheduled kernel with its tile, launch size and work (not split);
+    `saved` (a saved program's record of the schedule) must be empty."""
+    derived_schedule(k, saved, "CPU")
     if k.schedule is not None:
         raise ValueError(f"kernel {k.label!r} is already scheduled ({k.schedule.describe()})")
     tile = _tiling(k)

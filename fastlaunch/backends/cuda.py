@@ -38,7 +38,7 @@ import llvmlite.binding as llvm
 
 from .._launch import Space
 from .._version import __version__
-from .. import forking
+from .. import env, forking
 from ..cache import DiskCache, default_cache_dir, kernel_key
 from ..codegen.llvm_base import PLACEHOLDER_NAME
 from ..codegen.llvm_nvptx import (LIBDEVICE_PREFIX, TRIPLE, NVPTXLoweringError,
@@ -74,16 +74,16 @@ def _nvidia_roots() -> list:
 
 
 def _toolkit_roots() -> list:
-    roots = [os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH")]
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
     roots += ["/usr/local/cuda"] + sorted(glob.glob("/usr/local/cuda-*"), reverse=True)
     return [r for r in roots if r]
 
 
 def find_libdevice() -> str | None:
     """The path of libdevice.10.bc, or None."""
-    env = os.environ.get("FASTLAUNCH_LIBDEVICE")
-    if env is not None:
-        return env if env and os.path.isfile(env) else None
+    path = env.libdevice_path()
+    if path is not None:
+        return path or None
     candidates = []
     for root in _nvidia_roots():      # nvidia/cu13/nvvm/..., nvidia/cuda_nvcc/nvvm/... (CUDA 12)
         candidates += sorted(glob.glob(os.path.join(root, "*", "nvvm", "libdevice",
@@ -95,9 +95,9 @@ def find_libdevice() -> str | None:
 
 def find_ptxas() -> str | None:
     """The path of ptxas, or None (then the driver compiles the PTX)."""
-    env = os.environ.get("FASTLAUNCH_PTXAS")
-    if env is not None:
-        return env if env and os.access(env, os.X_OK) else None
+    path = env.ptxas_path()
+    if path is not None:
+        return path or None
     candidates = []
     for root in _nvidia_roots():
         candidates += sorted(glob.glob(os.path.join(root, "*", "bin", "ptxas")), reverse=True)
@@ -139,9 +139,13 @@ def assemble(ptxas: str, ptx: str, arch: str) -> bytes:
 
 
 def _default_arch() -> str:
-    env = os.environ.get("FASTLAUNCH_CUDA_ARCH")
-    if env:
-        return env
+    arch = env.cuda_arch()
+    if arch is not None:
+        if arch not in PTX_ISA:
+            raise env.EnvironmentVariableError(
+                f"environment variable FASTLAUNCH_CUDA_ARCH={arch!r}: not an arch this "
+                f"fastlaunch knows ({', '.join(PTX_ISA)})")
+        return arch
     try:
         from .. import _cuda
     except ImportError:
@@ -207,6 +211,9 @@ class CUDABackend:
     def schedule(self, plan):
         return cuda_schedule.schedule(plan)
 
+    def schedule_kernel(self, kernel: Kernel, saved: dict | None = None) -> Kernel:
+        return cuda_schedule.schedule_kernel(kernel, saved)
+
     def source(self, kernel: Kernel) -> str:
         """The kernel's LLVM IR for nvptx64 (before libdevice and optimisation)."""
         return generate(kernel, llvm_major=llvm.llvm_version_info[0])
@@ -263,6 +270,10 @@ class CUDABackend:
     def from_cuda_array(self, obj):
         """A DeviceArray viewing another library's CUDA array (no copy)."""
         return cuda_extension().from_cuda_array(obj)
+
+    def release(self) -> int:
+        """Nothing to free: each executable owns the CUDA modules it loaded."""
+        return 0
 
     def link(self, program, kernels, call):
         from ..link import LinkError, executable_layout

@@ -55,6 +55,12 @@ class CUDASchedule:
     def params(self) -> tuple:
         return (self.grid, self.block)
 
+    @property
+    def saved(self) -> dict:
+        # a split's partial kernel folds every `splits`-th block of its reduction: its
+        # description alone reads as a whole reduction per point
+        return {"splits": self.splits} if self.splits > 1 else {}
+
     def describe(self) -> str:
         split = f" splits={self.splits}" if self.splits > 1 else ""
         return f"{self.kind} n={self.launch_size} grid={self.grid} block={self.block}{split}"
@@ -66,13 +72,61 @@ def schedule(plan):
     out = plan.with_kernels([])
     for k in plan.kernels:
         if not is_kernel(k):
-            out.kernels.append(k)     # a library call: refused when linked (backends/cuda.py)
+            # a library call (refused when linked, backends/cuda.py) or a loop's bounds
+            out.kernels.append(k)
             continue
         if len(k.args) > MAX_PARAMS:
             raise ValueError(f"kernel {k.label!r} has {len(k.args)} arguments; a CUDA kernel "
                              f"takes at most {MAX_PARAMS}")
         out.kernels += _schedule(out, k)
     return out
+
+
+def schedule_kernel(k: Kernel, saved: dict | None = None) -> Kernel:
+    """A scheduled copy of one kernel that schedule() made (a saved program's): the decision
+    _schedule takes for it, but never a split or a fission (its parts are the kernels a
+    saved program holds).  saved: its schedule's `saved` dict ({"splits": n} for a split's
+    partials), checked against the kernel: any value leaves every access inside the
+    kernel's extents, since the split only chooses which block folds which elements."""
+    if k.schedule is not None:
+        raise ValueError(f"kernel {k.label!r} is already scheduled ({k.schedule.describe()})")
+    saved = {} if saved is None else saved
+    if type(saved) is not dict or set(saved) - {"splits"}:
+        raise ValueError(f"kernel {k.label!r}: not a CUDA schedule: {saved!r}")
+    splits = saved.get("splits", 1)
+    r = k.reduction
+    if splits != 1:
+        if type(splits) is not int or not 1 < splits <= MAX_REDUCE_BLOCKS or r is None or \
+                r.scan or r.chunk or r.op in (Op.ARGMAX, Op.ARGMIN) or k.stores or \
+                k.prelude or k.ordered_stores or ordered_product(r) or not k.space or \
+                k.space[-1] != splits:
+            raise ValueError(f"kernel {k.label!r} cannot be the partials of a {splits!r}-way "
+                             f"split reduction")
+        return _scheduled(k, CUDASchedule("block_reduce", k.size, min(k.size, MAX_GRID),
+                                          BLOCK, splits))
+    if len(k.args) > MAX_PARAMS:
+        raise ValueError(f"kernel {k.label!r} has {len(k.args)} arguments; a CUDA kernel "
+                         f"takes at most {MAX_PARAMS}")
+    if k.ordered_stores:
+        return _scheduled(k, CUDASchedule("serial", k.size, 1, 1))
+    if k.prelude or (r is not None and k.stores):
+        raise ValueError(f"kernel {k.label!r}: the CUDA schedule splits it; a saved program "
+                         f"holds its parts")
+    if r is None:
+        return _scheduled(k, CUDASchedule("map", k.size, _grid(k.size), BLOCK))
+    return _scheduled(k, _reduce_schedule(k))
+
+
+def _reduce_schedule(k: Kernel) -> CUDASchedule:
+    """A reduction kernel's schedule when it is not split: one thread or one block per
+    output."""
+    r = k.reduction
+    rsize = int(np.prod(k.rspace, dtype=np.int64))
+    outputs = k.size
+    if (r.scan or r.chunk or r.op in (Op.ARGMAX, Op.ARGMIN) or outputs >= THREAD_OUTPUTS
+            or rsize < BLOCK_REDUCE_MIN or outputs == 0 or ordered_product(r)):
+        return CUDASchedule("thread_reduce", outputs, _grid(outputs), BLOCK)
+    return CUDASchedule("block_reduce", outputs, min(outputs, MAX_GRID), BLOCK)
 
 
 def _scheduled(k: Kernel, sched: CUDASchedule) -> Kernel:
@@ -96,16 +150,13 @@ def _schedule(plan, k: Kernel) -> list:
         return sum((_schedule(plan, part) for part in _fission(k)), [])
     if r is None:
         return [_scheduled(k, CUDASchedule("map", k.size, _grid(k.size), BLOCK))]
-    rsize = int(np.prod(k.rspace, dtype=np.int64))
-    outputs = k.size
-    if (r.scan or r.chunk or r.op in (Op.ARGMAX, Op.ARGMIN) or outputs >= THREAD_OUTPUTS
-            or rsize < BLOCK_REDUCE_MIN or outputs == 0 or ordered_product(r)):
-        return [_scheduled(k, CUDASchedule("thread_reduce", outputs, _grid(outputs), BLOCK))]
-    want = -(-rsize // (BLOCK * ITEMS_PER_THREAD))
-    splits = max(1, min(want, MAX_REDUCE_BLOCKS // outputs))
+    sched = _reduce_schedule(k)
+    if sched.kind == "thread_reduce":
+        return [_scheduled(k, sched)]
+    want = -(-int(np.prod(k.rspace, dtype=np.int64)) // (BLOCK * ITEMS_PER_THREAD))
+    splits = max(1, min(want, MAX_REDUCE_BLOCKS // k.size))
     if splits == 1:
-        return [_scheduled(k, CUDASchedule("block_reduce", outputs, min(outputs, MAX_GRID),
-                                           BLOCK))]
+        return [_scheduled(k, sched)]
     return _split(plan, k, splits)
 
 

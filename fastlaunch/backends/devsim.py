@@ -29,8 +29,8 @@ class DevSimBackend:
     def schedule(self, plan):
         return cpu_schedule.schedule(plan)
 
-    def schedule_kernel(self, kernel: Kernel) -> Kernel:
-        return cpu_schedule.schedule_kernel(kernel)
+    def schedule_kernel(self, kernel: Kernel, saved: dict | None = None) -> Kernel:
+        return cpu_schedule.schedule_kernel(kernel, saved)
 
     def source(self, kernel: Kernel) -> str:
         return self.host.source(kernel)

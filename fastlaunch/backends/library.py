@@ -31,7 +31,7 @@ from .._launch import Routine
 from ..bytecode import ROUTINES
 
 # the BLAS/LAPACK entry points the routines call (library.c's entry_names)
-_BLAS = ("sgemm", "dgemm")
+_BLAS = ("sgemm", "dgemm", "sgemv", "dgemv")
 _LAPACK = ("sgetrf", "dgetrf", "sgesv", "dgesv", "spotrf", "dpotrf",
            "ssyevd", "dsyevd", "sgesdd", "dgesdd", "sgelsd", "dgelsd")
 _lock = forking.lock(forking.TABLE)

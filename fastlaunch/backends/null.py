@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from .. import _core
 from ..kernel import Kernel, is_kernel
 from .._launch import Routine
-from .base import HOST_MEMORY, CompiledKernel
+from .base import HOST_MEMORY, CompiledKernel, derived_schedule
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,10 @@ class NullSchedule:
     @property
     def params(self) -> tuple:
         return (1,)                 # the host executable's work per launch index
+
+    @property
+    def saved(self) -> dict:
+        return {}
 
     def describe(self) -> str:
         return f"n={self.launch_size}"
@@ -41,8 +45,9 @@ class NullBackend:
         return plan.with_kernels([self.schedule_kernel(k) if is_kernel(k) else k
                                   for k in plan.kernels])
 
-    def schedule_kernel(self, kernel: Kernel) -> Kernel:
+    def schedule_kernel(self, kernel: Kernel, saved: dict | None = None) -> Kernel:
         """A scheduled copy of one fused kernel (the fused plan is never changed)."""
+        derived_schedule(kernel, saved, "null")
         if kernel.schedule is not None:
             raise ValueError(f"kernel {kernel.label!r} is already scheduled")
         return replace(kernel, args=list(kernel.args), stores=list(kernel.stores),
@@ -63,6 +68,9 @@ class NullBackend:
 
     def kernel_text(self, compiled: CompiledKernel) -> str:
         return compiled.source
+
+    def release(self) -> int:
+        return 0                    # no code: every kernel is the one null function
 
     def link(self, program, kernels, call):
         from ..link import host_executable

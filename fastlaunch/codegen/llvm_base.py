@@ -23,6 +23,10 @@ A target is a subclass that says how that code is reached and what it calls:
 
 Nothing here reads `kernel.schedule`: a backend's launch decisions reach the code only
 through its target's hooks.  Nothing here knows about Python call signatures.
+
+Size: over 1,000 lines: one emitter class (`LLVMEmitter`) whose hooks every target
+overrides, with each op's lowering for every dtype; its methods call one another through
+`self`, so a split (by op family, as mixins) is deferred until a third target needs it.
 """
 from __future__ import annotations
 
@@ -673,7 +677,8 @@ class LLVMEmitter:
 
     # ---- memory ------------------------------------------------------------------------
     def address(self, arg: int, index: str, dt: np.dtype) -> str:
-        return self.fw.op(f"getelementptr inbounds {memory_type(dt)}, ptr {self.buffer(arg)}, i64 {index}", "a")
+        return self.fw.op(f"getelementptr inbounds {memory_type(dt)}, ptr {self.buffer(arg)}, "
+                          f"i64 {index}", "a")
 
     def store_at(self, arg: int, index: str, value: str, vdt: np.dtype, dt: np.dtype):
         """Store value (of dtype vdt) converted to the argument's dtype dt."""
@@ -1175,7 +1180,9 @@ def _checked_int_op(em, op, dt, args) -> str:
         bad = fw.op(f"or i1 {lost}, {fw.op(f'icmp slt {ty} {b}, 0')}")
     elif op is Op.POW:
         name = f"fastlaunch.ipow.checked.{ty}"
-        mod.declare(name, f"""define internal {{ {ty}, i1 }} @{name}({ty} %b, {ty} %e) alwaysinline nounwind {{
+        signature = (f"define internal {{ {ty}, i1 }} @{name}({ty} %b, {ty} %e) alwaysinline "
+                     f"nounwind {{")
+        mod.declare(name, signature + f"""
 entry:
   %neg = icmp slt {ty} %e, 0
   br i1 %neg, label %negative, label %loop0

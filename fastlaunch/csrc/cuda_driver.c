@@ -61,6 +61,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int init_status = FL_CU_NO_LIBRARY;
 static char init_msg[512] = "the CUDA driver was not initialised";
 static int init_ordinal = 0;
+static char init_library[4096] = "";   /* the library to open ("": libcuda.so.1) */
 static CUdevice device;
 static CUcontext context;
 static CUstream stream;
@@ -69,8 +70,7 @@ static int64_t live_bytes = 0;
 #define say(...) snprintf(init_msg, sizeof init_msg, __VA_ARGS__)
 
 static void load(void) {
-    const char *path = getenv("FASTLAUNCH_LIBCUDA");
-    void *lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    void *lib = dlopen(*init_library ? init_library : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         const char *why = dlerror();
         say("no NVIDIA driver: libcuda could not be loaded (%s)", why ? why : "?");
@@ -135,8 +135,10 @@ static void load(void) {
     init_msg[0] = 0;
 }
 
-int fl_cu_init(int ordinal, char *msg, size_t msglen) {
+int fl_cu_init(int ordinal, const char *library, char *msg, size_t msglen) {
     init_ordinal = ordinal;
+    /* read by the first call's load() only; later calls return the first outcome */
+    if (library && !*init_library) snprintf(init_library, sizeof init_library, "%s", library);
     pthread_once(&once, load);
     if (msg && msglen) snprintf(msg, msglen, "%s", init_msg);
     return init_status;

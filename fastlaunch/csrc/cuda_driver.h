@@ -18,10 +18,11 @@
 #define FL_CU_NO_LIBRARY (-1)
 #define FL_CU_NO_SYMBOL (-2)
 
-/* Open libcuda (FASTLAUNCH_LIBCUDA, else libcuda.so.1), resolve the entry points, cuInit,
-   take device `ordinal`'s primary context and create the stream.  Idempotent: later calls
-   return the first outcome.  On failure msg holds why. */
-int fl_cu_init(int ordinal, char *msg, size_t msglen);
+/* Open the driver library `library` (NULL or "": libcuda.so.1; the Python side passes
+   FASTLAUNCH_LIBCUDA, read by env.py), resolve the entry points, cuInit, take device
+   `ordinal`'s primary context and create the stream.  Idempotent: later calls return the
+   first outcome.  On failure msg holds why. */
+int fl_cu_init(int ordinal, const char *library, char *msg, size_t msglen);
 int fl_cu_ready(void);
 /* The CUresult's enum name ("CUDA_ERROR_OUT_OF_MEMORY") and description; "" if unknown or
    the driver is not loaded. */

@@ -1,4 +1,4 @@
-/* LIBCALL routines: batched BLAS gemm and small dense LAPACK (inv, solve, det, slogdet,
+/* LIBCALL routines: batched BLAS gemm (gemv for a matrix-vector product) and small dense LAPACK (inv, solve, det, slogdet,
  * cholesky, eigh, svd, lstsq) over strided row-major operands.  The BLAS/LAPACK entry points are
  * scipy.linalg.cython_blas/cython_lapack's (Fortran LP64 conventions: every argument by
  * pointer, column-major), registered by name from Python (backends/cpu.py) before a program
@@ -15,6 +15,8 @@ typedef void (*gemm_s)(char *, char *, int *, int *, int *, float *, float *, in
                        int *, float *, float *, int *);
 typedef void (*gemm_d)(char *, char *, int *, int *, int *, double *, double *, int *,
                        double *, int *, double *, double *, int *);
+typedef void (*gemv_t)(char *, int *, int *, void *, void *, int *, void *, int *, void *,
+                       void *, int *);
 typedef void (*getrf_t)(int *, int *, void *, int *, int *, int *);
 typedef void (*gesv_t)(int *, int *, void *, int *, int *, void *, int *, int *);
 typedef void (*potrf_t)(char *, int *, void *, int *, int *);
@@ -26,10 +28,11 @@ typedef void (*gelsd_t)(int *, int *, int *, void *, int *, void *, int *, void 
                         int *, void *, int *, int *, int *);
 
 /* entry points by name; index i*2 + (double) */
-enum { E_GEMM, E_GETRF, E_GESV, E_POTRF, E_SYEVD, E_GESDD, E_GELSD, E_COUNT };
+enum { E_GEMM, E_GETRF, E_GESV, E_POTRF, E_SYEVD, E_GESDD, E_GELSD, E_GEMV, E_COUNT };
 static const char *entry_names[E_COUNT][2] = {
     {"sgemm", "dgemm"}, {"sgetrf", "dgetrf"}, {"sgesv", "dgesv"},
-    {"spotrf", "dpotrf"}, {"ssyevd", "dsyevd"}, {"sgesdd", "dgesdd"}, {"sgelsd", "dgelsd"}};
+    {"spotrf", "dpotrf"}, {"ssyevd", "dsyevd"}, {"sgesdd", "dgesdd"}, {"sgelsd", "dgelsd"},
+    {"sgemv", "dgemv"}};
 static void *entries[E_COUNT][2];
 
 /* ILP64 entry points (64-bit integers: NumPy's bundled scipy-openblas64), reached through
@@ -113,11 +116,21 @@ static void gelsd_adapt_##D(int *m, int *n, int *nrhs, void *a, int *lda, void *
 ADAPT_GEMM(0, float)
 ADAPT_GEMM(1, double)
 
+#define ADAPT_GEMV(D)                                                                        \
+static void gemv_adapt_##D(char *t, int *m, int *n, void *al, void *a, int *lda, void *x,    \
+                           int *incx, void *be, void *y, int *incy) {                       \
+    i64 M = *m, N = *n, LA = *lda, IX = *incx, IY = *incy;                                   \
+    ((void (*)(char *, i64 *, i64 *, void *, void *, i64 *, void *, i64 *, void *, void *,   \
+               i64 *, size_t))ilp[E_GEMV][D])(t, &M, &N, al, a, &LA, x, &IX, be, y, &IY, 1);   \
+}
+ADAPT_GEMV(0)
+ADAPT_GEMV(1)
+
 static void *adapters[E_COUNT][2] = {
     {(void *)gemm_adapt_0, (void *)gemm_adapt_1}, {(void *)getrf_adapt_0, (void *)getrf_adapt_1},
     {(void *)gesv_adapt_0, (void *)gesv_adapt_1}, {(void *)potrf_adapt_0, (void *)potrf_adapt_1},
     {(void *)syevd_adapt_0, (void *)syevd_adapt_1}, {(void *)gesdd_adapt_0, (void *)gesdd_adapt_1},
-    {(void *)gelsd_adapt_0, (void *)gelsd_adapt_1}};
+    {(void *)gelsd_adapt_0, (void *)gelsd_adapt_1}, {(void *)gemv_adapt_0, (void *)gemv_adapt_1}};
 
 /* name: the LP64 name (sgemm...); ilp64: fn takes 64-bit integers */
 int fl_library_register(const char *name, void *fn, int ilp64) {
@@ -184,6 +197,39 @@ static int blas_layout(int64_t r, int64_t c, int64_t s0, int64_t s1, char *t, in
 
 #define FITS(x) ((x) >= 0 && (x) <= INT32_MAX)
 
+/* A product with one row or one column is a matrix-vector product: BLAS gemv (one pass over
+ * the matrix, where gemm with n = 1 packs it first).  With C^T = B^T A^T as for gemm: for
+ * n = 1, c = A b, the matrix A described as for gemm (ta, lda) and b, c as vectors with their
+ * element strides; for m = 1, c^T = B^T a^T, on B. */
+#define GEMV(NAME, T, IDX)                                                                    \
+static int gemv_##NAME(int64_t b1, int64_t b2, int64_t m, int64_t n, int64_t k, arr_t *A,    \
+                       arr_t *B, arr_t *C, char ta, int lda, char tb, int ldb) {             \
+    gemv_t f = (gemv_t)entries[E_GEMV][IDX];                                                 \
+    T one = 1, zero = 0;                                                                     \
+    int ik = (int)k, rows, cols, incv, incc;                                                 \
+    char t;                                                                                  \
+    arr_t *mat, *vec;                                                                        \
+    if (n == 1) {          /* A (m x k) as column-major: k x m ('N') or m x k ('T') */        \
+        mat = A; vec = B; incv = (int)B->s0; incc = (int)C->s0;                              \
+        t = ta == 'N' ? 'T' : 'N'; rows = ta == 'N' ? ik : (int)m;                           \
+        cols = ta == 'N' ? (int)m : ik;                                                      \
+    } else {               /* B (k x n) as column-major: n x k ('N') or k x n ('T') */        \
+        mat = B; vec = A; incv = (int)A->s1; incc = (int)C->s1;                              \
+        t = tb == 'N' ? 'N' : 'T'; rows = tb == 'N' ? (int)n : ik;                           \
+        cols = tb == 'N' ? ik : (int)n;                                                      \
+        lda = ldb;                                                                           \
+    }                                                                                        \
+    if (incv < 1 || incc < 1 || (n == 1 ? B->s0 : A->s1) > INT32_MAX ||                      \
+        (n == 1 ? C->s0 : C->s1) > INT32_MAX) return -1;                                     \
+    for (int64_t i1 = 0; i1 < b1; i1++)                                                      \
+        for (int64_t i2 = 0; i2 < b2; i2++)                                                  \
+            f(&t, &rows, &cols, &one, item(mat, i1, i2), &lda, item(vec, i1, i2), &incv,     \
+              &zero, item(C, i1, i2), &incc);                                                \
+    return 0;                                                                                \
+}
+GEMV(gemm_f32, float, 0)
+GEMV(gemm_f64, double, 1)
+
 #define GEMM(NAME, T, FN, IDX)                                                                \
 static int NAME(const int64_t *ops, const int64_t *slots) {                                 \
     int64_t b1 = ops[OP_B1], b2 = ops[OP_B2], m = ops[OP_M], n = ops[OP_N], k = ops[OP_K];   \
@@ -197,6 +243,8 @@ static int NAME(const int64_t *ops, const int64_t *slots) {                     
     if (!FITS(m) || !FITS(n) || !FITS(k) || f == NULL) return -1;                            \
     if (blas_layout(m, k, A.s0, A.s1, &ta, &lda) || blas_layout(k, n, B.s0, B.s1, &tb, &ldb) \
         || blas_layout(m, n, C.s0, C.s1, &tc, &ldc) || tc != 'N') return -1;                 \
+    if ((n == 1 || m == 1) && k > 1 && entries[E_GEMV][IDX] != NULL)                          \
+        return gemv_##NAME(b1, b2, m, n, k, &A, &B, &C, ta, lda, tb, ldb);                    \
     for (int64_t i1 = 0; i1 < b1; i1++)                                                      \
         for (int64_t i2 = 0; i2 < b2; i2++)                                                  \
             f(&tb, &ta, &in, &im, &ik, &one, (T *)item(&B, i1, i2), &ldb,                    \

@@ -657,6 +657,15 @@ def cover(name, category, dtypes=(), *, note=None, test=None):
     return e
 
 
+def slow_except(params, *keep):
+    """The params with those whose dtype is not in `keep` marked slow: the default run checks a
+    representative sample, `pytest -m slow` the rest (see the README's Testing section)."""
+    keep = {np.dtype(k) for k in keep}
+    return [p if np.dtype(p.values[0]) in keep else
+            pytest.param(*p.values, marks=[*p.marks, pytest.mark.slow], id=p.id)
+            for p in params]
+
+
 def param_marks(name, dtype=None):
     """Decorator applying the status.py marks of `name` to a whole (unparametrized) test."""
     PARAM_NAMES.add(name)

@@ -15,7 +15,6 @@ BUG_RAISES: the exception each bug's tests fail with (AssertionError: a wrong va
 docs/numpy-coverage.md (tests/conformance/gen_coverage.py) is generated from these tables and
 the registry in harness.py.
 """
-import pytest
 
 NOT_IMPLEMENTED: dict = {
     "np.fft": "np.fft.* (complex arithmetic is traced, but there is no FFT: a TracingError "

@@ -191,9 +191,11 @@ def test_histogram_errors_and_refusals():
     np.testing.assert_array_equal(got[1], want[1])
 
 
-cover("np.histogram", COUNT, ["float16", "float32", "float64", "int8"], test="test_counting.py::test_histogram",
+cover("np.histogram", COUNT, ["float16", "float32", "float64", "int8"],
+      test="test_counting.py::test_histogram",
       note="float16 weights are summed in float64 (NumPy: so with uniform bins, but with a "
-           "float16 cumsum with array edges); static bins: a count with range= (NumPy's uniform-bin arithmetic and edge "
+           "float16 cumsum with array edges); static bins: a count with range= (NumPy's "
+           "uniform-bin arithmetic and edge "
            "corrections) or an array of edges; then a scatter-add. Without range= the edges "
            "are traced from a.min() and a.max() (a range that is not finite raises ValueError "
            "when the function runs); bins='auto' and friends: TracingError (the number of "

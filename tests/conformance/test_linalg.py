@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .harness import Tol, check, check_many, cover, make, param, param_marks, short
+from .harness import Tol, check, check_many, cover, make, param, short
 import fastlaunch as fl
 
 LA = "linear algebra"
@@ -206,7 +206,7 @@ SQUARE_FNS = {
                                    for d in LINALG_DTYPES])
 def test_linalg_square(dtype, layout, shape):
     a = _well_conditioned(shape, dtype, layout)
-    for name, f in SQUARE_FNS.items():
+    for _name, f in SQUARE_FNS.items():
         check(f, a, tol=_tol(), atol=1e-6 if dtype == np.float32 else 1e-13)
 
 
@@ -599,7 +599,8 @@ def test_svd_lstsq_failures_raise_linalgerror_and_write_nothing(backend):
 
 
 for _n, _notes in [
-        ("np.linalg.svd", "LAPACK gesdd at every size, as NumPy calls it (jobz 'A'/'S'/'N', NumPy's workspace "
+        ("np.linalg.svd", "LAPACK gesdd at every size, as NumPy calls it (jobz 'A'/'S'/'N', "
+                          "NumPy's workspace "
                           "query): NumPy's bits with NumPy's LAPACK; SVDResult; batched; "
                           "empty matrices (identity U/Vh); hermitian=True from eigh as NumPy; "
                           "non-convergence (a NaN) raises LinAlgError at replay"),

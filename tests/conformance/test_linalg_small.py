@@ -132,7 +132,8 @@ def test_result_dtypes_like_numpys(dtype):
         a = np.broadcast_to(np.eye(3, dtype=bool) | np.tri(3, dtype=bool), (5, 3, 3)).copy()
     if dtype == np.uint8:
         a = (np.abs(a.astype(np.int64)) + 8 * np.eye(3, dtype=np.int64)).astype(np.uint8)
-    spd = (a.astype(np.int64) @ np.swapaxes(a.astype(np.int64), -1, -2) + 3 * np.eye(3, dtype=np.int64)).astype(dtype) \
+    spd = (a.astype(np.int64) @ np.swapaxes(a.astype(np.int64), -1, -2)
+           + 3 * np.eye(3, dtype=np.int64)).astype(dtype) \
         if dtype != np.bool_ else np.broadcast_to(np.eye(3, dtype=bool), (5, 3, 3)).copy()
     b = np.arange(15, dtype=np.int64).reshape(5, 3).astype(dtype)
     tol = Tol(0.0, 3e-7, 1e-13)

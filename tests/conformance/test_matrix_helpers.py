@@ -10,7 +10,7 @@ import pytest
 
 import fastlaunch as fl
 
-from .harness import ALL, SOME, check, check_many, cover, make, param, short
+from .harness import ALL, SOME, check_many, cover, make, param, short
 
 CAT = "matrix helpers"
 TEST = "test_matrix_helpers.py::"

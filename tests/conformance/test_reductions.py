@@ -342,11 +342,18 @@ _SMALL_DTYPES = {"sum": ALL, "prod": ALL, "mean": ALL, "max": FLOATS + SOME[3:],
                  "min": FLOATS + SOME[3:], "any": SOME, "all": SOME}
 
 
+# max/min over 8-bit integers (2.6-3.5 s each; bool and int16/32/64 keep them covered): slow
+_SLOW_SMALL = {(op, np.dtype(dt)) for op in ("max", "min") for dt in (np.int8, np.uint8)}
+
+
 def _small_params():
     out = []
     for name in SMALL_OPS:
         for dt in _SMALL_DTYPES[name]:
-            out.append(param(name, dt, name=SMALL, dtype=dt, id=f"{name}-{short(dt)}"))
+            p = param(name, dt, name=SMALL, dtype=dt, id=f"{name}-{short(dt)}")
+            if (name, np.dtype(dt)) in _SLOW_SMALL:
+                p = pytest.param(*p.values, marks=[*p.marks, pytest.mark.slow], id=p.id)
+            out.append(p)
     return out
 
 

@@ -213,7 +213,8 @@ def test_round_decimals_errors():
         fl.compile(lambda a: np.round(a, 1))(np.ones(3, bool))
 
 
-cover("np.round(decimals!=0)", "rounding", FLOATS + INTS, test="test_selection_casting.py::test_round_decimals")
+cover("np.round(decimals!=0)", "rounding", FLOATS + INTS,
+      test="test_selection_casting.py::test_round_decimals")
 
 
 @pytest.mark.parametrize("dtype", INTS + FLOATS, ids=ids(INTS + FLOATS))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .harness import FLOATS, SOME, check, check_many, cover, make, param, short
+from .harness import FLOATS, SOME, check, check_many, cover, make, param, short, slow_except
 
 SHIFTS = "shifts and differences"
 DTYPES = [np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8, np.uint8, np.int64, np.bool_)]
@@ -158,7 +158,10 @@ CORRELATIONS["correlate default"] = lambda a, v, w, u, s: np.correlate(a, w)
 CORRELATIONS["moving average"] = lambda a, v, w, u, s: np.convolve(a, np.ones(3) / 3, "valid")
 
 
-@pytest.mark.parametrize("dtype", _p("np.convolve", SOME))
+# int8, uint8, bool and float16 took 6-30 s each (every mode and operand order compiled
+# anew, the 8-bit ones longest): slow
+@pytest.mark.parametrize("dtype", slow_except(_p("np.convolve", SOME), np.float32, np.float64,
+                                              np.int64, np.uint64))
 def test_convolve_and_correlate(dtype):
     """Lengths 17, 4, 6 (even), 1 and a 0-d operand, each as first and second operand, every
     mode: NumPy swaps the operands when the second is longer (and reverses a correlation)."""

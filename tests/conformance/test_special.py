@@ -11,7 +11,7 @@ import pytest
 
 import fastlaunch as fl
 
-from .harness import ALL, Tol, check, check_many, cover, make, param, short, unary_inputs
+from .harness import ALL, Tol, check_many, cover, make, param, short, unary_inputs
 
 sp = pytest.importorskip("scipy.special")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))

@@ -130,7 +130,7 @@ def test_device_array_basics():
     assert repr(d) == "DeviceArray(devsim, int16[3, 4])"
     np.testing.assert_array_equal(d.numpy(), a)
     with pytest.raises(AttributeError, match="not CUDA memory"):
-        d.__cuda_array_interface__
+        d.__cuda_array_interface__  # noqa: B018  (asking raises)
     with pytest.raises(BufferError):
         d.__dlpack__()
     with pytest.raises(ValueError, match="no device memory"):

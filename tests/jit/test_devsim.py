@@ -80,14 +80,14 @@ def test_step_program_copies_arguments_in_and_results_out():
     got_out = {ln.split(": ", 1)[1] for ln in lines if "TO_HOST" in ln}
     assert got_out == want_out
     # each disassembly line is what line_at (used in error messages) prints for its pc
-    for pc, op, _ in ops_at(program):
+    for pc, _, _ in ops_at(program):
         assert program.line_at(pc) in lines
 
     # order: a copy in follows its ALLOC and precedes every BIND of the shadow; the copies
     # out follow the last launch; every shadow is freed
     instrs = ops_at(program)
     last_launch = max(pc for pc, op, _ in instrs if op is Opcode.LAUNCH)
-    for pc, op, (dst, src, _) in [(pc, op, o) for pc, op, o in instrs
+    for pc, op, (dst, _src, _) in [(pc, op, o) for pc, op, o in instrs
                                   if op in (Opcode.TO_DEVICE, Opcode.TO_HOST)]:
         if op is Opcode.TO_DEVICE:
             alloc = next(p for p, o, a in instrs if o is Opcode.ALLOC and a[0] == dst)
@@ -99,7 +99,7 @@ def test_step_program_copies_arguments_in_and_results_out():
     allocs = sorted(a[0] for _, o, a in instrs if o is Opcode.ALLOC)
     frees = sorted(a[0] for _, o, a in instrs if o is Opcode.FREE)
     assert allocs == frees
-    for i, s in enumerate(program.slots):
+    for _i, s in enumerate(program.slots):
         if s.role in ("temp", "const", "status"):
             assert s.space == DEVICE, s
         else:
@@ -235,7 +235,7 @@ def test_in_place_updates_replay_into_the_callers_array(update):
 
     cf = devsim(f)
     rng = np.random.default_rng(1)
-    for call in range(3):                    # traced once, then replayed
+    for _call in range(3):                    # traced once, then replayed
         x, y = rng.standard_normal(6), rng.standard_normal(6)
         want_x = x.copy()
         want = f(want_x, y)

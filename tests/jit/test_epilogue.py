@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch.__main__ import step as _step   # the DESIGN.md optimisation step
+from fastlaunch.__main__ import step as _step   # the README's optimisation step
 from fastlaunch import fuse
 
 rng = np.random.default_rng(7)

@@ -285,3 +285,75 @@ def test_no_floating_point_warnings_and_casts_give_numpys_values():
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
     assert got[2][2] == 255
+
+
+def test_python_random_and_time_calls_while_tracing_warn_once_per_trace():
+    """random.random() and time.time() inside fn run once, while tracing: every call replays
+    the value they gave then.  A FrozenValueWarning names the call and where it was made,
+    once per trace and module (not once per call of them); fastlaunch's own timers do not
+    warn, and the functions themselves are given back after the trace."""
+    import random
+    import time
+    from random import uniform          # imported by name: swapped in this module too
+
+    def noisy(x):
+        a = x * random.random() + uniform(0, 1) * random.random()
+        return a + time.time() - time.perf_counter()
+
+    f = fl.compile(noisy)
+    with pytest.warns(fl.FrozenValueWarning) as got:
+        first = f(np.ones(3))
+    texts = sorted(str(w.message) for w in got if issubclass(w.category, fl.FrozenValueWarning))
+    assert len(texts) == 2, texts
+    assert texts[0].startswith("random.random() was called while tracing (at "
+                               f"{__file__}:"), texts[0]
+    assert "frozen into the program, so every call of the compiled function uses this same " \
+        "value; draw random numbers with np.random.*" in texts[0]
+    assert texts[1].startswith("time.time() was called while tracing"), texts[1]
+    assert "pass the time as an argument" in texts[1]
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(f(np.ones(3)), first)     # a replay: the frozen values
+        fl.compile(lambda x: np.sin(x) + np.random.random(3))(np.ones(3))   # np.random: fine
+    assert not hasattr(random.random, "__wrapped__") and uniform is random.uniform
+    assert not hasattr(time.time, "__wrapped__")
+
+
+def test_a_python_loop_over_many_steps_inside_fn_names_fl_iterate():
+    """A Python loop of many iterations that differ (each reads its own row: no loop body
+    can stand for them) is unrolled into the program (each iteration traced, fused and
+    compiled): an UnrolledLoopWarning names fl.iterate.  A loop of identical iterations is
+    rolled into one loop body (roll.py) and does not warn; nor does one call making many
+    nodes (a small matrix inverse written out)."""
+    def descend(p, target):
+        for k in range(200):
+            r = np.sin(p) - target[k]
+            p = p - 0.1 * r * np.cos(p)
+        return p
+
+    with pytest.warns(fl.UnrolledLoopWarning) as got:
+        f = fl.compile(descend, backend="null")
+        f.lower(np.zeros(4), np.ones((200, 4)))
+    (w,) = [w for w in got if issubclass(w.category, fl.UnrolledLoopWarning)]
+    text = str(w.message)
+    assert text.startswith("descend: a Python loop inside it ran 200 iterations while "
+                           "tracing, making "), text
+    assert "Make one iteration the compiled function and run the loop with fl.iterate(step, " \
+        "n, ..., carry=...)" in text, text
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a = np.eye(8) * 4 + np.ones((8, 8))
+        fl.compile(lambda m: np.linalg.inv(m), backend="null").lower(np.stack([a] * 3))
+        # a short loop is fine
+        fl.compile(lambda p: [p := p * 0.5 + 1 for _ in range(20)][-1],
+                   backend="null").lower(np.zeros(4))
+
+        def rolled(p, target):
+            for _ in range(200):
+                p = p - 0.1 * (np.sin(p) - target) * np.cos(p)
+            return p
+        g = fl.compile(rolled, backend="null")
+        g(np.zeros(4), np.ones(4))
+        assert "identical iterations rolled" in g.stats["history"][-1].reason

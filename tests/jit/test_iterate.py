@@ -211,6 +211,69 @@ def test_inplace_updates_the_callers_arrays(iters):
     assert got[0] is q and same(q, want[0]) and (base[1::2] == 0).all()
 
 
+@pytest.mark.parametrize("options", [
+    dict(), dict(collect=3), dict(collect=False), dict(until=lambda loss: loss < 0.9),
+    dict(inplace=True), dict(collect=2, until=lambda loss: loss < 0.9)])
+def test_a_repeated_call_takes_the_dispatchers_path_and_gives_the_same(options):
+    """The second call of the same loop with arguments of the same signature runs the loop
+    program from the dispatcher's table (Iterated._miss is not entered), its results put
+    together as the first call's were; other signatures and prepared arguments still take
+    the slow path."""
+    f = fl.compile(step)
+    p, m, v, t = inputs(16)
+    until = options.get("until")
+    every = options.get("collect", True)
+    want = python_loop(f, 7, p, m, v, t, every=0 if every is False else int(every),
+                       until=until)
+    loop = fl.iterated(f, 7, carry=("p", "m", "v"), **options)
+    misses = []
+    slow = type(loop)._miss
+
+    def counting(self, args, kwargs):
+        misses.append(len(args))
+        return slow(self, args, kwargs)
+
+    for call in range(3):
+        args = [p.copy(), m.copy(), v.copy(), t, 1e-2]
+        type(loop)._miss = counting
+        try:
+            got = loop(*args)
+        finally:
+            type(loop)._miss = slow
+        if every is False:
+            assert len(got) == 3
+        for g, w in zip(got, want):
+            assert same(g, w), call
+        if options.get("inplace"):
+            assert all(g is a for g, a in zip(got, args[:3]))
+    assert misses == [5], misses                     # the first call only
+    # through fl.iterate: the same object, found by the options as given
+    assert fl.iterated(f, 7, carry=("p", "m", "v"), **options) is loop
+    got = fl.iterate(f, 7, p.copy(), m.copy(), v.copy(), t, 1e-2, carry=("p", "m", "v"),
+                     **options)
+    assert all(same(g, w) for g, w in zip(got, want))
+
+
+def test_repeated_calls_keep_checking_their_options_and_arguments():
+    f = fl.compile(lambda x: (x + 1, x.sum()))
+    x = np.ones(3)
+    fl.iterate(f, 2, x, carry="x", collect=False)
+    fl.iterate(f, 2, x, carry=["x"], collect=False)            # unhashable options: no cache
+    with pytest.raises(ValueError, match="collect must be"):
+        fl.iterate(f, 2, x, carry="x", collect=0)             # 0 == False, yet refused
+    with pytest.raises(TypeError, match="must be an int"):
+        fl.iterate(f, 2.0, x, carry="x", collect=False)
+    g = fl.compile(lambda a, b: (a + 1, b + 1))
+    a, b = np.ones(4), np.ones(4)
+    fl.iterate(g, 2, a, b, carry=("a", "b"), inplace=True)
+    fl.iterate(g, 2, a, b, carry=("a", "b"), inplace=True)
+    np.testing.assert_array_equal(a, 5.0)
+    with pytest.raises(ValueError, match="two carried arguments share memory"):
+        fl.iterate(g, 2, a, a, carry=("a", "b"), inplace=True)
+    with pytest.raises(TypeError, match="positionally"):
+        fl.iterated(g, 2, carry="a")(a, b=b)
+
+
 def test_zero_iterations():
     p, m, v, t = inputs(16)
     got = fl.iterate(step, 0, p, m, v, t, 1e-2, carry=("p", "m", "v"))
@@ -263,8 +326,9 @@ def test_carried_results_must_match_the_arguments():
         fl.iterate(bad_shape, 3, x, carry="x")
     with pytest.raises(TypeError, match="carry names 'y'"):
         fl.iterate(bad_shape, 3, x, carry="y")
-    with pytest.raises(TypeError, match="carried argument 'x' must be a NumPy array"):
-        fl.iterate(lambda x: x + 1, 3, 1.0, carry="x")
+    with pytest.raises(TypeError, match="carried argument 'x' must be a NumPy array or a "
+                                        "scalar, got list"):
+        fl.iterate(lambda x: x + 1, 3, [1.0, 2.0], carry="x")
     with pytest.raises(ValueError, match="n must be from 0"):
         fl.iterate(bad_shape, -1, x, carry="x")
     with pytest.raises(TypeError, match="n .* must be an int"):
@@ -273,6 +337,37 @@ def test_carried_results_must_match_the_arguments():
         fl.iterate(bad_shape, 2, x, carry="x", collect=0)
     with pytest.raises(TypeError, match="until must return one boolean"):
         fl.iterate(lambda x: (x + 1, x.sum()), 3, x, carry="x", until=lambda s: s + 1)
+
+
+def test_scalar_state_is_carried_as_a_0d_array():
+    """A Python float or a NumPy scalar as carried state is taken as a 0-d array of NumPy's
+    dtype for it (as fl.compile takes scalars), and comes back as a NumPy scalar: what the
+    Python loop over the compiled step gives, bit for bit."""
+    def relax(p, target):
+        return p - 0.25 * (p - target), (p - target) ** 2
+
+    step = fl.compile(relax)
+    for p0 in (1.0, np.float64(1.0), np.float32(1.0), np.int64(3)):
+        if isinstance(p0, np.int64):
+            halve = fl.compile(lambda p: (p // 2, p % 2))
+            got = fl.iterate(halve, 2, p0, carry="p")
+            assert got[0] == 0 and type(got[0]) is np.int64
+            np.testing.assert_array_equal(got[1], [1, 1])
+            continue
+        p, want = p0, []
+        for _ in range(5):
+            p, err = step(p, 0.5)
+            want.append(err)
+        got_p, got_err = fl.iterate(step, 5, p0, 0.5, carry="p")
+        assert type(got_p) is type(p) and got_p == p, (p0, got_p, p)
+        np.testing.assert_array_equal(got_err, np.array(want))
+        assert got_err.dtype == np.asarray(want[0]).dtype
+        # collect=False with one carried value: that value alone; n=0: the argument itself
+        assert fl.iterate(step, 5, p0, 0.5, carry="p", collect=False) == p
+        assert fl.iterate(step, 0, p0, 0.5, carry="p", collect=False) is p0
+    with pytest.raises(ValueError, match=r"inplace=True\): carried argument 'p' is a float, "
+                                         r"which cannot be written in place"):
+        fl.iterate(step, 2, 1.0, 0.5, carry="p", inplace=True)
 
 
 def test_random_steps_are_refused():
@@ -441,7 +536,7 @@ def test_verifier_rejects_a_carried_buffer_bound_to_an_argument():
     prog = _loop_program()
     (lpc, (_, _, head)), = _find(prog, Opcode.LOOP)
     written = {i for i, s in enumerate(prog.slots) if s.role in ("temp", "output")}
-    for pc, (args_at, list_at, count) in _find(prog, Opcode.BIND):
+    for pc, (_args_at, list_at, count) in _find(prog, Opcode.BIND):
         if pc > head:
             continue
         for k in range(count):

@@ -40,7 +40,7 @@ def _copyto(a, b, m):
 
 
 CASES = {
-    "bincount": (lambda l, v: (np.bincount(l, minlength=5), np.bincount(l, v[:1].repeat(40), 5)),
+    "bincount": (lambda q, v: (np.bincount(q, minlength=5), np.bincount(q, v[:1].repeat(40), 5)),
                  (L, V)),
     "histogram": (lambda v: np.histogram(v, 4, range=(-1, 1)), (V,)),
     "histogram edges": (lambda v: np.histogram(v, [-2.0, 0.0, 0.5, 2.0]), (V,)),
@@ -60,7 +60,7 @@ CASES = {
     "flips": (lambda x: (np.flip(x), np.fliplr(x), np.flipud(x), np.rot90(x, 3)), (X,)),
     "isclose": (lambda x, y: np.isclose(x, y), (X, Y)),
     "allclose": (lambda x, y: (np.allclose(x, y), np.array_equal(x, y)), (X, Y)),
-    "isin": (lambda l: np.isin(l, [1, 3]), (L,)),
+    "isin": (lambda q: np.isin(q, [1, 3]), (L,)),
     "count_nonzero": (lambda m: np.count_nonzero(m, axis=0), (M,)),
     "any/all": (lambda x, y: (np.any(x > y, axis=1), np.all(x < 3)), (X, Y)),
     "special": (lambda x: (sp.erf(x), sp.erfc(x), sp.expit(x), sp.logit(sp.expit(x)),
@@ -73,7 +73,7 @@ CASES = {
                              np.broadcast_arrays(x, v[:8])), (X, V)),
     "select": (lambda x, y: (np.select([x > 0, y > 1], [x, y], 5.0),
                              np.piecewise(x, [x < 0], [lambda t: -t, lambda t: t * 2])), (X, Y)),
-    "choose": (lambda l, v: np.choose(l % 2, [v[0], v[1] * 2]), (L, V)),
+    "choose": (lambda q, v: np.choose(q % 2, [v[0], v[1] * 2]), (L, V)),
     "put": (_put, (X, np.array([0, 5, 47]))),
     "place": (_place, (X, M)),
     "copyto": (_copyto, (X, Y, M)),

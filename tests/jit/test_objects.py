@@ -189,7 +189,7 @@ def test_objects_inside_containers_and_nested_objects():
     o = Outer(Inner(np.ones(2)), [np.zeros(2)])
     cfg = {"o": Outer(Inner(np.ones(1)), [])}
     g = fl.compile(f)
-    for k in range(2):
+    for _k in range(2):
         r = g(o, cfg)
     np.testing.assert_array_equal(o.inner.a, [4.0, 4.0])
     np.testing.assert_array_equal(r, [4.0, 4.0])

@@ -430,6 +430,7 @@ def test_sigint_stops_a_long_call_promptly():
 
 
 @POSIX
+@pytest.mark.slow          # 9-15 s; the default run keeps test_sigint_stops_a_long_call_promptly
 def test_sigint_handlers_that_return_let_the_call_finish():
     """A handler installed with signal.signal that does not raise: the call resumes where it
     stopped and returns the right result, even under a stream of signals; with SIGINT
@@ -467,6 +468,7 @@ def test_sigint_handlers_that_return_let_the_call_finish():
 
 
 @POSIX
+@pytest.mark.slow          # 9-15 s; the default run keeps test_sigint_stops_a_long_call_promptly
 def test_sigint_does_not_stop_a_call_in_another_thread():
     """Only the main thread turns Ctrl-C into KeyboardInterrupt; a long call in another
     thread runs on to its result while the main thread is interrupted, again and again.
@@ -499,6 +501,7 @@ def test_sigint_does_not_stop_a_call_in_another_thread():
 
 
 @POSIX
+@pytest.mark.slow          # 9 s
 @pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"),
                     reason="struct sigaction layout of glibc on x86_64/aarch64")
 def test_one_shot_sigint_handler_stays_one_shot():

@@ -34,7 +34,7 @@ def rng_arrays(*shapes, dtype=np.float64, seed=0):
 def test_replay_does_not_run_python():
     cf, count = counted(axpy)
     x, y = rng_arrays(100, 100)
-    for i in range(20):
+    for _i in range(20):
         out = cf(x, y, 2.0)
         np.testing.assert_allclose(out, axpy(x, y, 2.0))
     assert count[0] == 1
@@ -370,7 +370,7 @@ def test_outputs_kept_alive_by_a_view_are_not_recycled(n):
     views = [cf(np.full(n, float(i)))[1::2] for i in range(6)]
     import gc
     gc.collect()
-    for i in range(6):
+    for _ in range(6):
         cf(np.full(n, -1.0))
     for i, v in enumerate(views):
         assert np.all(v == 2.0 * i)

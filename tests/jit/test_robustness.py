@@ -178,7 +178,7 @@ def test_in_place_update_of_a_copied_layout_reaches_the_caller(layout):
         return x.sum()
     f = fl.compile(step)
     want = np.arange(6.0)
-    for k in range(1, 4):
+    for _k in range(1, 4):
         total = f(arr, np.ones(6))
         want = want + 1
         np.testing.assert_array_equal(np.asarray(arr, np.float64), want)

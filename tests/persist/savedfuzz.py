@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import io
 import json
 import os
 import random
@@ -307,7 +306,7 @@ def mutate(rng: random.Random, f: dict, mode: str) -> str:
         choices += [("desc", 30), ("objects", 2), ("text", 1)]
     total = sum(w for _, w in choices)
     pick = rng.uniform(0, total)
-    for target, w in choices:
+    for target, w in choices:  # noqa: B007  (the one picked is read after the loop)
         pick -= w
         if pick <= 0:
             break

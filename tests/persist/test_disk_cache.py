@@ -11,7 +11,6 @@ import pytest
 import fastlaunch as fl
 from fastlaunch import cache
 from fastlaunch.backends.cpu import CPUBackend
-from fastlaunch.kernel import Kernel
 
 STEP_SCRIPT = textwrap.dedent("""
     import json, sys

@@ -125,6 +125,36 @@ def test_loaded_program_checks_its_signature(tmp_path):
         g(np.ones((2, 3), np.int32), 3.0)
 
 
+def test_a_python_list_argument_is_named_not_counted_as_leaves(tmp_path):
+    """A list where the saved program takes an array: the message names that argument (it
+    said "takes 2 array/scalar arguments, got 9", counting the list's items as leaves)."""
+    def pair(x, y, ys):
+        return x + y * ys[0] - ys[1]
+
+    path = tmp_path / "p.flp"
+    x = np.ones(4)
+    fl.compile(pair).save(path, x, x, [x, x])
+    g = fl.load(path)
+    np.testing.assert_array_equal(g(x, x, [x, x]), pair(x, x, [x, x]))
+
+    def message(*args):
+        with pytest.raises(TypeError) as info:
+            g(*args)
+        return str(info.value)
+
+    assert message([1.0] * 8, x, [x, x]) == ("argument 'x': expected an array float64[4], got "
+                                             "a Python list (pass np.asarray(...))")
+    assert message(x, (1.0, 2.0, 3.0, 4.0), [x, x]) == (
+        "argument 'y': expected an array float64[4], got a Python tuple (pass np.asarray(...))")
+    assert message(x, x, [x, [1.0] * 4]) == (
+        "argument 'ys'[1]: expected an array float64[4], got a Python list (pass "
+        "np.asarray(...))")
+    assert message(x, x, [x, x, x]) == ("argument 'ys': expected a container of 2 "
+                                        "arrays/scalars, got a Python list of 3 items")
+    assert message(x, [x, x]) == ("this saved program takes 3 non-static arguments (argument "
+                                  "'x', argument 'y', argument 'ys'), got 2")
+
+
 def test_constants_and_in_place_updates_survive(tmp_path):
     table = np.arange(5.0)
 

@@ -63,7 +63,7 @@ def _grow_kernel(f, n):
     while the stored tables still claim the original small element ranges."""
     desc = f["meta"]["kernels"][0]["desc"]
     desc["space"] = [n]
-    for pc, op, ops in _instructions(f):
+    for pc, op, _ops in _instructions(f):
         if op is Opcode.LAUNCH:
             f["code"][pc + 2] = n
     f["pmeta"]["kernels"][0]["launch_size"] = n
@@ -309,7 +309,7 @@ def test_status_and_mutated_leaves_are_checked(tmp_path):
     _refused(_edit(path, lambda f: f["pmeta"].__setitem__("mutated_leaves", [1])))
 
     def check_other(f):
-        for pc, op, ops in _instructions(f):
+        for pc, op, _ops in _instructions(f):
             if op is Opcode.CHECK:
                 f["code"][pc + 1] = 0
     _refused(_edit(path, check_other), "not a status slot")
@@ -320,7 +320,7 @@ def test_negative_and_huge_slots_are_refused(tmp_path, slot):
     path = _step_like(tmp_path)
 
     def bad_alloc(f):
-        for pc, op, ops in _instructions(f):
+        for pc, op, _ops in _instructions(f):
             if op is Opcode.ALLOC:
                 f["code"][pc + 1] = slot
                 return

@@ -56,6 +56,7 @@ print(rss_mb() - start)
 """
 
 
+@pytest.mark.slow          # 9 s; the mechanism: test_the_optimiser_renews_its_pass_builder_...
 def test_compiling_many_kernels_keeps_native_memory_flat():
     """LLVM's optimiser runs with one pass builder for the backend's life: llvmlite loses
     ~1.4 KB of native memory per pass builder made (2000 kernels grew the process by

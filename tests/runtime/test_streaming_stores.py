@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch.backends import cpu_schedule, get_backend
+from fastlaunch.backends import get_backend
 from fastlaunch.backends.cpu_schedule import STREAM_BYTES
 from fastlaunch.codegen.llvm_cpu import STREAM_MARK, mark_nontemporal
 

@@ -5,7 +5,9 @@ The stage-by-stage runs call what jit.Compiled._trace calls, in order, and asser
 stage hands the next: trace -> fuse -> backend.schedule -> backend.compile -> record ->
 verify -> backend.link -> a dispatcher entry that is called.
 """
+import ast
 import inspect
+import os
 
 import numpy as np
 import pytest
@@ -14,7 +16,8 @@ import fastlaunch as fl
 from fastlaunch import _core, _launch, bytecode, fuse, record
 from fastlaunch.__main__ import step
 from fastlaunch.backends import available_backends, base, get_backend
-from fastlaunch.backends.base import Backend, CallLayout, CompiledKernel, MemoryModel
+from fastlaunch.backends.base import (Backend, CallLayout, CompiledKernel, DeviceBackend,
+                                     MemoryModel)
 from fastlaunch.backends.null import NullSchedule
 from fastlaunch.errors import BackendUnavailableError
 from fastlaunch.ir import Op
@@ -27,18 +30,71 @@ from _stages import fused, layouts, plan_text, trace
 INTERFACE_ATTRIBUTES = [n for n in Backend.__annotations__]
 INTERFACE_METHODS = [n for n, v in vars(Backend).items()
                      if inspect.isfunction(v) and not n.startswith("_")]
+# optional, each on its own: what a backend whose kernels use device memory may provide
+OPTIONAL_METHODS = [n for n, v in vars(DeviceBackend).items()
+                    if inspect.isfunction(v) and not n.startswith("_")]
+PACKAGE = os.path.dirname(fl.__file__)
 
 
 def test_interface_members():
-    """The interface the issue names, no more and no less (a new member must be added to every
-    backend and to docs/architecture.md, and then here)."""
+    """The interface, no more and no less (a new member must be added to every backend and to
+    docs/architecture.md, and then here)."""
     assert sorted(INTERFACE_ATTRIBUTES + INTERFACE_METHODS) == sorted(
-        ["name", "target_key", "memory", "schedule", "compile", "load_object", "source",
-         "kernel_text", "link"])
+        ["name", "target_key", "memory", "schedule", "schedule_kernel", "compile",
+         "load_object", "source", "kernel_text", "link", "release"])
+    assert sorted(OPTIONAL_METHODS) == ["from_cuda_array", "to_device"]
+
+
+def _backend_expr(node) -> bool:
+    """An expression the pipeline holds a backend in: `backend`, `be`, `<x>.backend`,
+    `get_backend(...)`."""
+    if isinstance(node, ast.Name):
+        return node.id in ("backend", "be")
+    if isinstance(node, ast.Attribute):
+        return node.attr == "backend"
+    return isinstance(node, ast.Call) and getattr(node.func, "id", None) == "get_backend"
+
+
+def pipeline_uses() -> dict:
+    """member -> where the pipeline (every module outside backends/) uses it on a backend:
+    `backend.member`, or getattr/hasattr(backend, "member")."""
+    uses: dict = {}
+    for dirpath, _, files in os.walk(PACKAGE):
+        if os.path.relpath(dirpath, PACKAGE).split(os.sep)[0] == "backends":
+            continue
+        for f in files:
+            if not f.endswith(".py"):
+                continue
+            path = os.path.join(dirpath, f)
+            for node in ast.walk(ast.parse(open(path).read())):
+                name = None
+                if isinstance(node, ast.Attribute) and _backend_expr(node.value):
+                    name = node.attr
+                elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in \
+                        ("getattr", "hasattr") and len(node.args) >= 2 and \
+                        _backend_expr(node.args[0]) and isinstance(node.args[1], ast.Constant):
+                    name = node.args[1].value
+                if name is not None:
+                    uses.setdefault(name, []).append(f"{os.path.relpath(path, PACKAGE)}:"
+                                                     f"{node.lineno}")
+    return uses
+
+
+def test_the_interface_declares_every_member_the_pipeline_uses():
+    """Before: the pipeline called schedule_kernel, release, to_device and from_cuda_array,
+    which base.py did not declare (a saved CUDA program could not load: cuda.py had no
+    schedule_kernel)."""
+    uses = pipeline_uses()
+    declared = set(INTERFACE_ATTRIBUTES + INTERFACE_METHODS + OPTIONAL_METHODS)
+    undeclared = {m: where for m, where in uses.items() if m not in declared}
+    assert not undeclared, f"backend members used but not declared in base.py: {undeclared}"
+    # source(kernel) is for tools and tests (a kernel's text without compiling it); the
+    # pipeline shows CompiledKernel.source
+    assert declared - set(uses) == {"source"}, sorted(declared - set(uses))
 
 
 def test_interface_is_documented_in_base():
-    for member in INTERFACE_ATTRIBUTES + INTERFACE_METHODS:
+    for member in INTERFACE_ATTRIBUTES + INTERFACE_METHODS + OPTIONAL_METHODS:
         assert member in base.__doc__, member
 
 
@@ -59,6 +115,11 @@ def test_backend_conforms_to_the_interface(name):
         extra = inspect.signature(impl).parameters
         assert all(extra[p].default is not inspect.Parameter.empty for p in got[len(want):]), \
             f"{name}.{method}: extra parameters need defaults"
+    for method in OPTIONAL_METHODS:
+        impl = getattr(backend, method, None)
+        if impl is not None:
+            want = list(inspect.signature(getattr(DeviceBackend, method)).parameters)[1:]
+            assert list(inspect.signature(impl).parameters)[:len(want)] == want, method
 
 
 def _cuda_extension_built() -> bool:

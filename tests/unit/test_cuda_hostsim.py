@@ -93,7 +93,7 @@ def run_program(lowered, compiled, args):
             keep[i] = np.zeros(1, np.int64)
             slots[i] = keep[i].ctypes.data
     argwords = np.zeros(max(1, program.nargwords), np.int64)
-    for pc, op, ops in program.instructions():
+    for _pc, op, ops in program.instructions():
         if op is Opcode.ALLOC:
             keep[ops[0]] = np.zeros(ops[1], np.uint8)
             slots[ops[0]] = keep[ops[0]].ctypes.data

@@ -16,7 +16,6 @@ from fastlaunch import _core, bytecode
 from fastlaunch._launch import Space
 from fastlaunch.backends import get_backend
 from fastlaunch.backends.cuda import CUDABackend, find_libdevice, find_ptxas
-from fastlaunch.codegen.llvm_nvptx import NVPTXLoweringError
 from fastlaunch.errors import BackendUnavailableError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -117,7 +116,7 @@ def test_iterate_lowers_a_loop_for_the_gpu(cuda):
     # unrolled by two, the carried arrays in fixed buffers: no pointer moves per iteration
     assert not {"ROTATE", "MOVE"} & body
     bytecode.verify(prog, Space.SPACE_DEVICE)
-    for pc, op, ops in prog.instructions():
+    for _pc, op, ops in prog.instructions():
         if op.name == "COPY":
             assert prog.slots[ops[0]].space == prog.slots[ops[1]].space == Space.SPACE_DEVICE
 
@@ -384,3 +383,84 @@ def test_dlpack_stream_argument_is_checked():
         arr.__dlpack__(stream=-2)
     with pytest.raises(TypeError, match="stream must be an int or None"):
         arr.__dlpack__(stream=1.0)
+
+
+# ---- saved programs for CUDA (issue 26) -------------------------------------------------------
+def split_sum(x, y):
+    # a long reduction into few outputs: the GPU schedule splits it into partials and a combine
+    return x * 2.0 + y.sum(), (x * x).sum(axis=1)
+
+
+def test_a_program_saved_for_cuda_loads_for_cuda(tmp_path):
+    """Before: fl.load blamed the file ("invalid saved program: AttributeError ...
+    schedule_kernel"): the CUDA backend could not schedule a saved kernel again.  A split
+    reduction's partials come back with their split (the description alone reads as a whole
+    reduction per point), so the kernels regenerated from the descriptions are the ones saved."""
+    from fastlaunch import saved
+    x, y = np.linspace(0.0, 1.0, 3 * 20000).reshape(3, 20000), np.ones(100000)
+    f = fl.compile(split_sum, backend="cuda")
+    lowered = f.lower(x, y)
+    assert any("splits=" in k.schedule.describe() for k in lowered.plan.kernels)
+    path = tmp_path / "split.flp"
+    f.save(path, x, y)
+    want = lowered.program.kernels
+    for machine_code in (True, False):
+        _, program, kernels, _, plan = saved.loads_entry(path.read_bytes(), "cuda",
+                                                      machine_code=machine_code)
+        assert [(k.params, k.launch_size, k.arg_ranges) for k in program.kernels] == \
+            [(k.params, k.launch_size, k.arg_ranges) for k in want]
+        assert [k.source for k in kernels] == [src for _, _, src in lowered.kernels]
+        assert [k.describe() for k in plan.kernels] == [k.describe() for k in lowered.plan.kernels]
+        loaded = fl.load(path, backend="cuda", machine_code=machine_code)
+        if _gpu_usable():
+            got, want_values = loaded(x, y), split_sum(x, y)
+            for a, b in zip(got, want_values):
+                np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+def test_a_cuda_split_is_refused_where_it_would_be_misread(tmp_path):
+    """The CPU reads a CUDA split's partials as whole reductions (each partial the whole sum):
+    loading such a program for the CPU is refused; a forged split count is refused too."""
+    import json
+    from fastlaunch import saved
+    x, y = np.ones((3, 20000)), np.ones(100000)
+    f = fl.compile(split_sum, backend="cuda")
+    path = tmp_path / "split.flp"
+    f.save(path, x, y)
+    with pytest.raises(saved.SavedProgramError, match="scheduled by another backend"):
+        fl.load(path, backend="cpu")
+    meta, program, objects = saved._read(str(path))
+    at = next(i for i, k in enumerate(meta["kernels"]) if k["schedule"])
+    for forged in ({"splits": 3}, {"splits": "25"}, {"grid": 1}, [1]):
+        meta["kernels"][at]["schedule"] = forged
+        blobs = [json.dumps(meta).encode(), program.to_bytes()] + list(objects)
+        with pytest.raises(saved.SavedProgramError, match="kernel"):
+            saved.loads_entry(_saved_bytes(blobs), "cuda", machine_code=False)
+
+
+def _saved_bytes(blobs) -> bytes:
+    import hashlib
+    import struct
+    from fastlaunch import saved
+    payload = b"".join(struct.pack("<Q", len(b)) + b for b in blobs)
+    return saved._HEADER.pack(saved.MAGIC, saved.FORMAT_VERSION, 0, len(payload),
+                              hashlib.sha256(payload).digest()) + payload
+
+
+def test_interleaved_arguments_updated_in_place_get_one_span_on_cuda():
+    """CUDA copies each argument updated in place back as its whole byte span, as devsim does
+    (tests/jit/test_aliasing.py checks the values there): x[::2] and x[1::2] are aliased, one
+    span copied back once, instead of two copies of which the second undoes the first."""
+    def bump(a, b):
+        a += 1
+        b *= 2
+    f = fl.compile(bump, backend="cuda")
+    x, ref = np.arange(10.0), np.arange(10.0)
+    if _gpu_usable():
+        f(x[::2], x[1::2])
+        bump(ref[::2], ref[1::2])
+        np.testing.assert_array_equal(x, ref)
+    else:
+        with pytest.raises(BackendUnavailableError):
+            f(x[::2], x[1::2])
+    assert [t.reason.split(":")[0] for t in f.traces] == ["first call", "aliased arguments"]

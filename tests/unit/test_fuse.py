@@ -134,7 +134,7 @@ def test_row_softmax_kernels():
 
 
 def test_optimisation_step_program():
-    """The DESIGN.md step: a loss reduction plus an update.  At 64 elements, one kernel: the
+    """The README's step: a loss reduction plus an update.  At 64 elements, one kernel: the
     outputs p, m, v stored in the loss's reduction loop (sibling fusion: one pass), the mean's
     division its epilogue, no temporary.  At 2**16 elements the reduction is split: several
     kernels, the partials in a temporary allocated before its first use and freed after its

@@ -1,7 +1,9 @@
 """The module graph of fastlaunch has no cycles (every import counts, also those inside
-functions), and no module imports the package __init__."""
+functions, and the Cython modules' imports and cimports: a .pyx and its .pxd are one module),
+and no module imports the package __init__."""
 import ast
 import os
+import re
 
 import fastlaunch
 
@@ -9,26 +11,47 @@ ROOT = os.path.dirname(fastlaunch.__file__)
 
 
 def modules() -> dict:
-    """module name -> source path, for every .py file (and Cython extension) of the package."""
-    out = {}
+    """module name -> its source paths: a .py file, or a Cython module's .pyx and .pxd."""
+    out: dict = {}
     for dirpath, _, files in os.walk(ROOT):
-        for f in files:
-            if f.endswith((".py", ".pyx")):
+        for f in sorted(files):
+            if f.endswith((".py", ".pyx", ".pxd")):
                 rel = os.path.relpath(os.path.join(dirpath, f), os.path.dirname(ROOT))
                 name = rel.rsplit(".", 1)[0].replace(os.sep, ".")
                 if name.endswith(".__init__"):
                     name = name[:-9]
-                out[name] = os.path.join(dirpath, f)
+                out.setdefault(name, []).append(os.path.join(dirpath, f))
     return out
 
 
-def imports_of(name: str, path: str, known: set) -> set:
-    tree = ast.parse(open(path).read())
-    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(tree):
+# Cython's import statements (a .pyx is not Python): `import a.b [as c], d`, `cimport a`,
+# `from a.b import x, y` / `cimport (x,\n y)`; comments and strings aside, at a line's start
+_CYTHON_IMPORT = re.compile(
+    r"^[ \t]*(?:from[ \t]+(?P<mod>[\w.]+)[ \t]+c?import[ \t]+(?P<names>\([^)]*\)|[^\n#]*)"
+    r"|c?import[ \t]+(?P<plain>[^\n#]*))", re.M)
+
+
+def cython_imports(text: str) -> list:
+    """(module, [names]) per import or cimport of a Cython source; names [] for `import m`."""
+    out = []
+    for m in _CYTHON_IMPORT.finditer(text):
+        if m.group("mod"):
+            names = [n.split(" as ")[0].strip() for n in m.group("names").strip("()").split(",")]
+            out.append((m.group("mod"), [n for n in names if n and n != "*"]))
+        else:
+            out += [(n.split(" as ")[0].strip(), []) for n in m.group("plain").split(",")]
+    return out
+
+
+def _statements(path: str, package: str) -> list:
+    """(module, [names]) per import statement of a source file, relative imports resolved."""
+    text = open(path).read()
+    if not path.endswith(".py"):
+        return cython_imports(text)
+    out = []
+    for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
+            out += [(a.name, []) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -36,11 +59,17 @@ def imports_of(name: str, path: str, known: set) -> set:
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
-            # `from . import ops` imports fastlaunch.ops, not the package's __init__
-            subs = [f"{mod}.{a.name}" for a in node.names if f"{mod}.{a.name}" in known]
-            targets = subs if len(subs) == len(node.names) else [mod] + subs
-        else:
-            continue
+            out.append((mod, [a.name for a in node.names]))
+    return out
+
+
+def imports_of(name: str, path: str, known: set) -> set:
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    found = set()
+    for mod, names in _statements(path, package):
+        # `from . import ops` imports fastlaunch.ops, not the package's __init__
+        subs = [f"{mod}.{n}" for n in names if f"{mod}.{n}" in known]
+        targets = subs if names and len(subs) == len(names) else [mod] + subs
         for t in targets:
             while t and t not in known:
                 t = t.rpartition(".")[0]
@@ -52,8 +81,8 @@ def imports_of(name: str, path: str, known: set) -> set:
 def graph() -> dict:
     mods = modules()
     known = set(mods)
-    return {m: imports_of(m, p, known) if p.endswith(".py") else set()
-            for m, p in mods.items()}
+    return {m: set().union(*(imports_of(m, p, known) for p in paths))
+            for m, paths in mods.items()}
 
 
 def find_cycle(g: dict):
@@ -92,3 +121,22 @@ def test_no_module_imports_the_package():
     g = graph()
     offenders = [m for m, deps in g.items() if "fastlaunch" in deps and m != "fastlaunch"]
     assert not offenders, offenders
+
+
+def test_cython_modules_are_in_the_graph():
+    """Before: only .py files were read, so a cycle through a .pyx (_core imported pytree,
+    pytree imported _core) went unseen."""
+    g = graph()
+    assert {"fastlaunch.pytree", "fastlaunch.env", "fastlaunch._launch"} <= g["fastlaunch._core"]
+    assert "fastlaunch._core" in g["fastlaunch._cuda"] and "fastlaunch._core" in g["fastlaunch._devsim"]
+    assert "fastlaunch.errors" in g["fastlaunch._cuda"]
+    assert cython_imports("from a.b cimport (x,\n    y as z)\nimport c, d.e as f  # g\n"
+                          "    from h import *\n") == \
+        [("a.b", ["x", "y"]), ("c", []), ("d.e", []), ("h", [])]
+
+
+def test_a_cycle_through_a_cython_module_is_found():
+    g = graph()
+    g["fastlaunch.pytree"] = g["fastlaunch.pytree"] | {"fastlaunch._core"}
+    cycle = find_cycle(g)
+    assert cycle is not None and "fastlaunch._core" in cycle and "fastlaunch.pytree" in cycle

@@ -86,7 +86,8 @@ def test_products_and_epilogues_match_numpy(backend):
         w = rng.standard_normal((50, 30)).astype(dt)
         b = rng.standard_normal(30).astype(dt)
         def fn(x, w, b):
-            return np.maximum(x @ w + b, 0), x[0].T @ x[1], w.T @ w, x[:, ::2, ::-1] @ w[::-1], x[:, ::2] @ w[:, 1::2]
+            return (np.maximum(x @ w + b, 0), x[0].T @ x[1], w.T @ w, x[:, ::2, ::-1] @ w[::-1],
+                    x[:, ::2] @ w[:, 1::2])
 
         g = fl.compile(fn, backend=backend)
         got, want = g(x, w, b), fn(x, w, b)
@@ -186,3 +187,28 @@ def test_svd_lstsq_routines_refuse_words_they_do_not_know_and_write_nothing():
     np.testing.assert_allclose(x[3, :3], want[3], rtol=1e-14)
     assert x[4, 0] == want[2] == 3
     assert np.all(x[-1] == 7) and np.all(x[:, -1] == 7)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_matrix_vector_products_take_gemv_on_every_layout(dtype):
+    """A product with one row or one column is BLAS gemv (csrc/library.c), on the operands
+    as they are: transposed, strided, reversed, batched (issue 30: X.T @ e)."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((300, 40)).astype(dtype)
+    e, v = rng.standard_normal(300).astype(dtype), rng.standard_normal(40).astype(dtype)
+    B = rng.standard_normal((3, 300, 40)).astype(dtype)
+    cases = [lambda X, e, v, B: X.T @ e, lambda X, e, v, B: X @ v, lambda X, e, v, B: e @ X,
+             lambda X, e, v, B: v @ X.T, lambda X, e, v, B: X[::2].T @ e[::2],
+             lambda X, e, v, B: X[:, ::3] @ v[::3], lambda X, e, v, B: X.T[::-1] @ e,
+             lambda X, e, v, B: X.T.dot(e[:, None]), lambda X, e, v, B: e[None, :] @ X,
+             lambda X, e, v, B: (X @ v) @ (X @ v), lambda X, e, v, B: B @ v,
+             lambda X, e, v, B: np.einsum("bij,i->bj", B, e)]
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    for fn in cases:
+        cf = fl.compile(fn)
+        for scale in (1, -2):
+            args = (X * dtype(scale), e, v, B)
+            want, got = fn(*args), cf(*args)
+            assert got.shape == want.shape and got.dtype == want.dtype
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+    assert "gemm" in str(fl.compile(cases[0]).lower(X, e, v, B).plan.kernels[0].describe())

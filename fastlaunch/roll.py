@@ -1,0 +1,290 @@
+"""Python loops rolled into loop nodes: a traced graph's repeated iterations become one body.
+
+A `for` loop inside a traced function is traced by running it: each iteration adds the same
+operations again, on the values the previous iteration made.  `roll_loops` finds such runs
+after the trace and replaces them by one `Op.LOOP` whose body is one iteration (loops.py), so
+fusion, code generation and recording see one iteration, not thousands.
+
+Where iterations start comes from the tracer: every node made while tracing carries its
+*site*, the frame of the traced function's code that made it and the bytecode offset it was
+at (`Graph.sites`, set by trace.py).  An offset below the previous node's, in the same frame,
+is a jump back: a new iteration.  Consecutive iterations are then compared node by node; a
+run is rolled only where they are identical: the same operations with the same attributes,
+dtypes and shapes, each operand either a node of the same iteration at the same place, the
+node at that place in the iteration before (a carried value), or one node outside the run
+that every iteration reads (a loop-invariant value).  Anything else (a body that changes, a
+value read two iterations later, random numbers, runtime checks, a value of a middle
+iteration read after the loop) leaves the iterations as they were: the result is the same
+either way.  The first iteration is never rolled: it is where values computed once (loop
+invariants that hash-consing hoists) are made.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import loops, ops
+from .ir import Graph, Node, Op
+
+__all__ = ["roll_loops", "MIN_ITERATIONS"]
+
+# Runs shorter than this stay unrolled: a short unrolled loop may fuse across iterations.
+MIN_ITERATIONS = 16
+# An iteration may span up to this many pieces between jumps back (a short inner loop).
+GROUPS = 4
+
+
+def _new_iteration(a, b) -> bool:
+    """Whether the node made at site b starts a new iteration after the one made at site a:
+    at the outermost frame where they differ, the offset jumped back, or the frames differ
+    under the same caller at the same instruction (that instruction called again)."""
+    for (fa, la), (fb, lb) in zip(a, b):
+        if fa is not fb:
+            return True          # the level above is the same frame at the same offset
+        if la != lb:
+            return lb < la
+    return False
+
+
+def _segments(g: Graph) -> list:
+    """[start, end) node index ranges, one per iteration of a loop of the traced code."""
+    sites = g.sites
+    cuts = [0]
+    for t in range(1, len(sites)):
+        a, b = sites[t - 1], sites[t]
+        if a is not None and b is not None and _new_iteration(a, b):
+            cuts.append(t)
+    cuts.append(len(sites))
+    return [(cuts[i], cuts[i + 1]) for i in range(len(cuts) - 1) if cuts[i + 1] > cuts[i]]
+
+
+def _key(n: Node):
+    attrs = tuple(sorted((k, v.tobytes() if isinstance(v, np.generic) else
+                          (id(v) if isinstance(v, (np.ndarray, Graph)) else v))
+                         for k, v in n.attrs.items()))
+    return (n.op, n.dtype.str, n.shape, attrs, len(n.inputs))
+
+
+def _same(g: Graph, a: tuple, b: tuple, strict: bool):
+    """Whether iteration b repeats iteration a; returns the carried local positions (a's
+    nodes that b reads at b's own place), or None.  strict: a's reads of the iteration
+    before it must be at the same places too (a is not the run's first iteration)."""
+    (a0, a1), (b0, b1) = a, b
+    if a1 - a0 != b1 - b0:
+        return None
+    nodes = g.nodes
+    width = a1 - a0
+    carried = set()
+    for j in range(width):
+        x, y = nodes[a0 + j], nodes[b0 + j]
+        if _key(x) != _key(y):
+            return None
+        for u, v in zip(x.inputs, y.inputs):
+            if b0 <= v.index < b1:                       # b reads its own: so must a
+                if u.index != a0 + (v.index - b0):
+                    return None
+            elif a0 <= v.index < a1:                     # b reads a: a reads the one before
+                p = v.index - a0
+                if u.index >= a0 or (strict and u.index != a0 - width + p):
+                    return None
+                if _key(u)[1:3] != _key(nodes[a0 + p])[1:3]:
+                    return None
+                carried.add(p)
+            elif u is not v:                             # an invariant: the same node
+                return None
+    return carried
+
+
+def roll_loops(g: Graph, min_iterations: int | None = None) -> list:
+    """Roll every run of at least `min_iterations` identical iterations (see the module's
+    docstring) into a loop node, rebuilding g in place.  Returns the rolled runs' iteration
+    counts."""
+    if min_iterations is None:
+        min_iterations = MIN_ITERATIONS
+    if g.sites is None or len(g.sites) != len(g.nodes):
+        return []
+    pieces = _segments(g)
+    runs = []
+    i = 1
+    while i < len(pieces) - 1:
+        # an iteration is one piece, or several (a loop inside the loop, a body that repeats
+        # every few pieces): the grouping that rolls the most pieces
+        best = None
+        for k in range(1, GROUPS + 1):
+            segs = [(pieces[s][0], pieces[s + k - 1][1])
+                    for s in range(i - k if i >= k else i, len(pieces) - k + 1, k)]
+            start = 1 if i >= k else 0
+            if start >= len(segs):
+                continue
+            j = start
+            carried: set = set()
+            while j + 1 < len(segs):
+                c = _same(g, segs[j], segs[j + 1], strict=j > start)
+                if c is None:
+                    break
+                carried |= c
+                j += 1
+            count = j - start + 1
+            if start == 1 and count >= min_iterations and \
+                    (best is None or count * k > best[0]):
+                best = (count * k, segs, start, j, carried, k)
+        if best is not None:
+            _, segs, first, last, carried, k = best
+            runs.append((segs, first, last, carried))
+            i += (last - first + 1) * k
+        else:
+            i += 1
+    rolled = []
+    for segs, first, last, carried in reversed(runs):   # later runs first: indices stay valid
+        if _roll(g, segs, first, last, sorted(carried)):
+            rolled.append(last - first + 1)
+    return rolled[::-1]
+
+
+def _roll(g: Graph, segs: list, first: int, last: int, carried: list) -> bool:
+    """Replace iterations segs[first..last] by a loop over segs[first]'s nodes."""
+    nodes = g.nodes
+    lo, hi = segs[first][0], segs[last][1]
+    a0, a1 = segs[first]
+    width = a1 - a0
+    # values read after the run (later nodes, results, writebacks, the check): only nodes of
+    # the last iteration, each of which the loop hands out as a carried value
+    live = {n.index for n in g.live_nodes()}
+    read_after: dict = {}
+    for n in nodes[hi:]:
+        if n.index in live:
+            for u in n.inputs:
+                if lo <= u.index < hi:
+                    read_after[u.index] = u
+    for n in list(g.outputs) + [n for _, n in g.writebacks] + \
+            ([g.check] if g.check is not None else []) + [c for c, _, _ in g.checks]:
+        if lo <= n.index < hi:
+            read_after[n.index] = n
+    l0 = segs[last][0]
+    if any(not l0 <= i < hi for i in read_after):
+        return False
+    outs = sorted(set(carried) | {i - l0 for i in read_after})
+    # the first rolled iteration's operands: carried ones from the iteration before
+    first_in: dict = {}
+    for j in range(width):
+        y = nodes[a0 + j]
+        nxt = nodes[a1 + j] if first < last else None
+        for q, u in enumerate(y.inputs):
+            if nxt is not None and a0 <= nxt.inputs[q].index < a1 and not a0 <= u.index < a1:
+                p = nxt.inputs[q].index - a0
+                if first_in.setdefault(p, u) is not u:
+                    return False
+    # the body: one iteration, its carried values as leaves
+    body = Graph()
+    body.consts = g.consts
+    leaf_of = {}
+    pos_of = {p: k for k, p in enumerate(outs)}
+    for p in outs:
+        x = nodes[a0 + p]
+        leaf_of[p] = body.add(Op.ARG, x.dtype, x.shape, position=pos_of[p])
+    imports: list = []
+    imported: dict = {}
+    copied: dict = {}
+
+    class _Inside(Exception):
+        pass
+
+    def outside(u: Node) -> Node:
+        if u.index in copied:
+            return copied[u.index]
+        if u.index >= lo:
+            raise _Inside        # an iteration reads one two or more before it: not a loop
+        if _constant(u):
+            made = body.add(u.op, u.dtype, u.shape, [outside(i) for i in u.inputs], **u.attrs)
+        else:
+            made = imported.get(u.index)
+            if made is None:
+                op = Op.PARAM if u.op in (Op.PARAM, Op.ITER) else Op.ARG
+                made = body.add(op, u.dtype, u.shape, position=len(outs) + len(imports))
+                imports.append(u)
+                imported[u.index] = made
+        copied[u.index] = made
+        return made
+    mine: dict = {}
+    try:
+        _body_nodes(body, nodes, a0, a1, first < last, mine, leaf_of, outside)
+    except _Inside:
+        return False
+    if any(y.op in (Op.RANDOM, Op.RNG_KEY) for y in nodes[a0:a1]):
+        return False
+    for p in first_in:
+        x, u = nodes[a0 + p], first_in[p]
+        if (u.dtype, u.shape) != (x.dtype, x.shape):
+            return False
+    body.outputs = [mine[p] for p in outs]
+    inits = []
+    for p in outs:
+        x = nodes[a0 + p]
+        if p in first_in:
+            inits.append(first_in[p])
+        else:       # handed out, never read by the next iteration: any first value
+            inits.append(_zeros(g, x))
+    count = last - first + 1
+    # rebuild g: the nodes before the run, the loop, the nodes after it (reading the loop's
+    # results where they read the last iteration)
+    old = list(nodes)
+    outputs, writebacks, check, checks = g.outputs, g.writebacks, g.check, g.checks
+    sites = g.sites
+    g.nodes, g._interned, g.sites = [], {}, None
+    mapped: dict[int, Node] = {}
+    new_sites = []
+
+    def readd(n: Node) -> Node:
+        return g.add(n.op, n.dtype, n.shape, [mapped[i.index] for i in n.inputs], **n.attrs)
+    for n in old[:lo]:
+        mapped[n.index] = readd(n)
+    init_nodes = [mapped[x.index] if x.index in mapped else _zeros(g, x) for x in inits]
+    lb = loops.LoopBody(body, len(outs), 0, False, [mapped[u.index] for u in imports])
+    loop = loops.make_loop(g, lb, init_nodes, count)
+    for k, p in enumerate(outs):
+        mapped[l0 + p] = loops.carry_out(g, loop, k)
+    for n in old[hi:]:
+        if n.index in live:
+            mapped[n.index] = readd(n)
+    g.outputs = [mapped[n.index] for n in outputs]
+    g.writebacks = [(pos, mapped[n.index]) for pos, n in writebacks]
+    g.check = mapped[check.index] if check is not None else None
+    g.checks = [(mapped[c.index], e, m) for c, e, m in checks]
+    del sites, new_sites
+    return True
+
+
+def _body_nodes(body, nodes, a0, a1, has_next, mine, leaf_of, outside):
+    """The first rolled iteration's nodes into the body: own operands as body nodes, the
+    carried ones (read from the iteration before, where the next iteration reads this one)
+    as leaves, the rest through `outside`."""
+    width = a1 - a0
+    for j in range(width):
+        y = nodes[a0 + j]
+        ins = []
+        for q, u in enumerate(y.inputs):
+            if a0 <= u.index < a1:
+                ins.append(mine[u.index - a0])
+            elif has_next and a0 <= nodes[a1 + j].inputs[q].index < a1:
+                ins.append(leaf_of[nodes[a1 + j].inputs[q].index - a0])
+            else:
+                ins.append(outside(u))
+        mine[j] = body.add(y.op, y.dtype, y.shape, ins, **y.attrs)
+
+
+def _constant(n: Node) -> bool:
+    """A value that depends on no argument: rebuilt inside the body rather than read."""
+    stack, seen = [n], set()
+    while stack:
+        x = stack.pop()
+        if x.index in seen:
+            continue
+        seen.add(x.index)
+        if x.op in (Op.ARG, Op.PARAM, Op.RNG_KEY, Op.RANDOM, Op.ITER, Op.LOOP, Op.LOOP_OUT,
+                    Op.MARK) or x.op.kind.value == "library":
+            return False
+        stack.extend(x.inputs)
+    return True
+
+
+def _zeros(g: Graph, like: Node) -> Node:
+    return ops.broadcast_to(g, ops.literal(g, 0, like.dtype), like.shape)
