@@ -74,6 +74,8 @@ class BufferRole(str, enum.Enum):
     TEMP = "temp"        # a materialised intermediate
     STATUS = "status"    # the call's error word
     RNG = "rng"          # the call's random key
+    ALIAS = "alias"      # a loop's carried or row view: a slot the loop points at its buffers
+    ITER = "iter"        # a loop's iteration number, passed by value
 
     def __str__(self) -> str:
         return self.value

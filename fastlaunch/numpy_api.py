@@ -1479,6 +1479,19 @@ def _is_advanced(k) -> bool:
 _INTP_OVERFLOW = "Python int too large to convert to C long"
 
 
+def _fits_intp(k):
+    """A traced index as NumPy takes it: a 0-d uint64 is taken as a Python int
+    (operator.index), so one of 2**63 or more overflows intp where an index array's values
+    wrap.  The gather reads element 0 then, so that the overflow is the error raised."""
+    if k.ndim != 0 or k.dtype != np.uint64:
+        return k
+    g = current_graph()
+    fits = ops.elementwise(g, Op.LT, np.bool_, [node_of(k), ops.literal(g, 2**63, np.uint64)])
+    ops.add_check(g, fits, OverflowError, _INTP_OVERFLOW)
+    return wrap(ops.where(g, (fits, None), (node_of(k), None),
+                          (ops.literal(g, 0, np.uint64), None)), scalar=k.scalar)
+
+
 def _normalize_key(key, ndim: int) -> tuple:
     """Expand a key to one entry per dim (plus Nones): ints, slices, None, and index arrays."""
     if not isinstance(key, tuple):
@@ -1499,7 +1512,7 @@ def _normalize_key(key, ndim: int) -> tuple:
                     "data, which cannot be traced; use np.where(mask, x, fill) to keep the shape")
             if k.dtype.kind not in "iu":
                 raise IndexError("arrays used as indices must be of integer (or boolean) type")
-            out.append(k)
+            out.append(_fits_intp(k))
         elif isinstance(k, (bool, np.bool_)):
             raise TracingError("indexing with a boolean scalar is not supported by fastlaunch")
         elif isinstance(k, (int, np.integer)):
@@ -1518,17 +1531,7 @@ def _normalize_key(key, ndim: int) -> tuple:
                 raise IndexError("arrays used as indices must be of integer (or boolean) type")
             if not is_tracer(k) and arr.ndim == 0 and arr.dtype == np.uint64 and arr >= 2**63:
                 raise OverflowError(_INTP_OVERFLOW)
-            if is_tracer(k) and k.ndim == 0 and k.dtype == np.uint64:
-                # NumPy takes a 0-d index as a Python int (operator.index): one of 2**63 or
-                # more overflows intp, where an index array's values wrap.  The gather reads
-                # element 0 then, so that the overflow is the error raised
-                g = current_graph()
-                fits = ops.elementwise(g, Op.LT, np.bool_, [
-                    node_of(k), ops.literal(g, 2**63, np.uint64)])
-                ops.add_check(g, fits, OverflowError, _INTP_OVERFLOW)
-                k = wrap(ops.where(g, (fits, None), (node_of(k), None),
-                                   (ops.literal(g, 0, np.uint64), None)), scalar=k.scalar)
-            out.append(k if is_tracer(k) else arr.astype(np.intp))
+            out.append(_fits_intp(k) if is_tracer(k) else arr.astype(np.intp))
         else:
             raise TracingError(f"indexing with {type(k).__name__} is not supported by fastlaunch")
     if sum(1 for k in out if k is Ellipsis) > 1:

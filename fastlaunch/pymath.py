@@ -147,7 +147,10 @@ def _integral(name, fn):
         numpy_funcs.require(np.abs(v) < 2.0 ** 63, OverflowError,
                             f"math.{name}: a result beyond 64 bits is not supported by "
                             f"fastlaunch (Python would return a big int)")
-        return _weak(fn(v), int)
+        # where a check fails the call raises; meanwhile the int is 0, so that arithmetic on it
+        # (floor(x) * 2) does not overflow and report that instead of Python's error
+        fits = ~np.isnan(v) & (np.abs(v) < 2.0 ** 63)
+        return _weak(fn(np.where(fits, v, 0.0)), int)
     return impl
 
 

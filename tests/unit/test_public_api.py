@@ -120,9 +120,9 @@ fl.value_and_grad(loss_of)(p, "t")  # line 59: and their types
 
 def test_mypy_checks_calls_of_compiled_functions_against_their_parameters(tmp_path):
     """mypy on a user's file: `@fl.compile`, `@fl.compile(...)`, a compiled method, fl.iterated,
-    fl.load, fl.grad and fl.value_and_grad are accepted where called as the functions they wrap; the wrong calls, and
-    only they, are errors.  (Before: "Too many arguments" on every call of a compiled
-    function: compile returned a Union.)"""
+    fl.load, fl.grad and fl.value_and_grad are accepted where called as the functions they
+    wrap; the wrong calls, and only they, are errors.  (Before: "Too many arguments" on
+    every call of a compiled function: compile returned a Union.)"""
     if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
         pytest.importorskip("mypy", reason="mypy is in the [test] extra")
     user = tmp_path / "user.py"
