@@ -123,6 +123,7 @@ def r_drjit(freeze: bool):
         def run():
             q = Float(fp)                       # a fresh leaf per call (its grad starts at 0)
             v, g = fn(q, ft)
+            dr.sync_thread()                    # dr.eval launches asynchronously: wait for it
             return v, g
         return run
     return prepare
