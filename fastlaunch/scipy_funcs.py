@@ -704,13 +704,20 @@ def _boundary(boundary):
     return modes[boundary]
 
 
-def signal_correlate2d(in1, in2, mode="full", boundary="fill", fillvalue=0):
-    a, k = _signal_operands(in1, in2, "correlate2d")
+def _operands_2d(in1, in2, fillvalue, name):
+    """correlate2d's and convolve2d's operands, refused as SciPy refuses them, or where the
+    fill value is traced."""
+    a, k = _signal_operands(in1, in2, name)
     if np.ndim(a) != 2:
-        raise ValueError("correlate2d inputs must both be 2-D arrays")
+        raise ValueError(f"{name} inputs must both be 2-D arrays")
     if _any_traced(fillvalue):
-        raise TracingError("scipy.signal.correlate2d with a traced fillvalue is not traced "
-                           "by fastlaunch")
+        raise TracingError(f"scipy.signal.{name} with a traced fillvalue is not traced by "
+                           f"fastlaunch")
+    return a, k
+
+
+def signal_correlate2d(in1, in2, mode="full", boundary="fill", fillvalue=0):
+    a, k = _operands_2d(in1, in2, fillvalue, "correlate2d")
     swapped = mode == "valid" and not all(n >= m for n, m in zip(a.shape, k.shape))
     if swapped:
         a, k = k, a
@@ -719,12 +726,7 @@ def signal_correlate2d(in1, in2, mode="full", boundary="fill", fillvalue=0):
 
 
 def signal_convolve2d(in1, in2, mode="full", boundary="fill", fillvalue=0):
-    a, k = _signal_operands(in1, in2, "convolve2d")
-    if np.ndim(a) != 2:
-        raise ValueError("convolve2d inputs must both be 2-D arrays")
-    if _any_traced(fillvalue):
-        raise TracingError("scipy.signal.convolve2d with a traced fillvalue is not traced "
-                           "by fastlaunch")
+    a, k = _operands_2d(in1, in2, fillvalue, "convolve2d")
     if mode == "valid" and not all(n >= m for n, m in zip(a.shape, k.shape)):
         a, k = k, a
     return _correlation_nd(a, _flipped(k), mode, _boundary(boundary), fillvalue)
