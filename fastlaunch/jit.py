@@ -37,7 +37,7 @@ from .errors import TracingError
 from .leaves import LeafSpec
 from .link import link_entry
 from .pytree import NestingError, flatten, register_method_class
-from . import roll
+from . import aliasing, roll
 from .trace import Attr, SpecializeRequest, trace_function
 
 # Typing (PEP 612): a compiled function keeps its function's parameters P and result type R,
@@ -271,17 +271,17 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
             if pos not in self._static:
                 leaves += flatten(arg)[0]
         aliases: dict = {}          # leaf -> the leaf whose storage it shares (same view)
-        views: dict = {}            # member leaf -> (base leaf, _MemberView)
+        views: dict = {}            # member leaf -> (base leaf, aliasing.MemberView)
         substitute: dict = {}       # base leaf -> the 1-D span array passed in its place
         layout = []                 # the groups' layouts: part of the key
         refused = []                # (leaves, why)
-        for group in _overlap_groups(leaves, spans=self.backend.memory.crosses):
+        for group in aliasing.overlap_groups(leaves, spans=self.backend.memory.crosses):
             first = leaves[group[0]]
-            if all(_same_view(first, leaves[k]) for k in group[1:]):
+            if all(aliasing.same_view(first, leaves[k]) for k in group[1:]):
                 for k in group[1:]:
                     aliases[k] = group[0]
                 continue
-            found = _group_layout([leaves[k] for k in group])
+            found = aliasing.group_layout([leaves[k] for k in group])
             if isinstance(found, str):
                 refused.append((group, found))
                 continue
@@ -329,8 +329,8 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         # went to the shared storage), but binds them: bound to stand-ins of the same layout,
         # the in-place overlap check passes and the caller's memory is written exactly once,
         # through the storage's own leaf.
-        unread = {k: _stand_in(leaves[k]) for k in aliases}
-        unread.update({k: _stand_in(leaves[k]) for k, (b, _) in views.items() if k != b})
+        unread = {k: aliasing.stand_in(leaves[k]) for k in aliases}
+        unread.update({k: aliasing.stand_in(leaves[k]) for k, (b, _) in views.items() if k != b})
         try:
             result = _core.run_entry(entry, self._replace_leaves(call, unread), self._static)
         except _core.AliasedArgumentsError as again:
@@ -1267,182 +1267,6 @@ def _with_generators(enc, gens):
         return enc
     sig, leaves, keys, statics = enc
     return sig, leaves, keys + [("numpy.random.Generator", tuple(sorted(gens)))], statics
-
-
-def _stand_in(x: np.ndarray) -> np.ndarray:
-    """An array with x's dtype, shape and strides over memory of its own (never written)."""
-    lo = sum(min(0, (n - 1) * st) for n, st in zip(x.shape, x.strides) if n)
-    hi = sum(max(0, (n - 1) * st) for n, st in zip(x.shape, x.strides) if n) + x.itemsize
-    if x.size == 0:
-        return np.empty_like(x)
-    base = np.empty((hi - lo + x.itemsize - 1) // x.itemsize, x.dtype)
-    return np.lib.stride_tricks.as_strided(base[(-lo) // x.itemsize:], x.shape, x.strides)
-
-
-
-def _overlap_groups(leaves, spans: bool = False) -> list:
-    """The array leaves that overlap in memory, in groups (transitively): lists of leaf
-    positions, each in order, each of two or more.  spans: leaves whose byte spans meet
-    overlap too (x[::2] and x[1::2]): a crossing backend copies each span whole."""
-    arrays = [(k, x) for k, x in enumerate(leaves) if isinstance(x, np.ndarray) and x.size]
-    parent = {k: k for k, _ in arrays}
-
-    def root(k):
-        while parent[k] != k:
-            k = parent[k]
-        return k
-    for a, (k, x) in enumerate(arrays):
-        for k2, y in arrays[a + 1:]:
-            if root(k) != root(k2) and (np.shares_memory(x, y) or
-                                        spans and _spans_meet(x, y)):
-                parent[max(root(k), root(k2))] = min(root(k), root(k2))
-    groups: dict = {}
-    for k, _ in arrays:
-        groups.setdefault(root(k), []).append(k)
-    return [g for g in groups.values() if len(g) > 1]
-
-
-def _spans_meet(x: np.ndarray, y: np.ndarray) -> bool:
-    bounds = getattr(np.lib, "array_utils", np).byte_bounds
-    (a0, a1), (b0, b1) = bounds(x), bounds(y)
-    return a0 < b1 and b0 < a1
-
-
-@dataclass(frozen=True)
-class _MemberView:
-    """One member of an overlapping group, as a view of the group's 1-D span (`base`):
-    `offset`, `shape` and `strides` in elements of base.  `of(t)` builds it from base's
-    tracer out of the views the tracer writes through: the member's dims of size > 1, sorted
-    by |stride| (s1 > s2 > ... > sk, each a multiple of the next), are a slice of base with
-    step sk from `offset - sum(cuts[j] * s[j+1])`, reshaped (C order) to (n1, s1/s2, ...,
-    s(k-1)/sk) and cut to [cuts[j], cuts[j] + n(j+1)) along the inner dims; then put back in
-    the member's order, reversed where its stride is negative, with its size-1 dims."""
-    offset: int
-    shape: tuple
-    strides: tuple
-    cuts: tuple = ()
-
-    def _plan(self):
-        dims = [(s, n, d) for d, (n, s) in enumerate(zip(self.shape, self.strides)) if n > 1]
-        start = self.offset + sum((n - 1) * s for s, n, _ in dims if s < 0)
-        flips = {d for s, _, d in dims if s < 0}
-        walk = sorted(((abs(s), n, d) for s, n, d in dims), key=lambda x: -x[0])
-        return start, flips, walk
-
-    def chunk(self, room: int):
-        """(cuts, first, end): the inner-dim cuts that start the reshaped slice as early as
-        `room` elements before base allows (so that it reaches as little past the member's
-        last element as it can), and the slice's element range [first, end) in base; None
-        when the member is no such view (a stride of 0, or dims that do not nest: elements
-        of its own that overlap, or rows that interleave)."""
-        start, _, walk = self._plan()
-        if not walk:
-            return (), start, start + 1
-        if any(s == 0 for s, _, _ in walk):
-            return None
-        for (s1, _, _), (s2, n2, _) in zip(walk, walk[1:]):
-            if s1 % s2 or s1 < n2 * s2:
-                return None
-        cuts, left = [], start + room
-        for (s1, _, _), (s2, n2, _) in zip(walk, walk[1:]):
-            c = min((s1 - n2 * s2) // s2, left // s2)
-            cuts.append(c)
-            left -= c * s2
-        first = start - sum(c * s2 for c, (s2, _, _) in zip(cuts, walk[1:]))
-        return tuple(cuts), first, first + walk[0][1] * walk[0][0] - walk[-1][0] + 1
-
-    def of(self, base):
-        start, flips, walk = self._plan()
-        if not walk:
-            return base[start:start + 1].reshape(self.shape)
-        s1, n1, _ = walk[0]
-        inner = walk[-1][0]
-        first = start - sum(c * s2 for c, (s2, _, _) in zip(self.cuts, walk[1:]))
-        v = base[first:first + n1 * s1:inner]
-        if len(walk) > 1:
-            v = v.reshape((n1,) + tuple(a // b for (a, _, _), (b, _, _) in zip(walk, walk[1:])))
-            v = v[(slice(None),) + tuple(slice(c, c + n) for c, (_, n, _) in
-                                         zip(self.cuts, walk[1:]))]
-            order = [d for _, _, d in walk]
-            v = v.transpose(sorted(range(len(order)), key=lambda i: order[i]))
-        if flips:
-            v = v[tuple(slice(None, None, -1) if d in flips else slice(None)
-                        for d in sorted(d for _, _, d in walk))]
-        return v.reshape(self.shape)
-
-
-def _owner_bounds(x: np.ndarray):
-    """The byte range of the memory x is a view of, where it is known to be one block (the
-    deepest ndarray in its .base chain, if contiguous); else None."""
-    while isinstance(x.base, np.ndarray):
-        x = x.base
-    if not (x.flags.c_contiguous or x.flags.f_contiguous):
-        return None
-    bounds = getattr(np.lib, "array_utils", np).byte_bounds
-    return bounds(x)
-
-
-def _group_layout(xs: list):
-    """(span, members) for a group of overlapping arrays: `span` a 1-D view of the memory
-    they cover, `members` each one's _MemberView over it; or a string saying why there is
-    none.  The span is the range the arrays touch, widened where a member's reshaped slice
-    needs memory around it (a block of columns reads whole rows): only inside the memory of
-    the array they come from."""
-    dt = xs[0].dtype
-    if any(x.dtype != dt for x in xs):
-        return ("they have different dtypes (" + ", ".join(str(x.dtype) for x in xs) +
-                "), so one element of one is not one element of the other")
-    isz = dt.itemsize
-    bounds = []
-    for x in xs:
-        ptr = x.__array_interface__["data"][0]
-        lo = ptr + sum(min(0, (n - 1) * s) for n, s in zip(x.shape, x.strides))
-        hi = ptr + sum(max(0, (n - 1) * s) for n, s in zip(x.shape, x.strides)) + isz
-        bounds.append((ptr, lo, hi))
-    low = min(lo for _, lo, _ in bounds)
-    high = max(hi for _, _, hi in bounds)
-    members = []
-    for x, (ptr, _, _) in zip(xs, bounds):
-        steps = tuple(s if n > 1 else 0 for n, s in zip(x.shape, x.strides))
-        if (ptr - low) % isz or any(s % isz for s in steps):
-            return ("their offsets or strides are not whole elements of " + str(dt) +
-                    " apart (views made with .view() or as_strided)")
-        members.append(_MemberView((ptr - low) // isz, x.shape, tuple(s // isz for s in steps)))
-    owner = _owner_bounds(xs[0])
-    room = (low - owner[0]) // isz if owner is not None and owner[0] <= low else 0
-    chunks = [m.chunk(room) for m in members]
-    if None in chunks:
-        return ("one of them is a view whose own elements overlap or interleave (a stride of "
-                "0 or an as_strided window), which fastlaunch cannot write through")
-    first = min(0, min(f for _, f, _ in chunks))             # elements before `low`
-    end = max((high - low) // isz, max(e for _, _, e in chunks))
-    if low + end * isz > high and (owner is None or low + end * isz > owner[1]):
-        return ("the views' rows cannot be reached inside the memory of the array they "
-                "come from")
-    members = [_MemberView(m.offset - first, m.shape, m.strides, c)
-               for m, (c, _, _) in zip(members, chunks)]
-    # the span starts where the lowest member starts once its negative strides are reversed
-    x = min(zip(xs, bounds), key=lambda t: t[1][1])[0]
-    x = x[tuple(slice(None, None, -1) if s < 0 else slice(None) for s in x.strides)]
-    if first:
-        # earlier memory of the owner: a view of it from the owner's own start
-        o = x
-        while isinstance(o.base, np.ndarray):
-            o = o.base
-        o = o.reshape(-1, order="A").view(np.uint8)
-        at = low + first * isz - owner[0]
-        o = o[at:at + (end - first) * isz]
-        span = o.view(dt) if o.flags.writeable == x.flags.writeable else \
-            np.lib.stride_tricks.as_strided(o.view(dt), writeable=False)
-        return span, members
-    span = np.lib.stride_tricks.as_strided(x, (end - first,), (isz,),
-                                           writeable=x.flags.writeable)
-    return span, members
-
-
-def _same_view(x: np.ndarray, y: np.ndarray) -> bool:
-    return (x.__array_interface__["data"][0] == y.__array_interface__["data"][0]
-            and x.shape == y.shape and x.strides == y.strides and x.dtype == y.dtype)
 
 
 def _array_attributes(value) -> list:
