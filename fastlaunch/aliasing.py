@@ -9,7 +9,7 @@ nothing of tracing, programs or backends.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -188,3 +188,38 @@ def group_layout(xs: list):
 def same_view(x: np.ndarray, y: np.ndarray) -> bool:
     return (x.__array_interface__["data"][0] == y.__array_interface__["data"][0]
             and x.shape == y.shape and x.strides == y.strides and x.dtype == y.dtype)
+
+
+@dataclass
+class AliasPlan:
+    """How a call whose leaves overlap is traced: `aliases` {leaf: the leaf whose storage it
+    shares} for the same view passed again; `views` {member leaf: (base leaf, MemberView)} and
+    `substitute` {base leaf: the 1-D span array passed in its place} for other groups;
+    `layout` the groups' layouts (part of the program's key); `refused` [(leaves, why)] for
+    groups that cannot be expressed so."""
+    aliases: dict = field(default_factory=dict)
+    views: dict = field(default_factory=dict)
+    substitute: dict = field(default_factory=dict)
+    layout: list = field(default_factory=list)
+    refused: list = field(default_factory=list)
+
+
+def plan(leaves, spans: bool = False) -> AliasPlan:
+    """The AliasPlan of a call's flattened leaves (spans: as overlap_groups takes it)."""
+    out = AliasPlan()
+    for group in overlap_groups(leaves, spans=spans):
+        first = leaves[group[0]]
+        if all(same_view(first, leaves[k]) for k in group[1:]):
+            for k in group[1:]:
+                out.aliases[k] = group[0]
+            continue
+        found = group_layout([leaves[k] for k in group])
+        if isinstance(found, str):
+            out.refused.append((group, found))
+            continue
+        span, members = found
+        out.substitute[group[0]] = span
+        for k, m in zip(group, members):
+            out.views[k] = (group[0], m)
+        out.layout.append((tuple(group), span.shape[0], tuple(members)))
+    return out

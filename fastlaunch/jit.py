@@ -270,26 +270,9 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         for pos, arg in enumerate(call):
             if pos not in self._static:
                 leaves += flatten(arg)[0]
-        aliases: dict = {}          # leaf -> the leaf whose storage it shares (same view)
-        views: dict = {}            # member leaf -> (base leaf, aliasing.MemberView)
-        substitute: dict = {}       # base leaf -> the 1-D span array passed in its place
-        layout = []                 # the groups' layouts: part of the key
-        refused = []                # (leaves, why)
-        for group in aliasing.overlap_groups(leaves, spans=self.backend.memory.crosses):
-            first = leaves[group[0]]
-            if all(aliasing.same_view(first, leaves[k]) for k in group[1:]):
-                for k in group[1:]:
-                    aliases[k] = group[0]
-                continue
-            found = aliasing.group_layout([leaves[k] for k in group])
-            if isinstance(found, str):
-                refused.append((group, found))
-                continue
-            span, members = found
-            substitute[group[0]] = span
-            for k, m in zip(group, members):
-                views[k] = (group[0], m)
-            layout.append((tuple(group), span.shape[0], tuple(members)))
+        found = aliasing.plan(leaves, spans=self.backend.memory.crosses)
+        aliases, views, substitute = found.aliases, found.views, found.substitute
+        layout, refused = found.layout, found.refused
 
         def refuse(group, why):
             return ValueError(
