@@ -8,13 +8,10 @@ defined here, once.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-
-import numpy as np
 
 from . import _core
 from ._launch import Opcode, ResultKind, ResultStructure
-from .backends.base import CallLayout
+from .backends.base import CallLayout, ExecutableLayout, LinkError
 from .bytecode import Program, SlotRole, check_exception
 from .kernel import KernelError
 
@@ -33,31 +30,6 @@ KERNEL_ERRORS = [
      "larger values; fastlaunch compiles for the static minlength), np.choose(a, choices) "
      "needs 0 <= a < len(choices) (no argument was modified)"),
 ]
-
-
-class LinkError(ValueError):
-    """Tables that do not fit the program (a corrupted saved program, or a bug)."""
-
-
-@dataclass
-class ExecutableLayout:
-    """Everything _core.Executable.__init__ reads besides the backend's own kernel tables."""
-    program: Program
-    const_slots: list
-    const_ptrs: list
-    temp_slots: list
-    int_checks: list
-    leaf_bytes: list
-    results: list
-    structure: int
-    unflatten: object
-    kernel_errors: list
-    polls: bool
-    keepalive: object
-    rng_seed: int = 0        # the seed of the program's random numbers (if it draws any)
-    # the program copies arguments back whole (TO_HOST of an argument's byte span, on a
-    # crossing backend): two such spans that meet, x[::2] and x[1::2], would lose writes
-    copies_back: bool = False
 
 
 # Result arrays one call may return (_core.pyx's MAX_OUTPUTS: a stack array of references).
@@ -135,28 +107,11 @@ def executable_layout(program: Program, call: CallLayout, keepalive=None,
 
 def link_entry(backend, program: Program, kernels: list, call: CallLayout, sig_bytes: bytes,
                keys: list, statics: list, specialized=()) -> _core.Entry:
-    """A dispatcher entry: the verified program linked by its backend."""
+    """A dispatcher entry: the verified program's layout built here, the executable linked by
+    its backend (which never calls back into this module)."""
     _check_kernel_count(program, kernels)
-    executable = backend.link(program, kernels, call)
+    executable = backend.link(executable_layout(program, call, keepalive=kernels), kernels)
     return _core.Entry(sig_bytes, keys, statics, executable, None, list(specialized))
-
-
-def host_executable(program: Program, kernels: list, call: CallLayout,
-                    library_addresses=()) -> _core.Executable:
-    """The executable of a host backend: kernels are function addresses with the CPU kernel
-    ABI; params[0] of each kernel is its work per launch index, params[1] the threads its
-    schedule gives it (one where absent).  library_addresses: the backend's LIBCALL table
-    (one routine address per _launch.Routine)."""
-    _check_kernel_count(program, kernels)
-    layout = executable_layout(program, call, keepalive=kernels)
-    work = [k.params[0] if k.params else 1 for k in program.kernels]
-    if any(type(w) is not int or not -1 <= w < (1 << 62) for w in work):
-        raise LinkError(f"kernel work estimates {work} out of range")
-    threads = [k.params[1] if len(k.params) > 1 else 1 for k in program.kernels]
-    if any(type(t) is not int or not 1 <= t <= (1 << 16) for t in threads):
-        raise LinkError(f"kernel thread counts {threads} out of range")
-    return _core.HostExecutable(layout, [k.address for k in kernels], np.asarray(work, np.int64),
-                                np.asarray(threads, np.int64), library_addresses)
 
 
 def _check_kernel_count(program: Program, kernels: list):

@@ -19,9 +19,9 @@ everything after that:
                           source when the target differs)
     source(kernel)        the kernel's source text, for introspection
     kernel_text(ck)       the source a CompiledKernel was made from, as compile_source takes it
-    link(program, kernels, call)
-                          a verified bytecode program + its compiled kernels -> an executable
-                          (a _core.Executable subclass: the thing the dispatcher calls)
+    link(layout, kernels) the ExecutableLayout link.py built of a verified bytecode program
+                          (layout.program) + its compiled kernels -> an executable (a
+                          _core.Executable subclass: the thing the dispatcher calls)
     release()             free the code of kernels no executable uses any more (Compiled.clear()
                           calls it); the number of kernels freed
 
@@ -44,9 +44,12 @@ it (and docs/architecture.md, "How to add a backend", walks through one).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from .._launch import Space
+
+if TYPE_CHECKING:
+    from ..bytecode import Program
 
 
 @dataclass
@@ -92,6 +95,35 @@ class CallLayout:
     rng_seed: int | None = None                      # random numbers' seed (None: fresh)
 
 
+class LinkError(ValueError):
+    """Tables that do not fit the program (a corrupted saved program, or a bug), or a program
+    a backend cannot link (the CUDA backend's library calls)."""
+
+
+@dataclass
+class ExecutableLayout:
+    """What link.py hands `Backend.link`: everything _core.Executable.__init__ reads besides
+    the backend's own kernel tables, checked against the verified program
+    (link.executable_layout).  A device backend replaces `const_ptrs` (its copies of the
+    constants) and extends `keepalive` (dataclasses.replace) before building its executable."""
+    program: Program
+    const_slots: list
+    const_ptrs: list
+    temp_slots: list
+    int_checks: list
+    leaf_bytes: list
+    results: list
+    structure: int
+    unflatten: object
+    kernel_errors: list
+    polls: bool
+    keepalive: object
+    rng_seed: int = 0        # the seed of the program's random numbers (if it draws any)
+    # the program copies arguments back whole (TO_HOST of an argument's byte span, on a
+    # crossing backend): two such spans that meet, x[::2] and x[1::2], would lose writes
+    copies_back: bool = False
+
+
 def derived_schedule(kernel, saved, backend: str) -> None:
     """For a backend whose schedule follows from a kernel's description alone (schedule
     objects whose `saved` is {}): refuse a saved schedule of another backend's kind (a CUDA
@@ -130,9 +162,10 @@ class Backend(Protocol):
     def kernel_text(self, compiled: CompiledKernel) -> str:
         """What load_object takes back as `text` (saved programs store it)."""
 
-    def link(self, program, kernels: list, call: CallLayout):
-        """A verified bytecode.Program, its CompiledKernels (one per program kernel, in
-        order) and the CallLayout -> a _core.Executable (usually via link.executable_layout)."""
+    def link(self, layout: ExecutableLayout, kernels: list):
+        """The ExecutableLayout of a verified bytecode.Program (`layout.program`, checked by
+        link.py against its call layout) and its CompiledKernels (one per program kernel, in
+        order) -> a _core.Executable."""
 
     def release(self) -> int:
         """Free the code of kernels no executable uses any more; how many were freed."""

@@ -178,10 +178,10 @@ class CPUBackend:
     def schedule_kernel(self, kernel: Kernel, saved: dict | None = None) -> Kernel:
         return cpu_schedule.schedule_kernel(kernel, saved)
 
-    def link(self, program, kernels, call):
-        from ..link import host_executable
+    def link(self, layout, kernels):
+        from .host import host_executable
         from .library import routine_addresses
-        return host_executable(program, kernels, call, routine_addresses(program))
+        return host_executable(layout, kernels, routine_addresses(layout.program))
 
     def source(self, kernel: Kernel) -> str:
         return generate(kernel, self.math)

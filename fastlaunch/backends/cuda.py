@@ -22,6 +22,7 @@ on any machine) and raises BackendUnavailableError when called.
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import hashlib
 import importlib.util
@@ -275,8 +276,9 @@ class CUDABackend:
         """Nothing to free: each executable owns the CUDA modules it loaded."""
         return 0
 
-    def link(self, program, kernels, call):
-        from ..link import LinkError, executable_layout
+    def link(self, layout, kernels):
+        from .base import LinkError
+        program = layout.program
         routines = program.library_routines()
         if routines:
             from .._launch import Routine
@@ -291,13 +293,11 @@ class CUDABackend:
         why = _cuda.driver_error()
         if why is not None:
             # lowering works without a GPU: the executable exists, and says why when called
-            layout = executable_layout(program, call, keepalive=kernels,
-                                       const_ptrs=[0] * len(program.consts))
+            layout = dataclasses.replace(layout, const_ptrs=[0] * len(program.consts))
             return _cuda.CUDAExecutable(layout, [0] * len(kernels), launch, nargs, (), why)
         consts = [_cuda.DeviceBuffer.from_array(arr) for _, arr in program.consts]
         functions = [_cuda.load_kernel(k.name, bytes(k.obj)) for k in kernels]
-        layout = executable_layout(program, call, keepalive=kernels,
-                                   const_ptrs=[c.address for c in consts])
+        layout = dataclasses.replace(layout, const_ptrs=[c.address for c in consts])
         return _cuda.CUDAExecutable(layout, functions, launch, nargs, consts)
 
     # ---- compilation -------------------------------------------------------------------

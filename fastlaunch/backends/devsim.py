@@ -8,6 +8,8 @@ boundary, which is how the device paths of the pipeline are tested without a GPU
 """
 from __future__ import annotations
 
+import dataclasses
+
 from .._launch import Space
 from ..kernel import Kernel
 from . import cpu_schedule
@@ -54,12 +56,12 @@ class DevSimBackend:
         from .. import _devsim
         return _devsim.to_device(arr)
 
-    def link(self, program, kernels, call):
+    def link(self, layout, kernels):
         from .. import _devsim
-        from ..link import executable_layout
+        program = layout.program
         consts = [_devsim.DeviceBuffer.from_array(arr) for _, arr in program.consts]
-        layout = executable_layout(program, call, keepalive=(kernels, consts),
-                                   const_ptrs=[c.address for c in consts])
+        layout = dataclasses.replace(layout, const_ptrs=[c.address for c in consts],
+                                     keepalive=(layout.keepalive, consts))
         # the kernels run serially on the simulated device: no work estimate is needed.
         # Library calls run the CPU's routines on the simulated device memory, standing in
         # for a device library (cuBLAS) that works on device buffers: no copy to the host.

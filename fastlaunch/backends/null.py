@@ -72,8 +72,8 @@ class NullBackend:
     def release(self) -> int:
         return 0                    # no code: every kernel is the one null function
 
-    def link(self, program, kernels, call):
-        from ..link import host_executable
+    def link(self, layout, kernels):
+        from .host import host_executable
         libs = [_core.null_library_address()] * int(Routine.LIB_COUNT) \
-            if program.library_routines() else []
-        return host_executable(program, kernels, call, libs)
+            if layout.program.library_routines() else []
+        return host_executable(layout, kernels, libs)

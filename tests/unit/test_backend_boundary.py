@@ -22,7 +22,7 @@ from fastlaunch.backends.null import NullSchedule
 from fastlaunch.errors import BackendUnavailableError
 from fastlaunch.ir import Op
 from fastlaunch.jit import result_specs
-from fastlaunch.link import link_entry
+from fastlaunch.link import executable_layout, link_entry
 from fastlaunch.pytree import flatten
 
 from _stages import fused, layouts, plan_text, trace
@@ -91,6 +91,22 @@ def test_the_interface_declares_every_member_the_pipeline_uses():
     # source(kernel) is for tools and tests (a kernel's text without compiling it); the
     # pipeline shows CompiledKernel.source
     assert declared - set(uses) == {"source"}, sorted(declared - set(uses))
+
+
+def test_backends_do_not_call_back_into_link():
+    """One link step: link.py builds the executable's layout and hands it to backend.link;
+    no backend imports link.py (or anything above it in the pipeline)."""
+    above = {"link", "jit", "artifact", "saved", "iterate", "record", "fuse", "grad"}
+    bad = []
+    folder = os.path.join(PACKAGE, "backends")
+    for f in sorted(os.listdir(folder)):
+        if not f.endswith(".py"):
+            continue
+        for node in ast.walk(ast.parse(open(os.path.join(folder, f)).read())):
+            if isinstance(node, ast.ImportFrom) and node.level == 2:
+                names = [node.module] if node.module else [a.name for a in node.names]
+                bad += [f"{f}: {n}" for n in names if n and n.split(".")[0] in above]
+    assert not bad, bad
 
 
 def test_interface_is_documented_in_base():
@@ -180,9 +196,9 @@ def test_pipeline_stage_by_stage_on_every_backend(name):
     call = CallLayout(result_specs(traced.outputs), out_tree, dict(traced.int_bounds))
     if name == "cuda" and not _cuda_extension_built():
         with pytest.raises(BackendUnavailableError, match="without its CUDA extension"):
-            backend.link(program, kernels, call)
+            backend.link(executable_layout(program, call, kernels), kernels)
         return
-    executable = backend.link(program, kernels, call)
+    executable = backend.link(executable_layout(program, call, kernels), kernels)
     assert isinstance(executable, _core.Executable)
     assert executable.program is program
 
@@ -255,7 +271,7 @@ def test_null_backend_runs_the_optimisation_step_stage_by_stage():
     # link: a _core.Executable (the host one) bound to the verified program
     _, out_tree = flatten(result)
     call = CallLayout(result_specs(traced.outputs), out_tree, dict(traced.int_bounds))
-    executable = backend.link(program, kernels, call)
+    executable = backend.link(executable_layout(program, call, kernels), kernels)
     assert isinstance(executable, _core.HostExecutable)
     assert isinstance(executable, _core.Executable)
 
