@@ -64,3 +64,8 @@ class CUDAError(RuntimeError):
         super().__init__(message)
         self.code = code
         self.name = name
+
+
+class SavedProgramError(ValueError):
+    """A saved program file that cannot be used: wrong format version, corrupted, truncated,
+    or tables, kernels or bytecode that do not pass the checks."""

@@ -34,13 +34,12 @@ import numpy as np
 
 from . import _core, bytecode, forking
 from ._launch import ResultKind
-from .backends.base import CallLayout
-from .fuse import Plan
-from .jit import Compiled, Lowered, P, _EntryInfo
-from .link import link_entry
+from .artifact import Artifact, consts_by_ref, effects_text, from_loop
+from .jit import Compiled, Lowered, P
+from .link import link
 from .pytree import TreeDef, flatten
-from .record import Loop, LoopPart, record_loop
-from .saved import finish_results, save_entry
+from .record import Loop, LoopPart
+from .saved import finish_results, save_artifact
 from . import loops, ops
 from .ir import Op
 from .numpy_api import node_of
@@ -112,13 +111,13 @@ def iterate(step: Callable[..., Any], n: int, *args: Any,
     try:
         # a repeated call with the same options: the Iterated by those options as given (the
         # types are part of the key: collect=0 is refused where collect=False is not)
-        loop = step._iterated[key]
+        loop = step.iterate_cache[key]
     except (AttributeError, KeyError, TypeError):     # a plain function, new, unhashable
         loop = iterated(step, n, carry=carry, collect=collect, until=until, inplace=inplace,
                         checkpoints=checkpoints)
         if isinstance(step, Compiled):
             try:
-                fast = step.__dict__.setdefault("_iterated", {})
+                fast = step.iterate_cache
                 if len(fast) >= MAX_CACHED:
                     fast.clear()
                 fast[key] = loop
@@ -277,7 +276,7 @@ class Iterated(_core.Dispatcher, Generic[P]):
                  until: Callable[..., Any] | None = None, inplace: bool = False,
                  checkpoints: int | None = None) -> None:
         step = _compiled(step)
-        super().__init__(step._static, True)
+        super().__init__(step.static_positions, True)
         self.step = step
         self.checkpoints = _checkpoints(checkpoints)
         self.n = _int_count(n)
@@ -306,15 +305,15 @@ class Iterated(_core.Dispatcher, Generic[P]):
             return self._no_iterations(tuple(args), call)
         loop, call, copies = self._entry(call)
         try:
-            raw = _core.run_entry(loop.entry, call, self.step._static)
+            raw = _core.run_entry(loop.entry, call, self.step.static_positions)
         except MemoryError as err:
             if not loop.stacked_bytes:
                 raise
             raise MemoryError(f"{err} (fl.iterate: {self._collecting()}, "
                               f"{loop.stacked_bytes:.3g} bytes in all)") from None
         for i, arr in copies.items():
-            np.copyto(arr, _leaves(call, self.step._static)[i])
-        out = finish_results(raw, loop.finish, _leaves(call, self.step._static))
+            np.copyto(arr, _leaves(call, self.step.static_positions)[i])
+        out = finish_results(raw, loop.finish, _leaves(call, self.step.static_positions))
         if originals:
             # inplace=True on arrays the loop ran on contiguous copies of
             positions = self._positions(call)
@@ -431,7 +430,7 @@ class Iterated(_core.Dispatcher, Generic[P]):
         return self._miss(args, kwargs)
 
     def _positions(self, call) -> list:
-        names = self.step._param_names
+        names = self.step.param_names
         out = []
         for c in self.carry:
             if type(c) is str:
@@ -444,7 +443,7 @@ class Iterated(_core.Dispatcher, Generic[P]):
             if not 0 <= pos < len(call):
                 raise TypeError(f"fl.iterate: carry names argument {c!r}, but {len(call)} "
                                 f"arguments are passed")
-            if pos in self.step._static:
+            if pos in self.step.static_positions:
                 raise TypeError(f"fl.iterate: {self._name(pos, call)} is static; a carried "
                                 f"argument is an array")
             out.append(pos)
@@ -453,7 +452,7 @@ class Iterated(_core.Dispatcher, Generic[P]):
         return out
 
     def _name(self, pos, call) -> str:
-        return self.step._arg_name(pos, call)
+        return self.step.arg_name(pos, call)
 
     def _prepare(self, call):
         """The call with every carried argument a C-contiguous array (the loop's own buffers
@@ -503,20 +502,14 @@ class Iterated(_core.Dispatcher, Generic[P]):
         """The loop entry for this call's signature (built on a miss), the call as it runs
         (normalised where the encoder cannot take it) and {leaf: caller's array} to write
         back after the run."""
-        static = self.step._static
-        enc = _core.encode(call, static)
-        copies = {}
-        if enc is None or (self.step.backend.memory.crosses and self.step._reversed_leaf(call)):
-            call, copies, gens = self.step._normalize(
-                call, contiguous=self.step.backend.memory.crosses)
-            if gens:
-                raise TypeError("fl.iterate: a numpy.random.Generator argument is not "
-                                "supported (the loop would draw the same numbers in every "
-                                "iteration)")
-            enc = _core.encode(call, static)
-            if enc is None:
-                raise TypeError(f"fl.iterate: these arguments cannot be passed to "
-                                f"{self.step.__name__}")
+        call, copies, gens, enc = self.step.prepare(call)
+        if gens:
+            raise TypeError("fl.iterate: a numpy.random.Generator argument is not "
+                            "supported (the loop would draw the same numbers in every "
+                            "iteration)")
+        if enc is None:
+            raise TypeError(f"fl.iterate: these arguments cannot be passed to "
+                            f"{self.step.__name__}")
         sig, _, keys, statics = enc
         with self._lock:
             found = self._find(enc, call)
@@ -535,7 +528,7 @@ class Iterated(_core.Dispatcher, Generic[P]):
                 continue
             if loop.entry.specialized:
                 if words is None:
-                    words = _core.leaf_words(call, self.step._static)
+                    words = _core.leaf_words(call, self.step.static_positions)
                 if not all(words[k] == w for k, w in loop.entry.specialized):
                     continue
             return loop
@@ -544,14 +537,13 @@ class Iterated(_core.Dispatcher, Generic[P]):
     # ---- building the loop -----------------------------------------------------------------
     def _build(self, call) -> "_LoopEntry":
         step = self.step
-        static = step._static
-        entry = step._entry_for(call, {})
-        info = entry.info
-        program = info.lowered.program
+        static = step.static_positions
+        info: Artifact = step.artifact_for(*call)
+        program = info.program
         name = step.__name__
-        if entry.post is not None:
+        if info.effects:
             raise TypeError(f"fl.iterate: {name} changes argument containers "
-                            f"({entry.post.describe()}); return the new values instead")
+                            f"({effects_text(info.effects)}); return the new values instead")
         if program.checks:
             raise TypeError(f"fl.iterate: {name} has runtime checks (an `assert` on traced "
                             f"values, or a function that tests its arguments' values), which "
@@ -672,24 +664,15 @@ class Iterated(_core.Dispatcher, Generic[P]):
                             f"results")
         step_values = {("input", j): leaf_value(j) for j in range(len(leaves))}
         step_values.update({("output", o): v for o, v in owner.items()})
-        parts = [LoopPart(info.lowered.plan, [k.name for k in info.kernels],
-                          _consts_by_ref(info.lowered.plan, program), step_values)]
-        kernels = list(info.kernels)
-        described = list(info.lowered.plan.kernels)
-        labels = list(info.lowered.kernels)
-        graphs = [f"# step {name}\n{info.lowered.graph}"]
+        parts = [LoopPart(info.plan, [k.name for k in info.kernels], consts_by_ref(info),
+                          step_values)]
         flag_from = None
+        pred = None
         if self.until is not None:
-            pred_entry, pred_values, flag_from = self._trace_until(
+            pred, pred_values, flag_from = self._trace_until(
                 call, results, leaves, others, spec_of, rows, owner, leaf_value)
-            pinfo = pred_entry.info
-            parts.append(LoopPart(pinfo.lowered.plan, [k.name for k in pinfo.kernels],
-                                  _consts_by_ref(pinfo.lowered.plan, pinfo.lowered.program),
+            parts.append(LoopPart(pred.plan, [k.name for k in pred.kernels], consts_by_ref(pred),
                                   pred_values))
-            kernels += pinfo.kernels
-            described += pinfo.lowered.plan.kernels
-            labels += pinfo.lowered.kernels
-            graphs.append(f"# until\n{pinfo.lowered.graph}")
         # rows read by nobody need no copy
         if not self.every and self.until is None:
             collect_from = {}
@@ -697,57 +680,52 @@ class Iterated(_core.Dispatcher, Generic[P]):
         loop = Loop(n=self.n, parts=parts, carried=pingpong, new_from=new_from, rows=rows,
                     collect_from=collect_from, every=self.every, until=self.until is not None,
                     flag_from=flag_from, inplace=self.inplace)
-        backend = step.backend
-        prog, where = record_loop(loop, leaves, program.mutated_leaves, backend.memory)
-        bytecode.verify(prog, backend.memory.kernel_space)
 
-        # the program's results: carried values, stacked rows, flags; then put together
-        raw, finish_results_spec = [], []
-        for final in finals:
-            if final[0] == "leaf":
-                raw.append((ResultKind.RESULT_INPUT, final[1], False))
-            else:
-                kind, at = where.carried[final[1]]
-                raw.append((ResultKind.RESULT_INPUT, at, False) if kind == "leaf" else
-                           (ResultKind.RESULT_NEW, at, False))
-            finish_results_spec.append(["raw", len(raw) - 1])
-        if self.every:
-            for r in others:
-                kind, x = spec_of[r]
-                if kind == "row":
-                    raw.append((ResultKind.RESULT_NEW, where.collected[x], False))
-                    finish_results_spec.append(["stack", len(raw) - 1])
-                elif kind == "param":
-                    finish_results_spec.append(["param", x])
+        def loop_results(where):
+            """The program's results (carried values, stacked rows, flags), its result tree
+            and how they are put together."""
+            raw, finish_results_spec = [], []
+            for final in finals:
+                if final[0] == "leaf":
+                    raw.append((ResultKind.RESULT_INPUT, final[1], False))
                 else:
-                    finish_results_spec.append(["value", results[r][1]])
-        flags = None
-        if where.flags is not None:
-            raw.append((ResultKind.RESULT_NEW, where.flags, False))
-            flags = len(raw) - 1
-        if not self.every and len(finals) == 1:
-            structure = "leaf"          # collect=False with one carried array: that array
-        finish = {"n": self.n, "every": self.every, "structure": structure, "flags": flags,
-                  "results": finish_results_spec}
-        out_tree = TreeDef("tuple", [TreeDef("leaf")] * len(raw))
-        layout = CallLayout(raw, out_tree, dict(info.int_bounds))
-        loop_entry = link_entry(backend, prog, kernels, layout, entry.signature, list(info.keys),
-                                list(info.statics), entry.specialized)
-        lowered = Lowered("\n\n".join(graphs),
-                          labels, prog.disassemble(), Plan(kernels=described), prog)
-        loop_entry.info = _EntryInfo(list(leaves), lowered, kernels, list(info.keys),
-                                     list(info.statics), list(info.static_values), raw,
-                                     out_tree, dict(info.int_bounds), list(info.leaf_names))
-        loop_entry.info.specialized = dict(info.specialized)
+                    kind, at = where.carried[final[1]]
+                    raw.append((ResultKind.RESULT_INPUT, at, False) if kind == "leaf" else
+                               (ResultKind.RESULT_NEW, at, False))
+                finish_results_spec.append(["raw", len(raw) - 1])
+            if self.every:
+                for r in others:
+                    kind, x = spec_of[r]
+                    if kind == "row":
+                        raw.append((ResultKind.RESULT_NEW, where.collected[x], False))
+                        finish_results_spec.append(["stack", len(raw) - 1])
+                    elif kind == "param":
+                        finish_results_spec.append(["param", x])
+                    else:
+                        finish_results_spec.append(["value", results[r][1]])
+            flags = None
+            if where.flags is not None:
+                raw.append((ResultKind.RESULT_NEW, where.flags, False))
+                flags = len(raw) - 1
+            shape = structure
+            if not self.every and len(finals) == 1:
+                shape = "leaf"          # collect=False with one carried array: that array
+            finish = {"n": self.n, "every": self.every, "structure": shape, "flags": flags,
+                      "results": finish_results_spec}
+            return raw, TreeDef("tuple", [TreeDef("leaf")] * len(raw)), finish
+
+        art = from_loop(info, loop, step.backend, loop_results, until=pred, label=name)
+        finish = dict(art.finish)
+        loop_entry = link(art, step.backend)
         # the dispatcher's entry: the same executable, with what puts the results together
         # unless the program's results already are what iterate returns
-        fast = _core.Entry(entry.signature, list(info.keys), list(info.statics),
-                           loop_entry.executable, loop_entry.info, entry.specialized)
-        if not _direct(finish, prog, raw):
+        fast = _core.Entry(art.signature, list(art.keys), list(art.statics),
+                           loop_entry.executable, art, list(art.specialized))
+        if not _direct(finish, art.program, list(art.results)):
             params = any(kind == "param" for kind, _ in finish["results"])
             fast.post = functools.partial(_finish_call, finish,
-                                          self.step._static if params else None)
-        return _LoopEntry(loop_entry, finish, list(info.keys), list(info.statics), fast,
+                                          self.step.static_positions if params else None)
+        return _LoopEntry(loop_entry, finish, list(art.keys), list(art.statics), fast,
                           sum(nbytes for _, _, nbytes in self._stacked(rows)))
 
 
@@ -775,14 +753,14 @@ class Iterated(_core.Dispatcher, Generic[P]):
                     f"k-th, collect=False none) or run fewer iterations")
 
     def _trace_until(self, call, results, leaves, others, spec_of, rows, owner, leaf_value):
-        """Trace the predicate on the step's other results; returns its entry, the loop value
+        """Trace the predicate on the step's other results; returns its artifact, the loop value
         of each of its buffers, and the value to copy into the flag when it returns one of
         its arguments unchanged."""
         if not others:
             raise TypeError("fl.iterate: until takes the step's results after the carried "
                             "ones, and the step returns none")
         examples, statics, sources = [], [], []
-        step_leaves = _leaves(call, self.step._static)
+        step_leaves = _leaves(call, self.step.static_positions)
         for i, r in enumerate(others):
             kind, index, _ = results[r]
             if kind == ResultKind.RESULT_NEW:
@@ -803,17 +781,16 @@ class Iterated(_core.Dispatcher, Generic[P]):
 
         until_.__name__ = getattr(until, "__name__", "until")
         pred = Compiled(until_, static_argnums=statics, backend=self.step.backend.name)
-        pentry = pred._entry_for(tuple(examples), {})
-        pinfo = pentry.info
-        if pentry.post is not None or pentry.specialized or pinfo.lowered.program.rng_slot >= 0 \
-                or pinfo.lowered.program.checks:
+        pinfo = pred.artifact_for(*examples)
+        if pinfo.effects or pinfo.specialized or pinfo.program.rng_slot >= 0 \
+                or pinfo.program.checks:
             raise TypeError("fl.iterate: until must compute its answer from the results with "
                             "NumPy operations (no random numbers, no Python control flow on "
                             "their values, no runtime checks)")
         if len(pinfo.results) != 1 or pinfo.out_tree.kind != "leaf":
             raise TypeError("fl.iterate: until must return one boolean")
         kind, index, _ = pinfo.results[0]
-        pprog = pinfo.lowered.program
+        pprog = pinfo.program
         if kind == ResultKind.RESULT_NEW:
             _, dt, shape = pprog.outputs[index]
         elif kind == ResultKind.RESULT_INPUT:
@@ -832,18 +809,17 @@ class Iterated(_core.Dispatcher, Generic[P]):
             values[("output", index)] = ("flag",)
         else:
             flag_from = src_of_leaf[index]
-        return pentry, values, flag_from
+        return pinfo, values, flag_from
 
     def _no_iterations(self, args, call):
         """n == 0: the Python loop runs no step: the carried arguments come back as they are,
         the collections empty (their dtypes and shapes from the step's trace)."""
-        entry = self.step._entry_for(call, {})
-        info = entry.info
-        program = info.lowered.program
+        info = self.step.artifact_for(*call)
+        program = info.program
         positions = self._positions(call)
         out = [args[p] for p in positions]
         if self.every:
-            step_leaves = _leaves(call, self.step._static)
+            step_leaves = _leaves(call, self.step.static_positions)
             for kind, index, _ in info.results[len(positions):]:
                 if kind == ResultKind.RESULT_NEW:
                     _, dt, shape = program.outputs[index]
@@ -881,8 +857,7 @@ class Iterated(_core.Dispatcher, Generic[P]):
         if self.n == 0:
             raise ValueError("fl.iterate: a loop of 0 iterations has no program to save")
         loop = self._entry(call)[0]
-        save_entry(path, loop.entry, self.step.backend, self.step._static,
-                   iterate=loop.finish)
+        save_artifact(path, loop.entry.info, self.step.backend, self.step.static_positions)
 
 
 class _LoopEntry:
@@ -923,13 +898,6 @@ def _finish_call(finish, static, args, raw):
 def _c_strides(shape) -> tuple:
     from .leaves import contiguous_strides
     return tuple(contiguous_strides(shape))
-
-
-def _consts_by_ref(plan, program) -> dict:
-    """The trace's constant arrays by their buffer ref: record() gave the plan's constant
-    buffers their slots in order, so the i-th of them is program.consts[i]."""
-    refs = [b.ref for b in plan.buffers if b.role == "const"]
-    return {ref: arr for ref, (_, arr) in zip(refs, program.consts)}
 
 
 def _leaves(call, static) -> list:

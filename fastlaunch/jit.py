@@ -20,7 +20,7 @@ import time
 import types
 import warnings
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import (TYPE_CHECKING, Any, Callable, Concatenate, Generic, ParamSpec, Protocol,
                     Sequence, TextIO, TypeVar, overload)
 
@@ -31,13 +31,13 @@ import numpy as np
 from . import (_core, bytecode, creation, env, forking, fuse, numpy_api,  # noqa: F401
                numpy_funcs, ops, pymath, record, rng, scipy_funcs, stdlib_calls)
 from .backends import get_backend
-from ._launch import ResultKind, Space
-from .backends.base import CallLayout
+from ._launch import Space
 from .errors import TracingError
 from .leaves import LeafSpec
-from .link import link_entry
+from .link import link
 from .pytree import NestingError, flatten, register_method_class
-from . import aliasing, roll
+from . import aliasing, artifact, roll
+from .artifact import Artifact, Lowered, effects_text, result_specs  # noqa: F401 (re-exported)
 from .trace import Attr, SpecializeRequest, trace_function
 
 # Typing (PEP 612): a compiled function keeps its function's parameters P and result type R,
@@ -86,45 +86,6 @@ class TraceRecord:
     seconds: float
     kernels: int
     compiled: int           # kernels that had to be compiled (not found in a cache)
-
-
-@dataclass
-class Lowered:
-    """What one signature lowers to: the graph, the kernels and the bytecode."""
-    graph: str
-    kernels: list            # (label, loop description, source)
-    bytecode: str
-    plan: object = None      # the backend's scheduled plan
-    program: object = None
-    fused: object = None     # the fused, unscheduled plan (what every backend consumes)
-
-    def text(self, source: bool = True) -> str:
-        """The graph, each kernel's plan (and, with source, its source) and the bytecode."""
-        parts = ["== graph ==", self.graph]
-        for i, (label, desc, src) in enumerate(self.kernels):
-            parts += [f"== kernel {i}: {label} ==", desc]
-            if source:
-                parts += ["-- source --", src]
-        parts += ["== bytecode ==", self.bytecode]
-        return "\n".join(parts)
-
-    def __str__(self):
-        return self.text(source=True)
-
-
-@dataclass
-class _EntryInfo:
-    leaves: list                 # leaf descriptions, for re-trace reasons
-    lowered: Lowered
-    kernels: list = field(default_factory=list)
-    keys: list = field(default_factory=list)        # dict keys / namedtuple classes in the key
-    statics: list = field(default_factory=list)     # static arguments' keys (_core.static_key)
-    static_values: list = field(default_factory=list)   # ... and their values
-    results: list = field(default_factory=list)     # result leaf specs (see result_specs)
-    out_tree: object = None                         # the result's pytree structure
-    int_bounds: dict = field(default_factory=dict)
-    leaf_names: list = field(default_factory=list)  # the argument each leaf belongs to
-    specialized: dict = field(default_factory=dict)  # leaf -> value the trace was keyed by
 
 
 class Compiled(_core.Dispatcher, Generic[P, R]):
@@ -211,6 +172,9 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         self.programs_loaded = 0           # entries installed from shipped program bytes
         self._lock = forking.trace_lock()
         self._aliased: dict = {}        # (signature, aliases) -> [(keys, statics, Entry)]
+        # fl.iterate's loops over this step, by their options (iterate.py keeps them here so
+        # that a repeated call finds its loop in one dict lookup)
+        self.iterate_cache: dict = {}
         self._warned_at = 0
 
     # ---- the slow path -----------------------------------------------------------------
@@ -342,7 +306,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
     def _run_on_copies(self, entry, call, copies: dict):
         """Run on the aligned native copies `_normalize` made, then write the in-place updates
         back into the caller's arrays (copy in, run, copy out): no update is lost."""
-        mutated = [i for i in entry.info.lowered.program.mutated_leaves if i in copies]
+        mutated = [i for i in entry.info.program.mutated_leaves if i in copies]
         for i in mutated:
             if not copies[i].flags.writeable:
                 raise ValueError(f"{self.__name__}: {entry.info.leaf_names[i]} is updated in "
@@ -384,6 +348,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
 
     def _find(self, enc, call=None):
         sig, _, keys, statics = enc
+        keys, statics = tuple(keys), tuple(statics)     # as an artifact holds them
         words = None
         for entry in self._entries_list():
             if entry.signature == sig and entry.info.keys == keys and entry.info.statics == statics:
@@ -569,32 +534,15 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
                     f"overlap one another in memory (a stride-0 or overlapping as_strided view "
                     f"of shape {leaf_objs[pos].shape}, strides {leaf_objs[pos].strides}): "
                     f"pass a copy, np.ascontiguousarray(x)")
-        backend = self.backend
-        layouts = {pos: leaf.strides for pos, leaf in enumerate(leaves) if leaf.is_array}
-        fused = fuse.plan(traced.graph, layouts)
-        plan = backend.schedule(fused)
-        kernels = [backend.compile(k) for k in plan.compiled_kernels()]
-        # a call with device arrays keeps its results on the device
-        device_results = backend.memory.crosses and any(
-            leaf.is_array and leaf.space == Space.SPACE_DEVICE for leaf in leaves)
-        program = record.record(plan, [k.name for k in kernels], leaves, traced.graph.consts,
-                                traced.mutated_leaves, backend.memory, device_results)
-        bytecode.verify(program, backend.memory.kernel_space)
-        _, out_tree = flatten(result)
-        results = result_specs(traced.outputs)
-        call_layout = CallLayout(results, out_tree, dict(traced.int_bounds), rng_seed=self.seed)
-        entry = link_entry(backend, program, kernels, call_layout, sig_bytes, keys, statics,
-                           specialized)
-        if traced.effects:
-            entry.post = ContainerEffects(traced.effects)
-        lowered = Lowered(str(traced.graph),
-                          [(k.label, k.describe(), ck.source)
-                           for k, ck in zip(plan.compiled_kernels(), kernels)],
-                          program.disassemble(), plan, program, fused)
         static_values = [call[i] for i in self._static if i < len(call)]
-        entry.info = _EntryInfo(leaves, lowered, kernels, keys, statics, static_values, results,
-                                out_tree, traced.int_bounds, names)
-        entry.info.specialized = {k: leaf_objs[k] for k in sorted(special)}
+        art = artifact.from_trace(
+            traced, result, leaves, names, self.backend, signature=sig_bytes, keys=keys,
+            statics=statics, static_values=static_values, specialized=specialized,
+            specialized_values={k: leaf_objs[k] for k in sorted(special)}, rng_seed=self.seed)
+        entry = link(art, self.backend)
+        if art.effects:
+            entry.post = ContainerEffects(art.effects)
+        kernels = art.kernels
         seconds = time.perf_counter() - t0
         if install:
             reason = self._reason(leaves)
@@ -611,7 +559,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
                                            sum(1 for k in kernels if k.origin == "compiled")))
             self._maybe_warn()
             if env.log_enabled():
-                _log_trace(self.__name__, reason, lowered, kernels, seconds)
+                _log_trace(self.__name__, reason, art.lowered, kernels, seconds)
         return entry
 
     def _reason(self, leaves) -> str:
@@ -672,16 +620,47 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
 
     def lower(self, *args: P.args, **kwargs: P.kwargs) -> Lowered:
         """Trace for these arguments (without running) and return the IR, kernels and bytecode."""
-        return self._entry_for(args, kwargs).info.lowered
+        return self.artifact_for(*args, **kwargs).lowered
+
+    def artifact_for(self, *args: P.args, **kwargs: P.kwargs) -> Artifact:
+        """The artifact of these arguments' signature: the cached entry's, else traced now
+        (without running, and without installing it)."""
+        return self._entry_for(args, kwargs).info
+
+    # ---- what fl.iterate and other front ends read of a compiled function -------------------
+    @property
+    def static_positions(self) -> tuple:
+        """The positions of the static arguments, sorted."""
+        return self._static
+
+    @property
+    def param_names(self) -> list:
+        """The names of the positional parameters of the compiled function."""
+        return list(self._param_names)
+
+    def arg_name(self, pos: int, call) -> str:
+        """How error messages name positional argument `pos` of `call`."""
+        return self._arg_name(pos, call)
+
+    def prepare(self, call: tuple):
+        """(call, {leaf: caller's array}, {leaf of a Generator}, encoding) of a positional call
+        as the slow path runs it: arguments the encoder cannot take (or, on a device backend,
+        with negative strides) normalised as _normalize says."""
+        enc = _core.encode(call, self._static)
+        copies: dict = {}
+        gens: set = set()
+        if enc is None or (self.backend.memory.crosses and self._reversed_leaf(call)):
+            call, copies, gens = self._normalize(call, contiguous=self.backend.memory.crosses)
+            enc = _with_generators(_core.encode(call, self._static), gens)
+        return call, copies, gens, enc
 
     def save(self, path: str | os.PathLike, *args: P.args, **kwargs: P.kwargs) -> None:
         """Write the program traced for these arguments' signature to `path`;
         fastlaunch.load(path) replays it in another process without this function."""
-        from .saved import save_entry
+        from .saved import save_artifact
         if kwargs:
             raise TypeError("save() takes example arguments positionally")
-        entry = self._entry_for(args, {})
-        save_entry(path, entry, self.backend, self._static)
+        save_artifact(path, self.artifact_for(*args), self.backend, self._static)
 
     def _entry_for(self, args, kwargs, install=False):
         args, kwargs = self._bind(args, kwargs)
@@ -773,38 +752,26 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         """Each cached entry as saved-program bytes; entries a saved program cannot hold
         (namedtuple arguments, static values other than scalars and strings) are left to be
         traced again by the receiving process."""
-        from .saved import dumps_entry
+        from .saved import dumps_artifact
         out = []
         for entry in self._entries_list():
             try:
-                out.append(dumps_entry(entry, self.backend, self._static))
+                out.append(dumps_artifact(entry.info, self.backend, self._static))
             except TypeError:
                 continue
         return out
 
     def _install_program(self, data: bytes) -> None:
         """Install an entry from saved-program bytes (verified as fastlaunch.load verifies a
-        file) with the introspection record the slow path and `dis` read."""
+        file): the artifact they hold, linked."""
         from . import saved
-        from .pytree import TreeDef
         where = f"{self.__qualname__}: shipped program"
-        meta, program, kernels, entry, plan = saved.loads_entry(data, self.backend.name, where)
+        meta, art = saved.loads_artifact(data, self.backend.name, where)
         if tuple(meta["static_positions"]) != self._static:
             raise saved.SavedProgramError(f"{where}: static positions "
                                           f"{meta['static_positions']}, expected {self._static}")
-        static_values = [saved._static_value(v) for v in meta["statics"]]
-        leaves = saved._signature_specs(bytes.fromhex(meta["signature"]))
-        lowered = Lowered(meta["graph"],
-                          [(k.label, k.describe(), ck.source)
-                           for k, ck in zip(plan.compiled_kernels(), kernels)],
-                          program.disassemble(), plan, program)
-        entry.info = _EntryInfo(
-            leaves, lowered, kernels,
-            [k if type(k) is str else tuple(k) for k in meta["keys"]],   # str: a const
-            [_core.static_key(v) for v in static_values], static_values,
-            [(ResultKind(kind), index, bool(scalar)) for kind, index, scalar in meta["results"]],
-            TreeDef.from_json(meta["out_tree"]),
-            {leaf: (lo, hi) for leaf, lo, hi in meta["int_bounds"]}, list(meta["leaf_names"]))
+        with saved.invalid(where):
+            entry = link(art, self.backend)
         with self._lock:
             self._install(entry)
             self.programs_loaded += 1
@@ -1197,13 +1164,6 @@ def _signature_text(leaves) -> str:
     return "(" + ", ".join(_leaf_text(d) for d in leaves) + ")"
 
 
-def result_specs(outputs) -> list:
-    """(ResultKind, index or value, as_scalar) per result leaf, as link takes them."""
-    kinds = {"new": ResultKind.RESULT_NEW, "input": ResultKind.RESULT_INPUT,
-             "value": ResultKind.RESULT_VALUE}
-    return [(kinds[o[0]], o[1], bool(o[2]) if o[0] == "new" else False) for o in outputs]
-
-
 _RNG_TYPES = (np.random.Generator, np.random.RandomState)
 
 
@@ -1305,12 +1265,7 @@ class ContainerEffects:
         return result
 
     def describe(self) -> str:
-        return ", ".join(_path_text(p) for p in self.paths)
-
-
-def _path_text(path) -> str:
-    head = f"argument {path[1]}" if path[0] == 0 else f"keyword argument {path[1]!r}"
-    return head + "".join(repr(k) if isinstance(k, Attr) else f"[{k!r}]" for k in path[2:])
+        return effects_text(self.paths)
 
 
 def _log_trace(name, reason, lowered, kernels, seconds):

@@ -1,9 +1,10 @@
-"""Linking: a verified program, its compiled kernels and its call layout -> a dispatcher entry.
+"""Linking: an artifact (its verified program, compiled kernels and call layout) -> a
+dispatcher entry.
 
-Below both jit.py (which traces) and saved.py (which loads): each builds a Program, and this
-module checks the tables the executable will index (results, int checks, leaf byte ranges)
-and asks the backend to link the executable.  What a kernel error bit means to the caller is
-defined here, once.
+Below jit.py (which traces), iterate.py (which loops) and saved.py (which loads): each makes
+an artifact (artifact.py), and `link` checks the tables the executable will index (results,
+int checks, leaf byte ranges), builds the executable's layout and hands it to the backend's
+`link`.  What a kernel error bit means to the caller is defined here, once.
 """
 from __future__ import annotations
 
@@ -105,13 +106,16 @@ def executable_layout(program: Program, call: CallLayout, keepalive=None,
         int.from_bytes(os.urandom(8), "little"))
 
 
-def link_entry(backend, program: Program, kernels: list, call: CallLayout, sig_bytes: bytes,
-               keys: list, statics: list, specialized=()) -> _core.Entry:
-    """A dispatcher entry: the verified program's layout built here, the executable linked by
-    its backend (which never calls back into this module)."""
+def link(art, backend) -> _core.Entry:
+    """The one link step: an artifact (artifact.py) -> a dispatcher entry.  The executable's
+    layout is built and checked here and handed to `backend.link`, which never calls back
+    into this module; the entry's `info` is the artifact."""
+    program, kernels = art.program, list(art.kernels)
     _check_kernel_count(program, kernels)
-    executable = backend.link(executable_layout(program, call, keepalive=kernels), kernels)
-    return _core.Entry(sig_bytes, keys, statics, executable, None, list(specialized))
+    executable = backend.link(executable_layout(program, art.call_layout(), keepalive=kernels),
+                              kernels)
+    return _core.Entry(art.signature, list(art.keys), list(art.statics), executable, art,
+                       list(art.specialized))
 
 
 def _check_kernel_count(program: Program, kernels: list):

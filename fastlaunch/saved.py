@@ -23,31 +23,25 @@ A process with another target compiles the kernels from their descriptions in bo
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
-import math
 import os
-import re
 import struct
 import tempfile
 
 import numpy as np
 
 from . import _core
-from ._launch import Opcode, ResultKind, Routine, Space
+from ._launch import Opcode, ResultKind, Space
 from ._version import __version__
 from .backends import get_backend
-from .backends.base import CallLayout
-from .bytecode import (LIBCALL_ARRAYS, MAX_COUNT, ROUTINES, Program, SlotRole, check_exception,
-                       verify)
-from .fuse import Buffer, Plan
-from .kernel import KernelArg, LibraryCall, set_extents
+from .artifact import Artifact, effects_text, from_saved
+from .bytecode import MAX_COUNT, Program
+from .errors import SavedProgramError
 from .kernel_json import kernel_from_json, kernel_to_json
-from .leaves import LeafSpec, contiguous_strides
-from .link import link_entry
+from .leaves import LeafSpec
+from .link import link
 from .pytree import TreeDef, flatten
-from .record import kernel_info, record
 
 MAGIC = b"FLPROG\x00\x01"
 FORMAT_VERSION = 2
@@ -55,11 +49,6 @@ _HEADER = struct.Struct("<8sIIQ32s")     # magic, format version, reserved, leng
 
 MAX_TREE_DEPTH = 100
 _INT64 = (-(1 << 63), (1 << 63) - 1)
-
-
-class SavedProgramError(ValueError):
-    """A saved program file that cannot be used: wrong format version, corrupted, truncated,
-    or tables, kernels or bytecode that do not pass the checks."""
 
 
 def _json_scalar(v, what: str):
@@ -70,10 +59,9 @@ def _json_scalar(v, what: str):
     raise TypeError(f"a saved program cannot hold {what} of type {type(v).__name__}")
 
 
-def save_entry(path, entry, backend, static_positions, iterate=None) -> None:
-    """iterate: how fl.iterate puts a loop program's results together (iterate.py), or
-    None for a plain program."""
-    data = dumps_entry(entry, backend, static_positions, iterate=iterate)
+def save_artifact(path, art: Artifact, backend, static_positions) -> None:
+    """Write one artifact (a traced signature, or an fl.iterate loop) as a saved program."""
+    data = dumps_artifact(art, backend, static_positions)
     path = os.fspath(path)
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".fl-")
     try:
@@ -86,51 +74,49 @@ def save_entry(path, entry, backend, static_positions, iterate=None) -> None:
         raise
 
 
-def dumps_entry(entry, backend, static_positions, iterate=None) -> bytes:
-    """The saved-program file's bytes for one traced entry (what save_entry writes; what a
+def dumps_artifact(art: Artifact, backend, static_positions) -> bytes:
+    """The saved-program file's bytes for one artifact (what save_artifact writes; what a
     pickled compiled function ships with `pickle_programs`)."""
-    info = entry.info
-    if entry.post is not None:
+    if art.effects:
         raise TypeError(f"a saved program cannot replay side effects on argument containers "
-                        f"({entry.post.describe()}); return the new values instead")
-    program: Program = info.lowered.program
-    descriptions = info.lowered.plan.compiled_kernels()
-    if len(descriptions) != len(info.kernels):
+                        f"({effects_text(art.effects)}); return the new values instead")
+    program: Program = art.program
+    descriptions = art.plan.compiled_kernels()
+    if len(descriptions) != len(art.kernels):
         raise RuntimeError("fastlaunch: the traced plan and its compiled kernels disagree")
-    for k in info.keys:
+    for k in art.keys:
         if not isinstance(k, tuple) and type(k) is not str:    # str: a const in the tree
             raise TypeError("a saved program cannot take namedtuple or object arguments")
-    if any(d.is_array and d.space != Space.SPACE_HOST for d in info.leaves):
+    if any(d.is_array and d.space != Space.SPACE_HOST for d in art.leaves):
         raise TypeError("a saved program takes NumPy arrays: save it with NumPy example "
                         "arguments, not DeviceArrays")
     meta = {
         "fastlaunch": __version__,
         "backend": backend.name,
         "target": backend.target_key,
-        "signature": entry.signature.hex(),
-        "specialized": [[leaf, word] for leaf, word in entry.specialized],
+        "signature": art.signature.hex(),
+        "specialized": [[leaf, word] for leaf, word in art.specialized],
         "static_positions": list(static_positions),
-        "statics": [_static_json(v) for v in info.static_values],
+        "statics": [_static_json(v) for v in art.static_values],
         "keys": [k if type(k) is str else [_json_scalar(x, "a dict key") for x in k]
-                 for k in info.keys],
-        "leaves": [_leaf_json(d) for d in info.leaves],
-        "leaf_names": list(info.leaf_names),
+                 for k in art.keys],
+        "leaves": [_leaf_json(d) for d in art.leaves],
+        "leaf_names": list(art.leaf_names),
         "results": [[int(kind), _json_scalar(index, "a constant result") if kind == 2 else index,
-                     bool(scalar)] for kind, index, scalar in info.results],
-        "out_tree": info.out_tree.to_json(),
-        "int_bounds": [[leaf, lo, hi] for leaf, (lo, hi) in sorted(info.int_bounds.items())],
+                     bool(scalar)] for kind, index, scalar in art.results],
+        "out_tree": art.out_tree.to_json(),
+        "int_bounds": [[leaf, lo, hi] for leaf, (lo, hi) in sorted(art.int_bounds.items())],
         # "schedule": what the backend decided that the description does not show (a CUDA
         # split), for schedule_kernel on load
-        "kernels": [{"label": label, "text": backend.kernel_text(k), "desc": kernel_to_json(d),
-                     "schedule": dict(d.schedule.saved)}
-                    for (label, _, _), k, d in zip(info.lowered.kernels, info.kernels,
-                                                   descriptions)],
-        "graph": info.lowered.graph,
+        "kernels": [{"label": d.label, "text": backend.kernel_text(k),
+                     "desc": kernel_to_json(d), "schedule": dict(d.schedule.saved)}
+                    for k, d in zip(art.kernels, descriptions)],
+        "graph": art.graph,
     }
-    if iterate is not None:
-        meta["iterate"] = iterate
+    if art.finish is not None:
+        meta["iterate"] = dict(art.finish)
     blobs = [json.dumps(meta, sort_keys=True).encode(), program.to_bytes()]
-    blobs += [k.obj for k in info.kernels]
+    blobs += [k.obj for k in art.kernels]
     payload = b"".join(struct.pack("<Q", len(b)) + b for b in blobs)
     return _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(payload),
                         hashlib.sha256(payload).digest()) + payload
@@ -360,135 +346,30 @@ def load(path: str | os.PathLike, backend: str | None = None, *,
         array([2., 2., 2.])
     """
     path = os.fspath(path)
-    with _invalid(path):
+    with invalid(path):
         meta, program, objects = _read(path)
-        entry, _, leaves, names, _ = _load(path, meta, program, objects, backend, machine_code)
-        finish = _iterate_finish(meta, program, len(meta["results"]), len(leaves))
-    if finish is not None:
-        return LoadedIteration(path, meta, entry, leaves, names, finish)
-    return LoadedProgram(path, meta, entry, leaves, names)
+        art = _load(path, meta, program, objects, backend, machine_code)
+        entry = link(art, get_backend(backend or meta["backend"]))
+    if art.finish is not None:
+        return LoadedIteration(path, meta, entry, list(art.leaves), list(art.leaf_names),
+                               dict(art.finish))
+    return LoadedProgram(path, meta, entry, list(art.leaves), list(art.leaf_names))
 
 
-def loads_entry(data: bytes, backend: str | None = None, where: str = "saved program bytes",
-                machine_code: bool = True):
-    """(meta, program, kernels, entry, plan) from bytes made by dumps_entry, checked and
-    verified as `load` checks a file (the same trust rule: the bytes hold machine code that
-    will run); `plan` is the scheduled plan the program was recorded from, rebuilt from the
-    kernel descriptions the bytes hold (scheduled_plan), which fl.iterate, save and pickling
-    read of an entry."""
-    with _invalid(where):
+def loads_artifact(data: bytes, backend: str | None = None, where: str = "saved program bytes",
+                   machine_code: bool = True) -> tuple[dict, Artifact]:
+    """(meta, artifact) from bytes made by dumps_artifact, checked and verified as `load`
+    checks a file (the same trust rule: the bytes hold machine code that will run); the
+    artifact's plan is the scheduled plan the program was recorded from, rebuilt from the
+    kernel descriptions the bytes hold (artifact.scheduled_plan)."""
+    with invalid(where):
         meta, program, objects = _parse(bytes(data), where)
-        entry, kernels, leaves, _, described = _load(where, meta, program, objects, backend,
-                                                     machine_code)
-        plan = scheduled_plan(program, described, leaves,
-                              get_backend(backend or meta["backend"]).memory)
-    return meta, program, kernels, entry, plan
-
-
-_SHADOW = re.compile(r"(in|out)(\d+)@dev")
-
-
-def scheduled_plan(program: Program, described: list, leaves: list, memory) -> Plan:
-    """The scheduled plan `program` was recorded from (record.record), rebuilt from its code
-    and its kernels' scheduled descriptions (one per program kernel, in order): buffers from
-    the slots (a device shadow, named `in{leaf}@dev` / `out{ref}@dev` by record, belongs to
-    its argument's or output's buffer), each kernel's arguments bound to the buffers of the
-    slots its LAUNCH binds, library calls from their LIBCALLs.  Checked: recording the plan
-    again gives the program back (slot labels aside), else SavedProgramError."""
-    slots, nleaves = program.slots, program.nleaves
-    buffers: list = []
-    of_slot: dict = {}                 # slot -> buffer id
-
-    def add(slot, role, dtype, shape, ref=-1, strides=None) -> int:
-        buf = Buffer(len(buffers), role, np.dtype(dtype),
-                     0 if role in ("param", "status", "rng") else math.prod(shape), ref,
-                     contiguous_strides(shape) if strides is None else tuple(strides),
-                     tuple(shape))
-        buffers.append(buf)
-        if slot is not None:
-            of_slot[slot] = buf.id
-        return buf.id
-
-    def leaf_buffer(j: int) -> int:
-        if j not in of_slot:
-            leaf = leaves[j]
-            if leaf.is_array:
-                add(j, "input", leaf.dtype, leaf.shape, j, leaf.strides)
-            else:
-                add(j, "param", leaf.dtype, (), j)
-        return of_slot[j]
-
-    consts = {slot: i for i, (slot, _) in enumerate(program.consts)}
-    outputs = {slot: i for i, (slot, _, _) in enumerate(program.outputs)}
-    output_of: dict = {}               # output ref -> its buffer
-    for s in range(nleaves, len(slots)):
-        slot = slots[s]
-        shadow = _SHADOW.fullmatch(slot.label) if slot.role == SlotRole.TEMP else None
-        if shadow and shadow.group(1) == "in" and int(shadow.group(2)) < nleaves:
-            j = int(shadow.group(2))
-            add(s, "input", leaves[j].dtype, leaves[j].shape, j, leaves[j].strides)
-        elif shadow and shadow.group(1) == "out" and int(shadow.group(2)) in output_of:
-            of_slot[s] = output_of[int(shadow.group(2))]
-        elif slot.role == SlotRole.TEMP:
-            add(s, "temp", slot.dtype, (slot.hi + 1,))
-        elif slot.role == SlotRole.CONST and s in consts:
-            add(s, "const", slot.dtype, (slot.hi + 1,), consts[s])
-        elif slot.role == SlotRole.OUTPUT and s in outputs:
-            ref = int(slot.label[3:]) if re.fullmatch(r"out\d+", slot.label) else outputs[s]
-            output_of[ref] = add(s, "output", slot.dtype, program.outputs[outputs[s]][2], ref)
-        elif slot.role == SlotRole.STATUS:
-            add(s, "status", slot.dtype, ())
-        elif slot.role == SlotRole.RNG:
-            add(s, "rng", slot.dtype, ())
-        else:
-            raise SavedProgramError(f"slot {s} ({slot.role}): not a slot of a plain program")
-
-    def buffer_of(s: int) -> int:
-        if 0 <= s < nleaves:
-            return leaf_buffer(s)
-        if s not in of_slot:
-            raise SavedProgramError(f"slot {s}: no buffer of the plan is recorded there")
-        return of_slot[s]
-
-    steps, words = [], {}
-    for _, op, ops in program.instructions():
-        if op is Opcode.BIND:
-            args_at, list_at, count = ops
-            for i in range(count):
-                words[args_at + i] = int(program.arg_lists[list_at + i])
-        elif op is Opcode.LAUNCH:
-            k = described[ops[0]]
-            bound = [buffer_of(words[ops[2] + p]) for p in range(len(k.args))]
-            steps.append(dataclasses.replace(k, args=[dataclasses.replace(a, buffer=b)
-                                                      for a, b in zip(k.args, bound)]))
-        elif op is Opcode.LIBCALL:
-            info = ROUTINES[Routine(ops[0])]
-            args, layouts = [], []
-            for a in range(LIBCALL_ARRAYS):
-                slot, *layout = ops[6 + 6 * a:12 + 6 * a]
-                if slot < 0:
-                    break
-                args.append(KernelArg("buffer", np.dtype(slots[slot].dtype), buffer_of(slot),
-                                      0, bool(info.arrays[a] and info.arrays[a][1])))
-                layouts.append(tuple(layout))
-            steps.append(LibraryCall(info.name, np.dtype(info.dtype), tuple(ops[1:6]), args,
-                                     layouts, info.name))
-    plan = Plan(buffers, steps, [output_of[r] for r in sorted(output_of)],
-                [(bit, check_exception(name), message) for bit, name, message in program.checks])
-    again = record(plan, [k.name for k in program.kernels], leaves,
-                   [arr for _, arr in program.consts], program.mutated_leaves, memory)
-
-    def same(p: Program) -> tuple:
-        return (p.code.tolist(), p.arg_lists.tolist(), p.nargwords, p.kernels, p.outputs,
-                p.mutated_leaves, p.checks, [s for s, _ in p.consts],
-                [dataclasses.replace(s, label="") for s in p.slots])
-    if same(again) != same(program):
-        raise SavedProgramError("the program is not one its kernels' plan records")
-    return plan
+        art = _load(where, meta, program, objects, backend, machine_code)
+    return meta, art
 
 
 @contextlib.contextmanager
-def _invalid(path):
+def invalid(path):
     """Every malformed-input error as one SavedProgramError naming the file."""
     try:
         yield
@@ -502,9 +383,9 @@ def _invalid(path):
                                 f"{err}") from None
 
 
-def _load(path, meta, program: Program, objects, backend, machine_code):
-    """(entry, compiled kernels, signature leaves, leaf names, scheduled kernel descriptions)
-    of a parsed saved program."""
+def _load(path, meta, program: Program, objects, backend, machine_code) -> Artifact:
+    """The artifact of a parsed saved program: its tables read strictly here, the kernels
+    scheduled, compiled and verified by artifact.from_saved."""
     sig = bytes.fromhex(_str(meta["signature"], "signature"))
     leaves = _signature_specs(sig)
     be = get_backend(backend or _str(meta["backend"], "backend"))
@@ -513,23 +394,17 @@ def _load(path, meta, program: Program, objects, backend, machine_code):
     if not len(kmeta) == len(objects) == len(program.kernels):
         raise SavedProgramError(f"{path}: {len(program.kernels)} kernels in the program, "
                                 f"{len(kmeta)} described, {len(objects)} objects")
-    # the kernels' tables come from their descriptions, scheduled by this backend: never from
-    # the file's own claims (a tampered file could claim small ranges for a big kernel)
-    kernels = []
+    described = []
     for i, km in enumerate(kmeta):
         if type(km) is not dict:
             raise SavedProgramError(f"kernels: entry {i} is malformed")
-        k = be.schedule_kernel(kernel_from_json(km.get("desc")), km.get("schedule", {}))
-        set_extents(k)
-        program.kernels[i] = kernel_info(k, program.kernels[i].name)
-        kernels.append((k, km))
-    verify(program, be.memory.kernel_space, leaves=leaves, strict=True)
+        described.append((kernel_from_json(km.get("desc")), km.get("schedule", {})))
     static_positions = [_int(p, "static position", 0, 1 << 16)
                         for p in _list(meta["static_positions"], "static_positions")]
     if static_positions != sorted(set(static_positions)):
         raise SavedProgramError("static_positions: not increasing")
     meta["static_positions"] = static_positions
-    statics = [_core.static_key(_static_value(v)) for v in _list(meta["statics"], "statics")]
+    static_values = [_static_value(v) for v in _list(meta["statics"], "statics")]
     results = _results(meta["results"])
     out_tree = _tree(meta["out_tree"])
     keys = _keys(meta["keys"])
@@ -546,22 +421,7 @@ def _load(path, meta, program: Program, objects, backend, machine_code):
     if type(names) is not list or len(names) != len(leaves) or \
             any(type(n) is not str for n in names):
         names = [f"leaf {i}" for i in range(len(leaves))]
-    _str(meta.get("graph", ""), "graph")
-    if machine_code and target == be.target_key:
-        compiled = [be.load_object(_str(km.get("text"), "kernel source"), obj, target)
-                    for (_, km), obj in zip(kernels, objects)]
-    else:
-        compiled = []
-        for i, (k, _) in enumerate(kernels):
-            try:
-                compiled.append(be.compile(k))
-            except MemoryError:
-                raise
-            except Exception as err:      # code generation or LLVM refused the kernel
-                raise SavedProgramError(f"{path}: kernel {i} ({k.label}) does not compile: "
-                                        f"{type(err).__name__}: {str(err)[:300]}") from None
-    for info, ck in zip(program.kernels, compiled):
-        info.name = ck.name
+    graph = _str(meta.get("graph", ""), "graph")
     specialized = []
     for sp in _list(meta.get("specialized", []), "specialized"):
         if type(sp) is not list or len(sp) != 2:
@@ -570,10 +430,15 @@ def _load(path, meta, program: Program, objects, backend, machine_code):
         if leaves[leaf].is_array:
             raise SavedProgramError("specialized: a value for a leaf that is not a scalar")
         specialized.append((leaf, _int(sp[1], "specialised value")))
-    call = CallLayout(results, out_tree, int_bounds)
-    entry = link_entry(be, program, compiled, call, sig, keys, statics, specialized)
-    _iterate_finish(meta, program, len(results), len(leaves))
-    return entry, compiled, leaves, names, [k for k, _ in kernels]
+    finish = _iterate_finish(meta, program, len(results), len(leaves))
+    texts = [_str(km.get("text"), "kernel source") for km in kmeta] if \
+        machine_code and target == be.target_key else []
+    return from_saved(
+        path, program, described, be, target=target, texts=texts, objects=objects,
+        machine_code=machine_code, signature=sig, leaves=leaves, leaf_names=names, keys=keys,
+        statics=[_core.static_key(v) for v in static_values], static_values=static_values,
+        results=results, out_tree=out_tree, int_bounds=int_bounds, specialized=specialized,
+        graph=graph, finish=finish)
 
 
 def _iterate_finish(meta, program: Program, nresults: int, nleaves: int):

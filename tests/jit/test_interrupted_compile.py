@@ -51,7 +51,7 @@ def inject(exc):
     where = {"trace": (jit, "trace_function"), "fuse": (fuse, "plan"),
              "schedule": (backend, "schedule"), "compile": (backend._optimizer, "default"),
              "load": (backend, "_load"), "record": (record, "record"),
-             "verify": (bytecode, "verify"), "link": (jit, "link_entry"),
+             "verify": (bytecode, "verify"), "link": (jit, "link"),
              "replay": (_core, "run_entry")}[STAGE]
     owner, attr = where
     had = attr in vars(owner)

@@ -308,4 +308,4 @@ def test_a_shipped_program_that_its_plan_does_not_record_is_refused():
     forged = saved._HEADER.pack(saved.MAGIC, saved.FORMAT_VERSION, 0, len(payload),
                                 hashlib.sha256(payload).digest()) + payload
     with pytest.raises(saved.SavedProgramError, match="not one its kernels' plan records"):
-        saved.loads_entry(forged, "cpu")
+        saved.loads_artifact(forged, "cpu")

@@ -11,7 +11,7 @@ from fastlaunch import bytecode as bc
 from fastlaunch._launch import Opcode
 from fastlaunch.backends import get_backend
 from fastlaunch.kernel_json import KernelFormatError, kernel_from_json, kernel_to_json
-from fastlaunch.link import LinkError, link_entry
+from fastlaunch.link import LinkError, link
 
 import savedfuzz
 
@@ -386,15 +386,11 @@ def test_overlapping_bind_replaces_the_words_it_covers(add_one):
 
 
 def test_kernel_count_must_match_the_compiled_kernels(add_one):
+    import dataclasses
     g = fl.load(add_one)
-    executable = g._entries_list()[0].executable
-    program = executable.program
-    from fastlaunch.backends.base import CallLayout
-    from fastlaunch.pytree import TreeDef
-    from fastlaunch._launch import ResultKind
-    call = CallLayout([(ResultKind.RESULT_NEW, 0, False)], TreeDef("leaf"), {})
+    art = g._entries_list()[0].info          # the loaded program's artifact
     with pytest.raises(LinkError, match="1 kernels, 0 are compiled"):
-        link_entry(get_backend("cpu"), program, [], call, b"", [], [])
+        link(dataclasses.replace(art, kernels=()), get_backend("cpu"))
 
 
 def test_loading_on_a_backend_of_another_memory_space_is_refused(tmp_path):

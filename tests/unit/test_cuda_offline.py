@@ -405,8 +405,8 @@ def test_a_program_saved_for_cuda_loads_for_cuda(tmp_path):
     f.save(path, x, y)
     want = lowered.program.kernels
     for machine_code in (True, False):
-        _, program, kernels, _, plan = saved.loads_entry(path.read_bytes(), "cuda",
-                                                      machine_code=machine_code)
+        _, art = saved.loads_artifact(path.read_bytes(), "cuda", machine_code=machine_code)
+        program, kernels, plan = art.program, art.kernels, art.plan
         assert [(k.params, k.launch_size, k.arg_ranges) for k in program.kernels] == \
             [(k.params, k.launch_size, k.arg_ranges) for k in want]
         assert [k.source for k in kernels] == [src for _, _, src in lowered.kernels]
@@ -435,7 +435,7 @@ def test_a_cuda_split_is_refused_where_it_would_be_misread(tmp_path):
         meta["kernels"][at]["schedule"] = forged
         blobs = [json.dumps(meta).encode(), program.to_bytes()] + list(objects)
         with pytest.raises(saved.SavedProgramError, match="kernel"):
-            saved.loads_entry(_saved_bytes(blobs), "cuda", machine_code=False)
+            saved.loads_artifact(_saved_bytes(blobs), "cuda", machine_code=False)
 
 
 def _saved_bytes(blobs) -> bytes:
