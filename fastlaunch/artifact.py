@@ -42,7 +42,7 @@ from .pytree import TreeDef, flatten
 from .trace import Attr
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Artifact:
     """A complete, immutable record of one compiled signature (see the module docstring).
     `program` and the plans are not changed once an artifact holds them."""
@@ -70,6 +70,10 @@ class Artifact:
     @cached_property
     def lowered(self) -> Lowered:
         return Lowered(self)
+
+    def __repr__(self):
+        return (f"<fastlaunch.Artifact ({self.origin}): {len(self.leaves)} leaves, "
+                f"{len(self.kernels)} kernels, {len(self.results)} results>")
 
     def call_layout(self) -> CallLayout:
         """What link checks besides the program: results, result tree, int bounds, seed."""
