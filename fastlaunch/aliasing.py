@@ -223,3 +223,19 @@ def plan(leaves, spans: bool = False) -> AliasPlan:
             out.views[k] = (group[0], m)
         out.layout.append((tuple(group), span.shape[0], tuple(members)))
     return out
+
+
+def self_overlapping(arr: np.ndarray) -> bool:
+    """Whether two elements of `arr` may share memory: false when, taking the axes by
+    increasing |stride|, each stride steps past everything the smaller axes reach (the
+    layout of every array NumPy allocates, and of its basic-indexing views).  An empty
+    array has no elements to share (NumPy gives some, copies of empty ones, zero strides)."""
+    if arr.size == 0:
+        return False
+    reach = 0
+    for n, st in sorted(((n, abs(st)) for n, st in zip(arr.shape, arr.strides) if n > 1),
+                        key=lambda t: t[1]):
+        if st < reach + arr.itemsize:
+            return True
+        reach += st * (n - 1)
+    return False

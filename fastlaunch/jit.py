@@ -1,12 +1,15 @@
 """`fastlaunch.compile`: the compiled callable, its signature cache and its introspection.
 
 The per-call fast path lives in `_core.Dispatcher.__call__` (Cython).  This file is the slow
-path it falls back to: binding keyword arguments, tracing a new signature, fusing, compiling,
-recording and verifying a program, and installing it as a cache entry.
+path it falls back to: binding keyword arguments, tracing a new signature, making its
+artifact (artifact.py: fuse, schedule, compile, record, verify), linking it (link.py) and
+installing it as a cache entry; calls whose arguments overlap (aliasing.py's geometry);
+introspection, saving and pickling.
 
-Size: over 1,000 lines: the slow path, pickling and the argument-aliasing geometry (about
-300 lines) share `Compiled`; issue 26 moves the compile stages into one artifact module and
-aliasing into a module of its own.
+Size: just over 1,000 lines: `Compiled` is one object with one role (the slow path of one
+compiled function) whose parts share its state (entries, lock, options); the compile stages
+live in artifact.py, the aliasing geometry in aliasing.py, the description and normalisation
+of arguments in arguments.py.
 """
 from __future__ import annotations
 
@@ -31,12 +34,11 @@ import numpy as np
 from . import (_core, bytecode, creation, env, forking, fuse, numpy_api,  # noqa: F401
                numpy_funcs, ops, pymath, record, rng, scipy_funcs, stdlib_calls)
 from .backends import get_backend
-from ._launch import Space
 from .errors import TracingError
 from .leaves import LeafSpec
 from .link import link
 from .pytree import NestingError, flatten, register_method_class
-from . import aliasing, artifact, roll
+from . import aliasing, arguments, artifact, roll
 from .artifact import Artifact, Lowered, effects_text, result_specs  # noqa: F401 (re-exported)
 from .trace import Attr, SpecializeRequest, trace_function
 
@@ -137,7 +139,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
                          for p in params
                          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         varargs = any(p.kind == p.VAR_POSITIONAL for p in params)
-        positions = _static_positions(name, self._signature is not None, self._param_names,
+        positions = arguments.static_positions(name, self._signature is not None, self._param_names,
                                       varargs, static_argnums, static_argnames)
         if max_entries is None:
             super().__init__(positions, replay)
@@ -191,7 +193,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
             # a device backend copies each argument's memory span to the device from its
             # pointer on: an array with a negative stride goes through a contiguous copy
             call, copies, gens = self._normalize(call, contiguous=self.backend.memory.crosses)
-            enc = _with_generators(_core.encode(call, self._static), gens)
+            enc = arguments.with_generators(_core.encode(call, self._static), gens)
             if enc is None:
                 raise TypeError(f"{self.__name__}: these arguments cannot be passed to a "
                                 f"compiled function")
@@ -383,7 +385,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
             leaves, tree = flatten(arg)
             fixed = []
             for leaf in leaves:
-                if _foreign_device_array(leaf):
+                if arguments.foreign_device_array(leaf):
                     leaf = self._device_view(self._arg_name(i, call), leaf)
                 if isinstance(leaf, np.random.Generator):
                     # this call's random key, drawn from the caller's Generator (advancing it,
@@ -392,8 +394,8 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
                     gens.add(at)
                     at += 1
                     continue
-                leaf = _foreign_view(self._arg_name(i, call), leaf)
-                new = _normalize_leaf(self._arg_name(i, call), leaf)
+                leaf = arguments.foreign_view(self._arg_name(i, call), leaf)
+                new = arguments.normalize_leaf(self._arg_name(i, call), leaf)
                 if contiguous and isinstance(new, np.ndarray) and any(st < 0 for st in new.strides):
                     new = np.ascontiguousarray(new)
                 if new is not leaf and isinstance(leaf, np.ndarray) and \
@@ -434,12 +436,12 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
                 continue
             arg_leaves, _ = flatten(arg)
             for leaf in arg_leaves:
-                leaves.append(_describe_leaf(self._arg_name(i, call), leaf, self.backend))
+                leaves.append(arguments.describe_leaf(self._arg_name(i, call), leaf, self.backend))
                 names.append(self._arg_name(i, call))
 
         special: set = set()           # scalar leaves the trace needs the values of
 
-        generators = _generator_leaves(keys)
+        generators = arguments.generator_leaves(keys)
 
         def build_args(tracers):
             it = iter([leaf_objs[k] if k in special else
@@ -466,7 +468,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
                     raise TypeError(f"static {self._arg_name(i, call)} must be hashable: its "
                                     f"value is part of the signature (got "
                                     f"{type(call[i]).__name__})") from None
-                frozen = _array_attributes(call[i])
+                frozen = arguments.array_attributes(call[i])
                 if frozen:
                     warnings.warn(
                         f"{self.__name__}: static {self._arg_name(i, call)} holds arrays "
@@ -474,7 +476,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
                         f"it is traced, and later changes are not seen. Pass it as a regular "
                         f"argument (for a method, drop static_argnums=0) to have them read on "
                         f"every call", StaticArraysWarning, stacklevel=4)
-        captured = _captured_generators(self.__wrapped__)
+        captured = rng.captured_generators(self.__wrapped__)
         while True:
             try:
                 namespace = getattr(self.__wrapped__, "__globals__", None)
@@ -509,7 +511,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
                 print(f"[fastlaunch] {text}", file=sys.stderr)
             warnings.warn(text, UnrolledLoopWarning, stacklevel=3)
         for name, gen, before in captured:
-            if not _same_state(_rng_state(gen), before):
+            if not rng.same_state(rng.generator_state(gen), before):
                 raise TracingError(
                     f"{self.__name__} draws random numbers from {name}, a "
                     f"{type(gen).__name__} it captures: they would be drawn once, while "
@@ -528,7 +530,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
                     f"value would be shared between calls. Return arrays, scalars, or "
                     f"tuples/lists/dicts of them")
         for pos in traced.mutated_leaves:
-            if _self_overlapping(leaf_objs[pos]):
+            if aliasing.self_overlapping(leaf_objs[pos]):
                 raise ValueError(
                     f"{self.__name__}: {names[pos]} is updated in place, but its elements "
                     f"overlap one another in memory (a stride-0 or overlapping as_strided view "
@@ -651,7 +653,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         gens: set = set()
         if enc is None or (self.backend.memory.crosses and self._reversed_leaf(call)):
             call, copies, gens = self._normalize(call, contiguous=self.backend.memory.crosses)
-            enc = _with_generators(_core.encode(call, self._static), gens)
+            enc = arguments.with_generators(_core.encode(call, self._static), gens)
         return call, copies, gens, enc
 
     def save(self, path: str | os.PathLike, *args: P.args, **kwargs: P.kwargs) -> None:
@@ -668,7 +670,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         enc = _core.encode(call, self._static)
         if enc is None or (self.backend.memory.crosses and self._reversed_leaf(call)):
             call, _, gens = self._normalize(call, contiguous=self.backend.memory.crosses)
-            enc = _with_generators(_core.encode(call, self._static), gens)
+            enc = arguments.with_generators(_core.encode(call, self._static), gens)
         if enc is None:
             raise TypeError(f"{self.__name__}: these arguments cannot be passed to a "
                             f"compiled function")
@@ -862,43 +864,6 @@ def compile(fn: Callable | None = None, *, static_argnums: int | Sequence[int] =
 
 
 # ---- helpers -----------------------------------------------------------------------------
-def _static_positions(name, has_signature, param_names, varargs, nums, names) -> tuple:
-    """The sorted static positions, with errors naming what is wrong."""
-    nums = (nums,) if isinstance(nums, (int, np.integer)) else nums
-    names = (names,) if isinstance(names, str) else names
-    try:
-        nums, names = tuple(nums), tuple(names)
-    except TypeError:
-        raise TypeError(f"fastlaunch.compile: static_argnums must be an int or a sequence of "
-                        f"ints and static_argnames a str or a sequence of str; got "
-                        f"{nums!r:.60} and {names!r:.60}") from None
-    positions = set()
-    for n in nums:
-        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
-            raise TypeError(f"fastlaunch.compile: static_argnums holds {n!r:.60}; expected "
-                            f"integer positions")
-        n = int(n)
-        where = (f"{name} has {len(param_names)} positional parameter"
-                 f"{'' if len(param_names) == 1 else 's'} ({', '.join(param_names)})")
-        if n < 0:
-            if not param_names or -n > len(param_names):
-                raise ValueError(f"static_argnums={n} does not name a positional parameter: "
-                                 f"{where}")
-            n += len(param_names)
-        elif has_signature and not varargs and n >= len(param_names):
-            raise ValueError(f"static_argnums={n} is out of range: {where}")
-        positions.add(n)
-    for arg in names:
-        if not isinstance(arg, str):
-            raise TypeError(f"fastlaunch.compile: static_argnames holds {arg!r:.60}; expected "
-                            f"parameter names")
-        if arg not in param_names:
-            raise ValueError(f"static_argnames: {name} has no positional parameter named "
-                             f"{arg!r}")
-        positions.add(param_names.index(arg))
-    return tuple(sorted(positions))
-
-
 class _Reducing(threading.local):
     def __init__(self):
         self.active = set()
@@ -998,234 +963,12 @@ def _immutable(value) -> bool:
     return isinstance(value, _IMMUTABLE)
 
 
-def _foreign_device_array(leaf) -> bool:
-    """Another library's CUDA array.  The instance decides: torch.Tensor has the attribute on
-    its class, but a CPU tensor raises when asked for it."""
-    if isinstance(leaf, (np.ndarray, _core.DeviceArray)) or \
-            not hasattr(type(leaf), "__cuda_array_interface__"):
-        return False
-    try:
-        leaf.__cuda_array_interface__  # noqa: B018  (asked for: a CPU tensor raises)
-    except Exception:                 # noqa: BLE001  (AttributeError, RuntimeError, ...)
-        return False
-    return True
-
-
-_STATIC_HINT = (". Other objects (a method's `self`, a config object) can be passed as static "
-                "arguments: static_argnums= / static_argnames= (hashable; their value is part "
-                "of the signature, and what fn reads from them is fixed when it is traced)")
-
-
-def _describe_leaf(name: str, leaf, backend=None) -> LeafSpec:
-    if type(leaf) is _core.DeviceArray:
-        ops.check_dtype(leaf.dtype, name)
-        if backend is not None and leaf.device != backend.name:
-            raise TypeError(f"{name}: a DeviceArray in {leaf.device} memory cannot be passed to "
-                            f"a function compiled for backend {backend.name!r}")
-        if any(st % leaf.itemsize for st in leaf.strides):
-            raise TypeError(f"{name}: DeviceArray strides {leaf.strides} are not multiples of "
-                            f"its itemsize")
-        return LeafSpec.array(leaf.dtype, leaf.shape,
-                              tuple(st // leaf.itemsize for st in leaf.strides),
-                              Space.SPACE_DEVICE)
-    if isinstance(leaf, np.ndarray):
-        ops.check_dtype(leaf.dtype, name)
-        return LeafSpec.array(leaf.dtype, leaf.shape, _element_strides(leaf))
-    if type(leaf) is bool:
-        return LeafSpec.scalar(np.bool_, bool)
-    if type(leaf) is int:
-        return LeafSpec.scalar(np.int64 if leaf < 2**63 else np.uint64, int)
-    if type(leaf) is float:
-        return LeafSpec.scalar(np.float64, float)
-    if isinstance(leaf, np.generic):
-        ops.check_dtype(leaf.dtype, name)
-        return LeafSpec.scalar(leaf.dtype)
-    raise TypeError(f"{name}: expected a NumPy array, a Python or NumPy scalar, or a "
-                    f"tuple/list/dict of them; got {type(leaf).__name__}{_STATIC_HINT}")
-
-
-# ndarray attributes that a subclass may redefine without changing what operations compute
-_HARMLESS = {"__init__", "__new__", "__repr__", "__str__", "__format__", "__array_finalize__",
-             "__reduce__", "__reduce_ex__", "__setstate__", "__class_getitem__", "__dir__",
-             "__init_subclass__", "__subclasshook__", "__sizeof__", "__doc__", "__module__",
-             "__dict__", "__weakref__", "__copy__", "__deepcopy__", "__getstate__", "dump",
-             "dumps", "tofile", "tolist", "tobytes", "tostring", "__dlpack__",
-             "__dlpack_device__", "__array_interface__", "__array_struct__", "__hash__",
-             "__slots__", "__annotations__", "__qualname__", "__array_priority__"}
-_SUBCLASS_VERDICT: dict = {}
-
-
-def _subclass_overrides(cls) -> list:
-    """The ndarray methods and operators a subclass redefines (np.matrix's `*`, a masked
-    array's reductions and ufunc hooks): computing them as plain arrays would be wrong."""
-    found = _SUBCLASS_VERDICT.get(cls)
-    if found is None:
-        found = [name for name in dir(np.ndarray) if name not in _HARMLESS
-                 and getattr(cls, name, None) is not getattr(np.ndarray, name)]
-        _SUBCLASS_VERDICT[cls] = found
-    return found
-
-
-_DLPACK_CPU = 1            # DLDeviceType kDLCPU
-_NOT_FOREIGN = (np.ndarray, np.generic, _core.DeviceArray, np.random.Generator, bool, int, float,
-                complex, str, bytes, type(None))
-
-
-def _foreign_view(name: str, leaf):
-    """A CPU array of another library as a NumPy view of its memory (never a copy), through
-    DLPack (PyTorch, JAX, CuPy-style host arrays), the array interface, or the buffer protocol
-    (memoryview, array.array, bytearray); anything else unchanged.  bytes and str stay what
-    NumPy makes of them, scalars, and are refused later."""
-    if isinstance(leaf, _NOT_FOREIGN):
-        return leaf
-    cls = type(leaf)
-    if hasattr(cls, "__dlpack__") and hasattr(cls, "__dlpack_device__"):
-        try:
-            device = leaf.__dlpack_device__()
-        except Exception as err:                          # noqa: BLE001  (the producer's own)
-            raise TypeError(f"{name}: {cls.__name__}.__dlpack_device__() failed: {err}") from None
-        if int(device[0]) != _DLPACK_CPU:
-            raise TypeError(f"{name}: a {cls.__name__} on device {tuple(device)}; fastlaunch "
-                            f"computes on the CPU: pass a CPU array (for PyTorch, x.cpu())")
-        try:
-            return np.from_dlpack(leaf)
-        except (BufferError, TypeError, ValueError, RuntimeError) as err:
-            raise TypeError(f"{name}: {cls.__name__} cannot be shared with NumPy through "
-                            f"DLPack without a copy ({err}); pass np.asarray(x) for a copy") \
-                from None
-    if hasattr(leaf, "__array_interface__") or hasattr(leaf, "__array_struct__"):
-        view = np.asarray(leaf)
-        if isinstance(view, np.ndarray) and view.dtype != object:
-            return view
-        return leaf
-    try:
-        memoryview(leaf).release()
-    except TypeError:
-        return leaf
-    return np.asarray(memoryview(leaf))
-
-
-def _normalize_leaf(name: str, leaf):
-    if type(leaf) is _core.DeviceArray:
-        return leaf
-    if isinstance(leaf, np.ndarray) and type(leaf) is not np.ndarray:
-        overrides = _subclass_overrides(type(leaf))
-        if overrides:
-            raise TypeError(
-                f"{name}: {type(leaf).__module__}.{type(leaf).__name__} is an ndarray subclass "
-                f"that redefines {', '.join(overrides[:4])}{', ...' if len(overrides) > 4 else ''}"
-                f"; fastlaunch computes with plain NumPy semantics, which would differ. Pass "
-                f"np.asarray(x) if plain array semantics are what you want")
-        leaf = leaf.view(np.ndarray)          # same memory: in-place updates reach the caller
-    if isinstance(leaf, np.ndarray):
-        if leaf.dtype.kind in "OSUVMm":
-            ops.check_dtype(leaf.dtype, name)
-        if not leaf.dtype.isnative or not leaf.flags.aligned or any(
-                s % leaf.dtype.itemsize for s in leaf.strides):
-            return np.array(leaf, dtype=leaf.dtype.newbyteorder("="), order="C", copy=True)
-        return leaf
-    if type(leaf) is int and not -2**63 <= leaf < 2**64:
-        raise OverflowError(f"{name}: Python integer {leaf} does not fit in int64 or uint64")
-    if isinstance(leaf, (bool, int, float, np.generic)) and not isinstance(leaf, complex):
-        if isinstance(leaf, np.generic):
-            ops.check_dtype(leaf.dtype, name)
-        return leaf
-    if isinstance(leaf, complex):
-        raise TypeError(f"{name}: complex numbers are not supported")
-    raise TypeError(f"{name}: expected a NumPy array, a Python or NumPy scalar, or a "
-                    f"tuple/list/dict of them; got {type(leaf).__name__}{_STATIC_HINT}")
-
-
-def _self_overlapping(arr: np.ndarray) -> bool:
-    """Whether two elements of `arr` may share memory: false when, taking the axes by
-    increasing |stride|, each stride steps past everything the smaller axes reach (the
-    layout of every array NumPy allocates, and of its basic-indexing views).  An empty
-    array has no elements to share (NumPy gives some, copies of empty ones, zero strides)."""
-    if arr.size == 0:
-        return False
-    reach = 0
-    for n, st in sorted(((n, abs(st)) for n, st in zip(arr.shape, arr.strides) if n > 1),
-                        key=lambda t: t[1]):
-        if st < reach + arr.itemsize:
-            return True
-        reach += st * (n - 1)
-    return False
-
-
-def _element_strides(arr: np.ndarray) -> tuple:
-    return tuple(s // arr.dtype.itemsize for s in arr.strides)
-
-
 def _leaf_text(leaf: LeafSpec) -> str:
     return leaf.text()
 
 
 def _signature_text(leaves) -> str:
     return "(" + ", ".join(_leaf_text(d) for d in leaves) + ")"
-
-
-_RNG_TYPES = (np.random.Generator, np.random.RandomState)
-
-
-def _captured_generators(fn) -> list:
-    """(name, generator, state) of each Generator/RandomState fn reads from its globals or its
-    closure: drawing from one while tracing would freeze its numbers into the trace."""
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return []
-    found = []
-    globs = getattr(fn, "__globals__", {})
-    for name in code.co_names:
-        value = globs.get(name)
-        if isinstance(value, _RNG_TYPES):
-            found.append((f"the global {name!r}", value, _rng_state(value)))
-    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
-        try:
-            value = cell.cell_contents
-        except ValueError:
-            continue
-        if isinstance(value, _RNG_TYPES):
-            found.append((f"{name!r} (from the enclosing function)", value, _rng_state(value)))
-    return found
-
-
-def _rng_state(gen):
-    return gen.bit_generator.state if isinstance(gen, np.random.Generator) else gen.get_state()
-
-
-def _same_state(a, b) -> bool:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same_state(a[k], b[k]) for k in a)
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return len(a) == len(b) and all(_same_state(x, y) for x, y in zip(a, b))
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return np.array_equal(a, b)
-    return a == b
-
-
-def _with_generators(enc, gens):
-    """The encoding of a call whose Generator leaves became uint64 keys: the keys list says
-    which, so that such an entry never matches a call passing plain integers there."""
-    if enc is None or not gens:
-        return enc
-    sig, leaves, keys, statics = enc
-    return sig, leaves, keys + [("numpy.random.Generator", tuple(sorted(gens)))], statics
-
-
-def _array_attributes(value) -> list:
-    """Names of the NumPy-array attributes of an object (a static argument's), if any."""
-    try:
-        attrs = vars(value)
-    except TypeError:
-        return []
-    return [k for k, v in attrs.items() if isinstance(v, np.ndarray)][:5]
-
-
-def _generator_leaves(keys) -> set:
-    for k in keys:
-        if type(k) is tuple and k and k[0] == "numpy.random.Generator":
-            return set(k[1])
-    return set()
 
 
 def _bound_namespace(fn):

@@ -304,3 +304,43 @@ def _entries():
 
 # np.random's functions draw traced random numbers in tracing threads in this block
 intercepting = Interception(_entries).active
+
+
+# ---- generators a compiled function captures (jit.py checks them around a trace) -----
+RNG_TYPES = (np.random.Generator, np.random.RandomState)
+
+
+def captured_generators(fn) -> list:
+    """(name, generator, state) of each Generator/RandomState fn reads from its globals or its
+    closure: drawing from one while tracing would freeze its numbers into the trace."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    found = []
+    globs = getattr(fn, "__globals__", {})
+    for name in code.co_names:
+        value = globs.get(name)
+        if isinstance(value, RNG_TYPES):
+            found.append((f"the global {name!r}", value, generator_state(value)))
+    for name, cell in zip(code.co_freevars, getattr(fn, "__closure__", None) or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        if isinstance(value, RNG_TYPES):
+            found.append((f"{name!r} (from the enclosing function)", value, generator_state(value)))
+    return found
+
+
+def generator_state(gen):
+    return gen.bit_generator.state if isinstance(gen, np.random.Generator) else gen.get_state()
+
+
+def same_state(a, b) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(same_state(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(a, b)
+    return a == b

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from fastlaunch import fuse
-from fastlaunch.jit import _describe_leaf
+from fastlaunch.arguments import describe_leaf as _describe_leaf
 from fastlaunch.trace import trace_function
 
 GOLDEN_DIR = Path(__file__).parent / "golden"

@@ -1,9 +1,10 @@
 """The backend boundary: the interface every backend implements (backends/base.py), the
 pipeline run through it one stage at a time, and the typed records that cross it.
 
-The stage-by-stage runs call what jit.Compiled._trace calls, in order, and assert what each
-stage hands the next: trace -> fuse -> backend.schedule -> backend.compile -> record ->
-verify -> backend.link -> a dispatcher entry that is called.
+The stage-by-stage runs call what artifact.from_trace and link.link call, in order, and assert
+what each stage hands the next: trace -> fuse -> backend.schedule -> backend.compile -> record
+-> verify -> backend.link -> a dispatcher entry that is called.  Every way to make a whole
+artifact, on every backend, is in test_artifact.py.
 """
 import ast
 import inspect
@@ -21,8 +22,8 @@ from fastlaunch.backends.base import (Backend, CallLayout, CompiledKernel, Devic
 from fastlaunch.backends.null import NullSchedule
 from fastlaunch.errors import BackendUnavailableError
 from fastlaunch.ir import Op
-from fastlaunch.jit import result_specs
-from fastlaunch.link import executable_layout, link_entry
+from fastlaunch.artifact import result_specs
+from fastlaunch.link import executable_layout
 from fastlaunch.pytree import flatten
 
 from _stages import fused, layouts, plan_text, trace
@@ -203,7 +204,7 @@ def test_pipeline_stage_by_stage_on_every_backend(name):
     assert executable.program is program
 
     sig, _, keys, statics = _core.encode(args)
-    entry = link_entry(backend, program, kernels, call, sig, keys, statics)
+    entry = _core.Entry(sig, keys, statics, executable)
     assert entry.executable.program is program
     if name == "cuda" and not _gpu_usable():
         # everything up to the call works without a GPU; the call says why it cannot run
@@ -277,7 +278,7 @@ def test_null_backend_runs_the_optimisation_step_stage_by_stage():
 
     # the dispatcher entry: results of NumPy's shapes and dtypes (values are not computed)
     sig, _, keys, statics = _core.encode(args)
-    entry = link_entry(backend, program, kernels, call, sig, keys, statics)
+    entry = _core.Entry(sig, keys, statics, executable)
     out = _core.run_entry(entry, args)
     want = step(*args)
     assert type(out) is tuple and len(out) == 4
