@@ -453,89 +453,89 @@ cdef int interrupt_pending() noexcept nogil:
 
 
 # ---- the host interpreter ----------------------------------------------------------------
-cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, int64_t *slots,
-                  int64_t *argwords, fl_kernel_fn *kernels, const int64_t *work,
-                  const int64_t *threads, const fl_library_fn *libs,
-                  RunState *state) except -1 nogil:
-    """Execute host bytecode from state.start.  Returns a Status (state.pc: where it stopped);
-    never touches Python objects.  The verifier has proved every index below in range.
-    BIND and the loop's slot instructions are csrc/slotops.h's, shared with the other
-    interpreters; a launch small enough to run serially calls its kernel directly."""
-    cdef const int64_t *ins = code + state.start    # the instruction (pc: ins - code)
-    cdef const int64_t *stop = code + ncode
-    cdef Py_ssize_t k
-    cdef int64_t op
-    cdef void *p
-    cdef int rc
-    while ins < stop:
-        op = ins[0]
-        if op == LAUNCH:
-            k = ins[1]
-            fl_launch_inline(kernels[k], ins[2], work[k], threads[k], &argwords[ins[3]])
-        elif op == BIND:
-            fl_op_bind(ins, lists, slots, argwords)
-        elif op == ALLOC:
-            p = fl_mem_alloc(ins[2])
-            if p == NULL:
-                state.pc = ins - code
-                return STATUS_NO_MEMORY
-            slots[ins[1]] = <int64_t><intptr_t>p
-        elif op == FREE:
-            fl_mem_free(<void *><intptr_t>slots[ins[1]])
-            slots[ins[1]] = 0
-        elif op == CHECK:
-            if (<int64_t *><intptr_t>slots[ins[1]])[0] != 0:
-                state.pc = ins - code
-                return STATUS_KERNEL_ERROR
-        elif op == POLL:
-            if fl_interrupt_pending():
-                state.pc = ins - code
-                return STATUS_INTERRUPTED
-        elif op == LIBCALL:
-            # the routine runs here, on the interpreter's thread; BLAS has its own threads,
-            # so the pool's workers stop spinning for it
-            fl_pool_park()
-            rc = libs[ins[1]](&ins[2], slots)
-            if rc != 0:
-                state.pc = ins - code
-                state.backend_code = rc
-                return STATUS_LIBRARY_ERROR
-        elif op == LOOP:
-            # loops (fl.iterate)
-            if fl_op_loop(ins, slots):
-                ins = code + ins[3]
-                continue
-        elif op == ROTATE:
-            fl_op_rotate(ins, slots)
-        elif op == ROW:
-            fl_op_row(ins, slots)
-        elif op == MOVE:
-            fl_op_move(ins, slots)
-        elif op == BREAK_IF:
-            if (<const char *><intptr_t>slots[ins[1]])[0] != 0:
-                ins = code + ins[2]
-                continue
-        elif op == COPY:
-            if ins[3] > 0 and slots[ins[1]] != slots[ins[2]]:
-                memmove(<void *><intptr_t>slots[ins[1]],
-                        <const void *><intptr_t>slots[ins[2]], ins[3])
-        elif op == SET:
-            fl_op_set(ins, slots)
-        # the unrolled loop's NEXT and JUMP outside the switch above: two more cases in it
-        # cost every instruction of a plain call a compare (a deeper decision tree)
-        else:
-            if op == NEXT:
-                if fl_op_next(ins, slots):
-                    ins = code + ins[3]
-                    continue
-            elif op == JUMP:
-                ins = code + ins[1]
-                continue
-            else:
-                state.pc = ins - code
-                return STATUS_BAD_OPCODE
-        ins += op & 0xFF
+# The dispatch loop is _interp.pxi's, shared with every interpreter; here are the host's
+# hooks: kernels are function pointers with the CPU kernel ABI, memory is the host pool.
+ctypedef struct Hooks:
+    fl_kernel_fn *kernels
+    const int64_t *work           # per kernel: work per launch index (runtime.h: fl_launch)
+    const int64_t *threads        # per kernel: the threads its schedule gives it
+    const fl_library_fn *libs     # the LIBCALL table
+
+
+cdef inline int hook_launch(const Hooks *h, const int64_t *ins, int64_t *argwords,
+                            RunState *state) noexcept nogil:
+    # a launch small enough to run serially calls its kernel directly
+    cdef Py_ssize_t k = ins[1]
+    fl_launch_inline(h.kernels[k], ins[2], h.work[k], h.threads[k], &argwords[ins[3]])
     return STATUS_OK
+
+
+cdef inline int hook_alloc(const Hooks *h, const int64_t *ins, int64_t *slots,
+                           RunState *state) noexcept nogil:
+    cdef void *p = fl_mem_alloc(ins[2])
+    if p == NULL:
+        return STATUS_NO_MEMORY
+    slots[ins[1]] = <int64_t><intptr_t>p
+    return STATUS_OK
+
+
+cdef inline int hook_free(const Hooks *h, const int64_t *ins, int64_t *slots,
+                          RunState *state) noexcept nogil:
+    fl_mem_free(<void *><intptr_t>slots[ins[1]])
+    slots[ins[1]] = 0
+    return STATUS_OK
+
+
+cdef inline int hook_to_device(const Hooks *h, const int64_t *ins, int64_t *slots,
+                               RunState *state) noexcept nogil:
+    # host programs have one space: a copy between two host slots (the recorder emits none)
+    memcpy(<void *><intptr_t>slots[ins[1]], <const void *><intptr_t>slots[ins[2]], ins[3])
+    return STATUS_OK
+
+
+cdef inline int hook_to_host(const Hooks *h, const int64_t *ins, int64_t *slots,
+                             RunState *state) noexcept nogil:
+    memcpy(<void *><intptr_t>slots[ins[1]], <const void *><intptr_t>slots[ins[2]], ins[3])
+    return STATUS_OK
+
+
+cdef inline int hook_copy(const Hooks *h, const int64_t *ins, int64_t *slots,
+                          RunState *state) noexcept nogil:
+    memmove(<void *><intptr_t>slots[ins[1]], <const void *><intptr_t>slots[ins[2]], ins[3])
+    return STATUS_OK
+
+
+cdef inline int hook_check(const Hooks *h, const int64_t *ins, int64_t *slots,
+                           RunState *state) noexcept nogil:
+    if (<int64_t *><intptr_t>slots[ins[1]])[0] != 0:
+        return STATUS_KERNEL_ERROR
+    return STATUS_OK
+
+
+cdef inline int hook_flag(const Hooks *h, const int64_t *ins, int64_t *slots, char *flag,
+                          RunState *state) noexcept nogil:
+    flag[0] = (<const char *><intptr_t>slots[ins[1]])[0]
+    return STATUS_OK
+
+
+cdef inline int hook_libcall(const Hooks *h, const int64_t *ins, int64_t *slots,
+                             RunState *state) noexcept nogil:
+    # the routine runs here, on the interpreter's thread; BLAS has its own threads, so the
+    # pool's workers stop spinning for it
+    cdef int rc
+    fl_pool_park()
+    rc = h.libs[ins[1]](&ins[2], slots)
+    if rc != 0:
+        state.backend_code = rc
+        return STATUS_LIBRARY_ERROR
+    return STATUS_OK
+
+
+cdef inline int hook_poll() noexcept nogil:
+    return fl_interrupt_pending()
+
+
+include "_interp.pxi"
 
 
 # Outputs of at least this many bytes take their memory from the caching pool: a fresh large
@@ -1047,6 +1047,7 @@ cdef class HostExecutable(Executable):
     cdef int64_t *work
     cdef int64_t *threads
     cdef fl_library_fn *libs
+    cdef Hooks hooks                  # the four above, as the dispatch loop reads them
 
     def __init__(self, layout, kernel_addresses, kernel_work, kernel_threads,
                  library_addresses=()):
@@ -1066,6 +1067,10 @@ cdef class HostExecutable(Executable):
         self.work = _copy_words(kernel_work)
         self.threads = _copy_words(kernel_threads)
         self.libs = library_table(layout.program, library_addresses)
+        self.hooks.kernels = self.kernels
+        self.hooks.work = self.work
+        self.hooks.threads = self.threads
+        self.hooks.libs = self.libs
 
     def __dealloc__(self):
         free(self.kernels)
@@ -1074,8 +1079,7 @@ cdef class HostExecutable(Executable):
         free(self.libs)
 
     cdef int execute(self, int64_t *slots, int64_t *argwords, RunState *state) except -1 nogil:
-        return run_code(self.code, self.ncode, self.lists, slots, argwords, self.kernels,
-                        self.work, self.threads, self.libs, state)
+        return run_loop(self.code, self.ncode, self.lists, slots, argwords, &self.hooks, state)
 
     cdef int release(self, int64_t *slots) except -1:
         cdef Py_ssize_t i
