@@ -926,8 +926,7 @@ def _launch_floor(CUDAExecutable exe, int iters, double scalar):
         while pc < exe.ncode:
             op = c[pc]
             if op == BIND:
-                for k in range(c[pc + 3]):
-                    argwords[c[pc + 1] + k] = slots[exe.lists[c[pc + 2] + k]]
+                fl_op_bind(&c[pc], exe.lists, slots, argwords)
             elif op == LAUNCH and c[pc + 2] > 0:
                 launches[2 * nl] = c[pc + 1]
                 launches[2 * nl + 1] = c[pc + 3]
