@@ -12,8 +12,8 @@ implements (_core.pxd); `HostExecutable` is the host one, whose interpreter know
 bytecode, slots and function pointers.
 
 Size: over 1,000 lines: one extension module, because the encoder, the dispatcher and the
-host interpreter share C-level state with no Python call between them; issue 26 gives the
-three interpreters one dispatch loop and narrows what a backend sees of `Executable`.
+host interpreter share C-level state with no Python call between them.  The host's dispatch
+loop is `_interp.pxi`'s, shared with every interpreter; this file has only its hooks.
 """
 from cpython.ref cimport PyObject, Py_INCREF
 from cpython.tuple cimport PyTuple_New

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch import _core
 from fastlaunch._launch import Opcode
 
 PKG = pathlib.Path(fl.__file__).parent
