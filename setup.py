@@ -149,7 +149,8 @@ def _key(ext) -> str:
         h.update(repr(part).encode() + b"\0")
     package = os.path.join(HERE, "fastlaunch")
     headers = sorted(glob.glob(os.path.join(package, "**", "*.h"), recursive=True) +
-                     glob.glob(os.path.join(package, "*.pxd")))
+                     glob.glob(os.path.join(package, "*.pxd")) +
+                     glob.glob(os.path.join(package, "*.pxi")))
     for path in list(ext.sources) + list(ext.depends) + headers:
         with open(os.path.join(HERE, path), "rb") as fh:
             h.update(os.path.basename(path).encode() + b"\0" + fh.read())

@@ -12,8 +12,8 @@ implements (_core.pxd); `HostExecutable` is the host one, whose interpreter know
 bytecode, slots and function pointers.
 
 Size: over 1,000 lines: one extension module, because the encoder, the dispatcher and the
-host interpreter share C-level state with no Python call between them; issue 26 gives the
-three interpreters one dispatch loop and narrows what a backend sees of `Executable`.
+host interpreter share C-level state with no Python call between them.  The host's dispatch
+loop is `_interp.pxi`'s, shared with every interpreter; this file has only its hooks.
 """
 from cpython.ref cimport PyObject, Py_INCREF
 from cpython.tuple cimport PyTuple_New
@@ -70,11 +70,68 @@ cdef enum:
     TAG_NONE = 10
     TAG_NAMEDTUPLE = 11
     TAG_BIGINT = 12         # a Python int in [2**63, 2**64): NumPy takes it as uint64
-    TAG_DEVARRAY = 13       # a DeviceArray: as TAG_ARRAY, plus its backend's kind << 44
+    TAG_DEVARRAY = 13       # a DeviceArray: as TAG_ARRAY, plus its backend kind (bits 44-47)
     TAG_OBJECT = 14         # a registered object, dataclass or method's self (pytree.py)
     TAG_CONST = 15          # a str in the argument tree: compared with the keys, by value
     TAG_COMPLEX = 16        # a complex scalar: two leaves (real, imaginary part), its NumPy
                             # type number << 8 (0: a Python complex, weak)
+
+# The layout of a tag word, defined here once (encoder, flat encoder, decoder, DeviceArray):
+#   bits 0-7    the TAG_*
+#   bits 8-23   an array's or scalar's NumPy type number; a container's length from bit 8 up
+#   bits 24-39  an array's ndim (then ndim shape words, and ndim stride words unless
+#               C-contiguous)
+#   bit 40      C-contiguous
+#   bits 44-47  a DeviceArray's backend kind (DEVICE_KINDS)
+cdef enum:
+    SIG_TAG_MASK = 0xFF
+    SIG_TYPE_SHIFT = 8
+    SIG_TYPE_MASK = 0xFFFF
+    SIG_NDIM_SHIFT = 24
+    SIG_NDIM_MASK = 0xFFFF
+    SIG_CONTIG_BIT = 40
+    SIG_DEVICE_SHIFT = 44
+    SIG_DEVICE_MASK = 0xF
+    SIG_ARRAY_BITS = 41         # an array word's bits above these are zero...
+    SIG_DEVARRAY_BITS = 48      # ...and a device array word's above these
+
+
+cdef inline int64_t sig_word(int64_t tag, int64_t value) noexcept nogil:
+    """A tag word carrying a type number or a container's length."""
+    return tag | (value << SIG_TYPE_SHIFT)
+
+
+cdef inline int64_t sig_array_word(int64_t tag, int64_t typenum, int64_t nd,
+                                   bint contiguous) noexcept nogil:
+    return (tag | (typenum << SIG_TYPE_SHIFT) | (nd << SIG_NDIM_SHIFT)
+            | ((<int64_t>contiguous) << SIG_CONTIG_BIT))
+
+
+cdef inline int sig_tag(int64_t word) noexcept nogil:
+    return word & SIG_TAG_MASK
+
+
+cdef inline int sig_typenum(int64_t word) noexcept nogil:
+    return (word >> SIG_TYPE_SHIFT) & SIG_TYPE_MASK
+
+
+cdef inline Py_ssize_t sig_ndim(int64_t word) noexcept nogil:
+    return (word >> SIG_NDIM_SHIFT) & SIG_NDIM_MASK
+
+
+cdef inline bint sig_contiguous(int64_t word) noexcept nogil:
+    return (word >> SIG_CONTIG_BIT) & 1
+
+
+cdef inline int sig_device(int64_t word) noexcept nogil:
+    return (word >> SIG_DEVICE_SHIFT) & SIG_DEVICE_MASK
+
+
+cdef inline Py_ssize_t sig_array_size(int64_t word) noexcept nogil:
+    """Words an array's signature takes: its tag word, shape and (strided) strides."""
+    cdef Py_ssize_t nd = sig_ndim(word)
+    return 1 + nd * (1 if sig_contiguous(word) else 2)
+
 
 # encode() results
 cdef enum:
@@ -157,8 +214,7 @@ cdef int encode_value(object obj, Words *sig, Words *vals, list leaves, list key
             return NOT_ENCODABLE
         nd = cnp.PyArray_NDIM(arr)
         contiguous = (flags & cnp.NPY_ARRAY_C_CONTIGUOUS) != 0
-        words_push(sig, TAG_ARRAY | (<int64_t>cnp.PyArray_TYPE(arr) << 8)
-                   | (<int64_t>nd << 24) | (<int64_t>contiguous << 40))
+        words_push(sig, sig_array_word(TAG_ARRAY, cnp.PyArray_TYPE(arr), nd, contiguous))
         for i in range(nd):
             words_push(sig, cnp.PyArray_DIMS(arr)[i])
         if not contiguous:
@@ -177,26 +233,26 @@ cdef int encode_value(object obj, Words *sig, Words *vals, list leaves, list key
     elif depth >= MAX_DEPTH and (t is tuple or t is list or t is dict or isinstance(obj, tuple)):
         return NOT_ENCODABLE
     elif t is tuple or t is list:
-        words_push(sig, (TAG_TUPLE if t is tuple else TAG_LIST) | (<int64_t>len(obj) << 8))
+        words_push(sig, sig_word(TAG_TUPLE if t is tuple else TAG_LIST, len(obj)))
         for item in obj:
             if encode_value(item, sig, vals, leaves, keys, depth + 1) != ENCODED:
                 return NOT_ENCODABLE
     elif t is dict:
-        words_push(sig, TAG_DICT | (<int64_t>len(obj) << 8))
+        words_push(sig, sig_word(TAG_DICT, len(obj)))
         keys.append(tuple(obj))
         for item in obj.values():
             if encode_value(item, sig, vals, leaves, keys, depth + 1) != ENCODED:
                 return NOT_ENCODABLE
     elif isinstance(obj, tuple):
         # a namedtuple: its class is part of the key
-        words_push(sig, TAG_NAMEDTUPLE | (<int64_t>len(obj) << 8))
+        words_push(sig, sig_word(TAG_NAMEDTUPLE, len(obj)))
         keys.append(t)
         for item in obj:
             if encode_value(item, sig, vals, leaves, keys, depth + 1) != ENCODED:
                 return NOT_ENCODABLE
     elif t is complex or t is np.complex128 or t is np.complex64:
         # two leaves, the parts (pytree.py splits it the same way)
-        words_push(sig, TAG_COMPLEX | (<int64_t>(0 if t is complex else np.dtype(t).num) << 8))
+        words_push(sig, sig_word(TAG_COMPLEX, 0 if t is complex else np.dtype(t).num))
         part = float if t is complex else (np.float64 if t is np.complex128 else np.float32)
         re, im = part(obj.real), part(obj.imag)
         bits.f = float(re)
@@ -207,7 +263,7 @@ cdef int encode_value(object obj, Words *sig, Words *vals, list leaves, list key
         leaves.append(im)
     elif isinstance(obj, np.generic) and not isinstance(obj, (np.complexfloating, np.void,
                                                                np.flexible, np.object_)):
-        words_push(sig, TAG_NPSCALAR | (<int64_t>np.dtype(type(obj)).num << 8))
+        words_push(sig, sig_word(TAG_NPSCALAR, np.dtype(type(obj)).num))
         if isinstance(obj, np.floating):
             bits.f = float(obj)
             words_push(vals, bits.i)
@@ -228,7 +284,7 @@ cdef int encode_value(object obj, Words *sig, Words *vals, list leaves, list key
         if parts is None or depth >= MAX_DEPTH:
             return NOT_ENCODABLE
         key, children = parts
-        words_push(sig, TAG_OBJECT | (<int64_t>len(children) << 8))
+        words_push(sig, sig_word(TAG_OBJECT, len(children)))
         keys.append(key)
         for item in children:
             if encode_value(item, sig, vals, leaves, keys, depth + 1) != ENCODED:
@@ -296,19 +352,19 @@ def signature_leaves(bytes sig):
     out = []
     while i < n:
         word = w[i]
-        tag = word & 0xFF
+        tag = sig_tag(word)
         i += 1
         if tag == TAG_ARRAY or tag == TAG_DEVARRAY:
-            nd = (word >> 24) & 0xFFFF
-            if (word >> 41 if tag == TAG_ARRAY else word >> 48) or nd > 64 or \
-                    i + nd * (1 if (word >> 40) & 1 else 2) > n:
+            nd = sig_ndim(word)
+            if (word >> (SIG_ARRAY_BITS if tag == TAG_ARRAY else SIG_DEVARRAY_BITS)) or \
+                    nd > 64 or i - 1 + sig_array_size(word) > n:
                 raise ValueError("signature: malformed array word")
-            dtype = _typenum_dtype((word >> 8) & 0xFFFF)
+            dtype = _typenum_dtype(sig_typenum(word))
             shape = tuple(int(w[i + d]) for d in range(nd))
             i += nd
             if any(x < 0 for x in shape):
                 raise ValueError("signature: negative dimension")
-            if (word >> 40) & 1:
+            if sig_contiguous(word):
                 strides = None
             else:
                 strides = tuple(int(w[i + d]) for d in range(nd))
@@ -316,7 +372,7 @@ def signature_leaves(bytes sig):
             if tag == TAG_ARRAY:
                 out.append(("array", dtype, shape, strides))
             else:
-                out.append(("device", dtype, shape, strides, DEVICE_NAMES.get((word >> 44) & 0xF)))
+                out.append(("device", dtype, shape, strides, DEVICE_NAMES.get(sig_device(word))))
         elif tag == TAG_FLOAT:
             out.append(("scalar", np.dtype(np.float64), float))
         elif tag == TAG_INT:
@@ -326,13 +382,13 @@ def signature_leaves(bytes sig):
         elif tag == TAG_BOOL:
             out.append(("scalar", np.dtype(np.bool_), bool))
         elif tag == TAG_NPSCALAR:
-            out.append(("scalar", _typenum_dtype((word >> 8) & 0xFFFF), None))
+            out.append(("scalar", _typenum_dtype(sig_typenum(word)), None))
         elif tag == TAG_COMPLEX:
-            if (word >> 8) == 0:
+            if (word >> SIG_TYPE_SHIFT) == 0:
                 out += [("scalar", np.dtype(np.float64), float)] * 2
             else:
-                dtype = _typenum_dtype((word >> 8) & 0xFFFF)
-                if dtype.kind != "c" or word >> 24:
+                dtype = _typenum_dtype(sig_typenum(word))
+                if dtype.kind != "c" or word >> SIG_NDIM_SHIFT:
                     raise ValueError("signature: malformed complex word")
                 out += [("scalar", np.dtype(dtype.char.lower()), None)] * 2
         elif tag in (TAG_TUPLE, TAG_LIST, TAG_DICT, TAG_NAMEDTUPLE, TAG_NONE, TAG_STATIC,
@@ -377,8 +433,7 @@ cdef Py_ssize_t encode_flat(tuple args, int64_t *sig, int64_t *vals, PyObject **
             contiguous = (flags & cnp.NPY_ARRAY_C_CONTIGUOUS) != 0
             if nsig + 1 + nd * (1 if contiguous else 2) > FLAT_SIG_WORDS:
                 return -1
-            sig[nsig] = (TAG_ARRAY | (<int64_t>cnp.PyArray_TYPE(arr) << 8)
-                         | (<int64_t>nd << 24) | (<int64_t>contiguous << 40))
+            sig[nsig] = sig_array_word(TAG_ARRAY, cnp.PyArray_TYPE(arr), nd, contiguous)
             nsig += 1
             for d in range(nd):
                 sig[nsig + d] = cnp.PyArray_DIMS(arr)[d]
@@ -419,10 +474,9 @@ cdef bint _is_flat(bytes sig):
     cdef Py_ssize_t i = 0, n = len(sig) // sizeof(int64_t), nd
     cdef int tag
     while i < n:
-        tag = w[i] & 0xFF
+        tag = sig_tag(w[i])
         if tag == TAG_ARRAY or tag == TAG_DEVARRAY:
-            nd = (w[i] >> 24) & 0xFFFF
-            i += 1 + nd * (1 if (w[i] >> 40) & 1 else 2)
+            i += sig_array_size(w[i])
         elif tag in (TAG_FLOAT, TAG_INT, TAG_BOOL):
             i += 1
         else:
@@ -453,89 +507,89 @@ cdef int interrupt_pending() noexcept nogil:
 
 
 # ---- the host interpreter ----------------------------------------------------------------
-cdef int run_code(const int64_t *code, Py_ssize_t ncode, const int64_t *lists, int64_t *slots,
-                  int64_t *argwords, fl_kernel_fn *kernels, const int64_t *work,
-                  const int64_t *threads, const fl_library_fn *libs,
-                  RunState *state) except -1 nogil:
-    """Execute host bytecode from state.start.  Returns a Status (state.pc: where it stopped);
-    never touches Python objects.  The verifier has proved every index below in range.
-    BIND and the loop's slot instructions are csrc/slotops.h's, shared with the other
-    interpreters; a launch small enough to run serially calls its kernel directly."""
-    cdef const int64_t *ins = code + state.start    # the instruction (pc: ins - code)
-    cdef const int64_t *stop = code + ncode
-    cdef Py_ssize_t k
-    cdef int64_t op
-    cdef void *p
-    cdef int rc
-    while ins < stop:
-        op = ins[0]
-        if op == LAUNCH:
-            k = ins[1]
-            fl_launch_inline(kernels[k], ins[2], work[k], threads[k], &argwords[ins[3]])
-        elif op == BIND:
-            fl_op_bind(ins, lists, slots, argwords)
-        elif op == ALLOC:
-            p = fl_mem_alloc(ins[2])
-            if p == NULL:
-                state.pc = ins - code
-                return STATUS_NO_MEMORY
-            slots[ins[1]] = <int64_t><intptr_t>p
-        elif op == FREE:
-            fl_mem_free(<void *><intptr_t>slots[ins[1]])
-            slots[ins[1]] = 0
-        elif op == CHECK:
-            if (<int64_t *><intptr_t>slots[ins[1]])[0] != 0:
-                state.pc = ins - code
-                return STATUS_KERNEL_ERROR
-        elif op == POLL:
-            if fl_interrupt_pending():
-                state.pc = ins - code
-                return STATUS_INTERRUPTED
-        elif op == LIBCALL:
-            # the routine runs here, on the interpreter's thread; BLAS has its own threads,
-            # so the pool's workers stop spinning for it
-            fl_pool_park()
-            rc = libs[ins[1]](&ins[2], slots)
-            if rc != 0:
-                state.pc = ins - code
-                state.backend_code = rc
-                return STATUS_LIBRARY_ERROR
-        elif op == LOOP:
-            # loops (fl.iterate)
-            if fl_op_loop(ins, slots):
-                ins = code + ins[3]
-                continue
-        elif op == ROTATE:
-            fl_op_rotate(ins, slots)
-        elif op == ROW:
-            fl_op_row(ins, slots)
-        elif op == MOVE:
-            fl_op_move(ins, slots)
-        elif op == BREAK_IF:
-            if (<const char *><intptr_t>slots[ins[1]])[0] != 0:
-                ins = code + ins[2]
-                continue
-        elif op == COPY:
-            if ins[3] > 0 and slots[ins[1]] != slots[ins[2]]:
-                memmove(<void *><intptr_t>slots[ins[1]],
-                        <const void *><intptr_t>slots[ins[2]], ins[3])
-        elif op == SET:
-            fl_op_set(ins, slots)
-        # the unrolled loop's NEXT and JUMP outside the switch above: two more cases in it
-        # cost every instruction of a plain call a compare (a deeper decision tree)
-        else:
-            if op == NEXT:
-                if fl_op_next(ins, slots):
-                    ins = code + ins[3]
-                    continue
-            elif op == JUMP:
-                ins = code + ins[1]
-                continue
-            else:
-                state.pc = ins - code
-                return STATUS_BAD_OPCODE
-        ins += op & 0xFF
+# The dispatch loop is _interp.pxi's, shared with every interpreter; here are the host's
+# hooks: kernels are function pointers with the CPU kernel ABI, memory is the host pool.
+ctypedef struct Hooks:
+    fl_kernel_fn *kernels
+    const int64_t *work           # per kernel: work per launch index (runtime.h: fl_launch)
+    const int64_t *threads        # per kernel: the threads its schedule gives it
+    const fl_library_fn *libs     # the LIBCALL table
+
+
+cdef inline int hook_launch(const Hooks *h, const int64_t *ins, int64_t *argwords,
+                            RunState *state) noexcept nogil:
+    # a launch small enough to run serially calls its kernel directly
+    cdef Py_ssize_t k = ins[1]
+    fl_launch_inline(h.kernels[k], ins[2], h.work[k], h.threads[k], &argwords[ins[3]])
     return STATUS_OK
+
+
+cdef inline int hook_alloc(const Hooks *h, const int64_t *ins, int64_t *slots,
+                           RunState *state) noexcept nogil:
+    cdef void *p = fl_mem_alloc(ins[2])
+    if p == NULL:
+        return STATUS_NO_MEMORY
+    slots[ins[1]] = <int64_t><intptr_t>p
+    return STATUS_OK
+
+
+cdef inline int hook_free(const Hooks *h, const int64_t *ins, int64_t *slots,
+                          RunState *state) noexcept nogil:
+    fl_mem_free(<void *><intptr_t>slots[ins[1]])
+    slots[ins[1]] = 0
+    return STATUS_OK
+
+
+cdef inline int hook_to_device(const Hooks *h, const int64_t *ins, int64_t *slots,
+                               RunState *state) noexcept nogil:
+    # host programs have one space: a copy between two host slots (the recorder emits none)
+    memcpy(<void *><intptr_t>slots[ins[1]], <const void *><intptr_t>slots[ins[2]], ins[3])
+    return STATUS_OK
+
+
+cdef inline int hook_to_host(const Hooks *h, const int64_t *ins, int64_t *slots,
+                             RunState *state) noexcept nogil:
+    memcpy(<void *><intptr_t>slots[ins[1]], <const void *><intptr_t>slots[ins[2]], ins[3])
+    return STATUS_OK
+
+
+cdef inline int hook_copy(const Hooks *h, const int64_t *ins, int64_t *slots,
+                          RunState *state) noexcept nogil:
+    memmove(<void *><intptr_t>slots[ins[1]], <const void *><intptr_t>slots[ins[2]], ins[3])
+    return STATUS_OK
+
+
+cdef inline int hook_check(const Hooks *h, const int64_t *ins, int64_t *slots,
+                           RunState *state) noexcept nogil:
+    if (<int64_t *><intptr_t>slots[ins[1]])[0] != 0:
+        return STATUS_KERNEL_ERROR
+    return STATUS_OK
+
+
+cdef inline int hook_flag(const Hooks *h, const int64_t *ins, int64_t *slots, char *flag,
+                          RunState *state) noexcept nogil:
+    flag[0] = (<const char *><intptr_t>slots[ins[1]])[0]
+    return STATUS_OK
+
+
+cdef inline int hook_libcall(const Hooks *h, const int64_t *ins, int64_t *slots,
+                             RunState *state) noexcept nogil:
+    # the routine runs here, on the interpreter's thread; BLAS has its own threads, so the
+    # pool's workers stop spinning for it
+    cdef int rc
+    fl_pool_park()
+    rc = h.libs[ins[1]](&ins[2], slots)
+    if rc != 0:
+        state.backend_code = rc
+        return STATUS_LIBRARY_ERROR
+    return STATUS_OK
+
+
+cdef inline int hook_poll() noexcept nogil:
+    return fl_interrupt_pending()
+
+
+include "_interp.pxi"
 
 
 # Outputs of at least this many bytes take their memory from the caching pool: a fresh large
@@ -662,8 +716,8 @@ cdef class DeviceArray:
         self.sig = <int64_t *>malloc(self.nsig * sizeof(int64_t))
         if self.sig == NULL:
             raise MemoryError()
-        self.sig[0] = (TAG_DEVARRAY | (<int64_t>dt.num << 8) | (<int64_t>nd << 24)
-                       | (<int64_t>contiguous << 40) | (<int64_t>DEVICE_KINDS[device] << 44))
+        self.sig[0] = (sig_array_word(TAG_DEVARRAY, dt.num, nd, contiguous)
+                       | (<int64_t>DEVICE_KINDS[device] << SIG_DEVICE_SHIFT))
         for d in range(nd):
             self.sig[1 + d] = shape[d]
             if not contiguous:
@@ -714,7 +768,7 @@ cdef class DeviceArray:
     def __cuda_array_interface__(self):
         if self.device != "cuda":
             raise AttributeError(f"a {self.device} DeviceArray is not CUDA memory")
-        contiguous = (self.sig[0] >> 40) & 1
+        contiguous = sig_contiguous(self.sig[0])
         # every call of a compiled function synchronises its stream before it returns
         return {"shape": self.shape, "typestr": self.dtype.str, "version": 3,
                 "data": (self.ptr, not self.writeable),
@@ -1047,6 +1101,7 @@ cdef class HostExecutable(Executable):
     cdef int64_t *work
     cdef int64_t *threads
     cdef fl_library_fn *libs
+    cdef Hooks hooks                  # the four above, as the dispatch loop reads them
 
     def __init__(self, layout, kernel_addresses, kernel_work, kernel_threads,
                  library_addresses=()):
@@ -1066,6 +1121,10 @@ cdef class HostExecutable(Executable):
         self.work = _copy_words(kernel_work)
         self.threads = _copy_words(kernel_threads)
         self.libs = library_table(layout.program, library_addresses)
+        self.hooks.kernels = self.kernels
+        self.hooks.work = self.work
+        self.hooks.threads = self.threads
+        self.hooks.libs = self.libs
 
     def __dealloc__(self):
         free(self.kernels)
@@ -1074,8 +1133,7 @@ cdef class HostExecutable(Executable):
         free(self.libs)
 
     cdef int execute(self, int64_t *slots, int64_t *argwords, RunState *state) except -1 nogil:
-        return run_code(self.code, self.ncode, self.lists, slots, argwords, self.kernels,
-                        self.work, self.threads, self.libs, state)
+        return run_loop(self.code, self.ncode, self.lists, slots, argwords, &self.hooks, state)
 
     cdef int release(self, int64_t *slots) except -1:
         cdef Py_ssize_t i

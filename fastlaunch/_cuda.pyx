@@ -503,6 +503,114 @@ def load_kernel(str name, bytes image):
     return <intptr_t>function
 
 
+# ---- the interpreter: _interp.pxi's dispatch loop over these hooks -------------------------
+# A host-side loop of launches and copies on the stream; only CHECK and BREAK_IF wait for
+# the device (a word, a byte read back).  A failed driver call stops the run with
+# STATUS_BACKEND_ERROR, its CUresult in state.backend_code.
+ctypedef struct Hooks:
+    void **functions
+    unsigned *grid
+    unsigned *block
+    int *nargs
+    int64_t *slot_bytes
+    int64_t *status_host              # pinned: CHECK reads the status word into it
+    char *flag_host                   # pinned: BREAK_IF reads a loop's until flag into it
+
+
+cdef inline int driver_failed(int code, RunState *state) noexcept nogil:
+    if code != 0:
+        state.backend_code = code
+        return STATUS_BACKEND_ERROR
+    return STATUS_OK
+
+
+cdef inline int hook_launch(const Hooks *h, const int64_t *ins, int64_t *argwords,
+                            RunState *state) noexcept nogil:
+    cdef void *params[MAX_PARAMS]
+    cdef int64_t *words
+    cdef Py_ssize_t i, k = ins[1]
+    if ins[2] <= 0:
+        return STATUS_OK
+    words = &argwords[ins[3]]
+    for i in range(h.nargs[k]):
+        params[i] = &words[i]
+    return driver_failed(fl_cu_launch(h.functions[k], h.grid[k], h.block[k], params), state)
+
+
+cdef inline int hook_alloc(const Hooks *h, const int64_t *ins, int64_t *slots,
+                           RunState *state) noexcept nogil:
+    cdef uint64_t p
+    cdef int code = fl_cu_alloc_async(&p, ins[2])
+    if code == CUDA_ERROR_OUT_OF_MEMORY:
+        return STATUS_NO_MEMORY
+    if code == 0:
+        slots[ins[1]] = <int64_t>p
+        fl_cu_count(h.slot_bytes[ins[1]])
+    return driver_failed(code, state)
+
+
+cdef inline int hook_free(const Hooks *h, const int64_t *ins, int64_t *slots,
+                          RunState *state) noexcept nogil:
+    cdef int code = fl_cu_free_async(<uint64_t>slots[ins[1]])
+    if code == 0:
+        slots[ins[1]] = 0
+        fl_cu_count(-h.slot_bytes[ins[1]])
+    return driver_failed(code, state)
+
+
+cdef inline int hook_to_device(const Hooks *h, const int64_t *ins, int64_t *slots,
+                               RunState *state) noexcept nogil:
+    return driver_failed(fl_cu_htod(<uint64_t>slots[ins[1]],
+                                    <const void *><intptr_t>slots[ins[2]], ins[3]), state)
+
+
+cdef inline int hook_to_host(const Hooks *h, const int64_t *ins, int64_t *slots,
+                             RunState *state) noexcept nogil:
+    return driver_failed(fl_cu_dtoh(<void *><intptr_t>slots[ins[1]],
+                                    <uint64_t>slots[ins[2]], ins[3]), state)
+
+
+cdef inline int hook_copy(const Hooks *h, const int64_t *ins, int64_t *slots,
+                          RunState *state) noexcept nogil:
+    # the verifier keeps COPY in the kernels' space: device to device
+    return driver_failed(fl_cu_dtod(<uint64_t>slots[ins[1]], <uint64_t>slots[ins[2]], ins[3]),
+                         state)
+
+
+cdef inline int hook_check(const Hooks *h, const int64_t *ins, int64_t *slots,
+                           RunState *state) noexcept nogil:
+    cdef int code = fl_cu_dtoh(h.status_host, <uint64_t>slots[ins[1]], 8)
+    if code == 0:
+        code = fl_cu_sync()
+    if code == 0 and h.status_host[0] != 0:
+        state.backend_code = h.status_host[0]     # the error bits, for error()
+        return STATUS_KERNEL_ERROR
+    return driver_failed(code, state)
+
+
+cdef inline int hook_flag(const Hooks *h, const int64_t *ins, int64_t *slots, char *flag,
+                          RunState *state) noexcept nogil:
+    cdef int code = fl_cu_dtoh(h.flag_host, <uint64_t>slots[ins[1]], 1)
+    if code == 0:
+        code = fl_cu_sync()
+    flag[0] = h.flag_host[0] if code == 0 else 0
+    return driver_failed(code, state)
+
+
+cdef inline int hook_libcall(const Hooks *h, const int64_t *ins, int64_t *slots,
+                             RunState *state) noexcept nogil:
+    # no device library routines: the CUDA backend refuses a program with library calls when
+    # it links it (backends/cuda.py), so this never runs
+    return STATUS_BAD_OPCODE
+
+
+cdef inline int hook_poll() noexcept nogil:
+    return interrupt_pending()
+
+
+include "_interp.pxi"
+
+
 cdef class CUDAExecutable(Executable):
     """A program on the GPU (see the module docstring).  Built without a driver (lowering on a
     machine without a GPU) it holds `unavailable`, the reason, and every call raises it."""
@@ -668,103 +776,20 @@ cdef class CUDAExecutable(Executable):
     cdef int run(self, int64_t *slots, int64_t *argwords, RunState *state) noexcept nogil:
         # from state.start: a run interrupted at a POLL resumes after it, its slots (loop
         # counters, aliases, live temporaries) as it left them
-        cdef Py_ssize_t pc = state.start, k, i
-        cdef int64_t op, n
-        cdef int code
-        cdef uint64_t p
-        cdef int64_t *words
-        cdef void *params[MAX_PARAMS]
-        cdef const int64_t *c = self.code
+        cdef int status, code
+        cdef Hooks h
+        h.functions = self.functions
+        h.grid = self.grid
+        h.block = self.block
+        h.nargs = self.nargs
+        h.slot_bytes = self.slot_bytes
+        h.status_host = self.status_host
+        h.flag_host = self.flag_host
         if self.status_slot >= 0:
             slots[self.status_slot] = <int64_t>self.status_dev
-        while pc < self.ncode:
-            op = c[pc]
-            code = 0
-            if op == LAUNCH:
-                k = c[pc + 1]
-                if c[pc + 2] > 0:
-                    words = &argwords[c[pc + 3]]
-                    for i in range(self.nargs[k]):
-                        params[i] = &words[i]
-                    code = fl_cu_launch(self.functions[k], self.grid[k], self.block[k], params)
-            elif op == BIND:
-                fl_op_bind(&c[pc], self.lists, slots, argwords)
-            elif op == ALLOC:
-                code = fl_cu_alloc_async(&p, c[pc + 2])
-                if code == 0:
-                    slots[c[pc + 1]] = <int64_t>p
-                    fl_cu_count(self.slot_bytes[c[pc + 1]])
-                elif code == CUDA_ERROR_OUT_OF_MEMORY:
-                    state.pc = pc
-                    return STATUS_NO_MEMORY
-            elif op == FREE:
-                code = fl_cu_free_async(<uint64_t>slots[c[pc + 1]])
-                if code == 0:
-                    slots[c[pc + 1]] = 0
-                    fl_cu_count(-self.slot_bytes[c[pc + 1]])
-            elif op == TO_DEVICE:
-                n = c[pc + 3]
-                if n > 0:
-                    code = fl_cu_htod(<uint64_t>slots[c[pc + 1]],
-                                      <const void *><intptr_t>slots[c[pc + 2]], n)
-            elif op == TO_HOST:
-                n = c[pc + 3]
-                if n > 0:
-                    code = fl_cu_dtoh(<void *><intptr_t>slots[c[pc + 1]],
-                                      <uint64_t>slots[c[pc + 2]], n)
-            elif op == CHECK:
-                code = fl_cu_dtoh(self.status_host, <uint64_t>slots[c[pc + 1]], 8)
-                if code == 0:
-                    code = fl_cu_sync()
-                if code == 0 and self.status_host[0] != 0:
-                    state.pc = pc
-                    state.backend_code = self.status_host[0]   # the error bits, for error()
-                    return STATUS_KERNEL_ERROR
-            elif op == POLL:
-                if interrupt_pending():
-                    state.pc = pc
-                    return STATUS_INTERRUPTED
-            # loops (fl.iterate): a host-side loop of launches on the stream; only BREAK_IF
-            # waits for the device (one byte read back per iteration)
-            elif op == LOOP:
-                if fl_op_loop(&c[pc], slots):
-                    pc = c[pc + 3]
-                    continue
-            elif op == NEXT:
-                if fl_op_next(&c[pc], slots):
-                    pc = c[pc + 3]
-                    continue
-            elif op == JUMP:
-                pc = c[pc + 1]
-                continue
-            elif op == ROTATE:
-                fl_op_rotate(&c[pc], slots)
-            elif op == ROW:
-                fl_op_row(&c[pc], slots)
-            elif op == MOVE:
-                fl_op_move(&c[pc], slots)
-            elif op == SET:
-                fl_op_set(&c[pc], slots)
-            elif op == COPY:
-                # the verifier keeps COPY in the kernels' space: device to device
-                n = c[pc + 3]
-                if n > 0 and slots[c[pc + 1]] != slots[c[pc + 2]]:
-                    code = fl_cu_dtod(<uint64_t>slots[c[pc + 1]], <uint64_t>slots[c[pc + 2]], n)
-            elif op == BREAK_IF:
-                code = fl_cu_dtoh(self.flag_host, <uint64_t>slots[c[pc + 1]], 1)
-                if code == 0:
-                    code = fl_cu_sync()
-                if code == 0 and self.flag_host[0] != 0:
-                    pc = c[pc + 2]
-                    continue
-            else:
-                state.pc = pc
-                return STATUS_BAD_OPCODE
-            if code != 0:
-                state.pc = pc
-                state.backend_code = code
-                return STATUS_BACKEND_ERROR
-            pc += op & 0xFF
+        status = run_loop(self.code, self.ncode, self.lists, slots, argwords, &h, state)
+        if status != STATUS_OK:
+            return status
         # the results are host arrays: the copies (and any fault of a kernel) end here
         code = fl_cu_sync()
         if code != 0:
@@ -901,8 +926,7 @@ def _launch_floor(CUDAExecutable exe, int iters, double scalar):
         while pc < exe.ncode:
             op = c[pc]
             if op == BIND:
-                for k in range(c[pc + 3]):
-                    argwords[c[pc + 1] + k] = slots[exe.lists[c[pc + 2] + k]]
+                fl_op_bind(&c[pc], exe.lists, slots, argwords)
             elif op == LAUNCH and c[pc + 2] > 0:
                 launches[2 * nl] = c[pc + 1]
                 launches[2 * nl + 1] = c[pc + 3]

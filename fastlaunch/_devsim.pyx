@@ -64,6 +64,90 @@ cdef inline void device_free(void *ptr) noexcept nogil:
         free(p)
 
 
+# ---- the interpreter: _interp.pxi's dispatch loop over these hooks -------------------------
+# Kernels are host function pointers run on one thread; every buffer they see is device
+# memory, which only TO_DEVICE / TO_HOST copy to and from; the status word and a loop's until
+# flag live there too, and are read back as a driver would.
+ctypedef struct Hooks:
+    fl_kernel_fn *kernels
+    fl_library_fn *libs
+
+
+cdef inline int hook_launch(const Hooks *h, const int64_t *ins, int64_t *argwords,
+                            RunState *state) noexcept nogil:
+    if ins[2] > 0:
+        h.kernels[ins[1]](0, ins[2], &argwords[ins[3]])
+    return STATUS_OK
+
+
+cdef inline int hook_alloc(const Hooks *h, const int64_t *ins, int64_t *slots,
+                           RunState *state) noexcept nogil:
+    cdef void *p = device_alloc(ins[2])
+    if p == NULL:
+        return STATUS_NO_MEMORY
+    slots[ins[1]] = <int64_t><intptr_t>p
+    return STATUS_OK
+
+
+cdef inline int hook_free(const Hooks *h, const int64_t *ins, int64_t *slots,
+                          RunState *state) noexcept nogil:
+    device_free(<void *><intptr_t>slots[ins[1]])
+    slots[ins[1]] = 0
+    return STATUS_OK
+
+
+cdef inline int hook_to_device(const Hooks *h, const int64_t *ins, int64_t *slots,
+                               RunState *state) noexcept nogil:
+    memcpy(<void *><intptr_t>slots[ins[1]], <void *><intptr_t>slots[ins[2]], ins[3])
+    return STATUS_OK
+
+
+cdef inline int hook_to_host(const Hooks *h, const int64_t *ins, int64_t *slots,
+                             RunState *state) noexcept nogil:
+    memcpy(<void *><intptr_t>slots[ins[1]], <void *><intptr_t>slots[ins[2]], ins[3])
+    return STATUS_OK
+
+
+cdef inline int hook_copy(const Hooks *h, const int64_t *ins, int64_t *slots,
+                          RunState *state) noexcept nogil:
+    # a device-to-device copy
+    memmove(<void *><intptr_t>slots[ins[1]], <void *><intptr_t>slots[ins[2]], ins[3])
+    return STATUS_OK
+
+
+cdef inline int hook_check(const Hooks *h, const int64_t *ins, int64_t *slots,
+                           RunState *state) noexcept nogil:
+    cdef int64_t word
+    memcpy(&word, <void *><intptr_t>slots[ins[1]], 8)
+    if word != 0:
+        return STATUS_KERNEL_ERROR
+    return STATUS_OK
+
+
+cdef inline int hook_flag(const Hooks *h, const int64_t *ins, int64_t *slots, char *flag,
+                          RunState *state) noexcept nogil:
+    memcpy(flag, <void *><intptr_t>slots[ins[1]], 1)
+    return STATUS_OK
+
+
+cdef inline int hook_libcall(const Hooks *h, const int64_t *ins, int64_t *slots,
+                             RunState *state) noexcept nogil:
+    # the CPU's routines, run on the simulated device's memory (as a device library runs on
+    # device buffers: no copies through the host)
+    cdef int rc = h.libs[ins[1]](&ins[2], slots)
+    if rc != 0:
+        state.backend_code = rc
+        return STATUS_LIBRARY_ERROR
+    return STATUS_OK
+
+
+cdef inline int hook_poll() noexcept nogil:
+    return interrupt_pending()
+
+
+include "_interp.pxi"
+
+
 def device_stats():
     """{"live_bytes", "allocations"} of the simulated device (tests check for leaks)."""
     return {"live_bytes": fl_devsim_live(), "allocations": fl_devsim_allocs()}
@@ -155,13 +239,12 @@ cdef class DevSimExecutable(Executable):
             free(self.libs)
 
     cdef int execute(self, int64_t *slots, int64_t *argwords, RunState *state) except -1 nogil:
-        cdef Py_ssize_t pc = state.start, k
-        cdef int64_t op, word
-        cdef char flag
-        cdef int rc
+        cdef int status
         cdef void *p
-        cdef const int64_t *code = self.code
-        if self.status_slot >= 0 and pc == 0:     # (a resumed run has its word already)
+        cdef Hooks h
+        h.kernels = self.kernels
+        h.libs = self.libs
+        if self.status_slot >= 0 and state.start == 0:    # (a resumed run has its word already)
             # the status word is device memory, one per call (calls may run concurrently);
             # release() frees it when the run fails, the end of the run when it succeeds
             p = device_alloc(8)
@@ -169,77 +252,9 @@ cdef class DevSimExecutable(Executable):
                 return STATUS_NO_MEMORY
             memset(p, 0, 8)
             slots[self.status_slot] = <int64_t><intptr_t>p
-        while pc < self.ncode:
-            op = code[pc]
-            if op == LAUNCH:
-                k = code[pc + 1]
-                if code[pc + 2] > 0:
-                    self.kernels[k](0, code[pc + 2], &argwords[code[pc + 3]])
-            elif op == BIND:
-                fl_op_bind(&code[pc], self.lists, slots, argwords)
-            elif op == ALLOC:
-                p = device_alloc(code[pc + 2])
-                if p == NULL:
-                    state.pc = pc
-                    return STATUS_NO_MEMORY
-                slots[code[pc + 1]] = <int64_t><intptr_t>p
-            elif op == FREE:
-                device_free(<void *><intptr_t>slots[code[pc + 1]])
-                slots[code[pc + 1]] = 0
-            elif op == TO_DEVICE or op == TO_HOST:
-                if code[pc + 3] > 0:
-                    memcpy(<void *><intptr_t>slots[code[pc + 1]],
-                           <void *><intptr_t>slots[code[pc + 2]], code[pc + 3])
-            elif op == CHECK:
-                # the word lives on the device: read it back as a driver would
-                memcpy(&word, <void *><intptr_t>slots[code[pc + 1]], 8)
-                if word != 0:
-                    state.pc = pc
-                    return STATUS_KERNEL_ERROR
-            elif op == POLL:
-                if interrupt_pending():
-                    state.pc = pc
-                    return STATUS_INTERRUPTED
-            elif op == LOOP:
-                if fl_op_loop(&code[pc], slots):
-                    pc = code[pc + 3]
-                    continue
-            elif op == NEXT:
-                if fl_op_next(&code[pc], slots):
-                    pc = code[pc + 3]
-                    continue
-            elif op == JUMP:
-                pc = code[pc + 1]
-                continue
-            elif op == ROTATE:
-                fl_op_rotate(&code[pc], slots)
-            elif op == ROW:
-                fl_op_row(&code[pc], slots)
-            elif op == MOVE:
-                fl_op_move(&code[pc], slots)
-            elif op == BREAK_IF:
-                # the flag lives on the device: one byte read back, as CHECK reads its word
-                memcpy(&flag, <void *><intptr_t>slots[code[pc + 1]], 1)
-                if flag != 0:
-                    pc = code[pc + 2]
-                    continue
-            elif op == COPY:
-                # a device-to-device copy
-                if code[pc + 3] > 0 and slots[code[pc + 1]] != slots[code[pc + 2]]:
-                    memmove(<void *><intptr_t>slots[code[pc + 1]],
-                            <void *><intptr_t>slots[code[pc + 2]], code[pc + 3])
-            elif op == SET:
-                fl_op_set(&code[pc], slots)
-            elif op == LIBCALL:
-                rc = self.libs[code[pc + 1]](&code[pc + 2], slots)
-                if rc != 0:
-                    state.pc = pc
-                    state.backend_code = rc
-                    return STATUS_LIBRARY_ERROR
-            else:
-                state.pc = pc
-                return STATUS_BAD_OPCODE
-            pc += op & 0xFF
+        status = run_loop(self.code, self.ncode, self.lists, slots, argwords, &h, state)
+        if status != STATUS_OK:
+            return status
         if self.status_slot >= 0:
             device_free(<void *><intptr_t>slots[self.status_slot])
             slots[self.status_slot] = 0
