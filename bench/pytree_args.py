@@ -103,6 +103,8 @@ def main(argv=None):
     ap.add_argument("trees", nargs="*", default=[os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))])
     ap.add_argument("--instructions", action="store_true")
+    ap.add_argument("--cases", nargs="*", help="cases to count instructions for (default: all; "
+                    "each costs two callgrind runs per tree)")
     a = ap.parse_args(argv)
     times = {}
     for t in a.trees:
@@ -125,7 +127,7 @@ def main(argv=None):
     if a.instructions:
         print("\ninstructions per call inside Dispatcher.__call__ (callgrind)")
         print(f"{'case':<24}" + "".join(f"{'tree ' + str(i):>12}" for i in range(len(a.trees))))
-        for c in cases:
+        for c in a.cases or cases:
             row = f"{c:<24}"
             for t in a.trees:
                 row += f"{(count(t, c, 3000) - count(t, c, 1000)) / 2000:12.0f}"
