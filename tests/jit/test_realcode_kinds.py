@@ -273,3 +273,85 @@ def adam_args(rng, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_adam_over_nested_dicts_with_an_int_count(dtype):
     replays(adam_step, adam_args, dtype)
+
+
+# ---- more of the same kinds, each replayed on new values -------------------------------
+def rk4_pendulum(state, dt, g, length):
+    def deriv(s):
+        return np.array([s[1], -g / length * math.sin(s[0])], dtype=s.dtype)
+
+    k1 = deriv(state)
+    k2 = deriv(state + 0.5 * dt * k1)
+    k3 = deriv(state + 0.5 * dt * k2)
+    k4 = deriv(state + dt * k3)
+    return state + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+
+
+def batchnorm_forward_backward(x, gamma, beta, dout):
+    n = x.shape[0]
+    mu = x.mean(axis=0)
+    xmu = x - mu
+    ivar = 1.0 / np.sqrt(np.mean(xmu ** 2, axis=0) + 1e-5)
+    xhat = xmu * ivar
+    dxhat = dout * gamma
+    dx = (1.0 / n) * ivar * (n * dxhat - dxhat.sum(axis=0) - xhat * (dxhat * xhat).sum(axis=0))
+    return gamma * xhat + beta, dx, (dout * xhat).sum(axis=0), dout.sum(axis=0)
+
+
+def kalman_constant_velocity(x, P, z, dt, q, r):
+    F = np.array([[1, dt], [0, 1]], dtype=x.dtype)
+    H = np.array([[1.0, 0.0]], dtype=x.dtype)
+    Q = q * np.array([[dt ** 4 / 4, dt ** 3 / 2], [dt ** 3 / 2, dt ** 2]], dtype=x.dtype)
+    x = F.dot(x)
+    P = F.dot(P).dot(F.T) + Q
+    K = P.dot(H.T).dot(np.linalg.inv(H.dot(P).dot(H.T) + r))
+    return x + K.dot(z - H.dot(x)), (np.eye(2, dtype=x.dtype) - K.dot(H)).dot(P)
+
+
+def burgers_by_gradient(u, dx, nu, dt):
+    ux = np.gradient(u, dx)
+    return u - dt * u * ux + dt * nu * np.gradient(ux, dx)
+
+
+def cross_entropy_with_labels(logits, y):
+    m = y.shape[0]
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    loss = -np.log(p[range(m), y]).mean()
+    p[range(m), y] -= 1
+    return loss, p / m
+
+
+def gmm_responsibilities(X, means, covs, weights):
+    r = np.zeros((X.shape[0], means.shape[0]), dtype=X.dtype)
+    for k in range(means.shape[0]):
+        d = X - means[k]
+        quad = np.sum(d @ np.linalg.inv(covs[k]) * d, axis=1)
+        r[:, k] = weights[k] * np.exp(-0.5 * quad) / np.sqrt((2 * np.pi) ** 2 *
+                                                              np.linalg.det(covs[k]))
+    return r / r.sum(1, keepdims=True)
+
+
+MORE = {
+    "rk4": (rk4_pendulum, lambda rng, dt: (rng.standard_normal(2).astype(dt), 0.01, 9.81, 1.0)),
+    "batchnorm": (batchnorm_forward_backward, lambda rng, dt: tuple(
+        rng.standard_normal(s).astype(dt) for s in ((8, 4), (4,), (4,), (8, 4)))),
+    "kalman": (kalman_constant_velocity, lambda rng, dt: (
+        rng.standard_normal(2).astype(dt), (np.eye(2) * rng.uniform(1, 2)).astype(dt),
+        rng.standard_normal(1).astype(dt), 0.1, 0.5, 0.2)),
+    "burgers": (burgers_by_gradient, lambda rng, dt: (rng.standard_normal(50).astype(dt), 0.1,
+                                                       0.01, 0.001)),
+    "cross-entropy": (cross_entropy_with_labels, lambda rng, dt: (
+        rng.standard_normal((6, 3)).astype(dt), rng.integers(0, 3, 6))),
+    "gmm": (gmm_responsibilities, lambda rng, dt: (
+        rng.standard_normal((20, 2)).astype(dt), rng.standard_normal((3, 2)).astype(dt),
+        np.stack([np.eye(2) * rng.uniform(1, 2) for _ in range(3)]).astype(dt),
+        np.array([0.2, 0.3, 0.5], dt))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MORE))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_more_real_code_kinds(name, dtype):
+    fn, make = MORE[name]
+    replays(fn, make, dtype)
