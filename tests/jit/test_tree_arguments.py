@@ -171,3 +171,17 @@ def test_unflatten_builds_every_node_kind():
         deep = [deep]
     leaves, td = pytree.flatten(deep)
     assert td.unflatten(leaves) == deep
+
+
+def test_int_in_a_dict_that_the_trace_needed_is_matched_by_value():
+    def f_(x, cfg):
+        for _ in range(cfg["steps"]):         # the trace needs the value: specialised
+            x = x * cfg["decay"]
+        return x
+
+    f = fl.compile(f_)
+    x = np.arange(4.0)
+    for steps, decay in ((2, 0.5), (3, 0.5), (2, 0.25), (3, 0.9)):
+        cfg = {"steps": steps, "decay": decay}
+        np.testing.assert_allclose(f(x, cfg), f_(x, cfg), rtol=1e-15)
+    assert _calls(f) == 2
