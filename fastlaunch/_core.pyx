@@ -48,6 +48,9 @@ cdef extern from "Python.h":
     PyObject *tuple_get_item "PyTuple_GET_ITEM" (object tup, Py_ssize_t i)
     PyObject *Py_TYPE_of "(PyObject *)Py_TYPE" (PyObject *o)
     void Py_XDECREF(PyObject *o)
+    void Py_INCREF_raw "Py_INCREF" (PyObject *o)
+    PyObject *list_get_item "PyList_GET_ITEM" (object lst, Py_ssize_t i)
+    bint PyDict_Next(object d, Py_ssize_t *pos, PyObject **key, PyObject **value)
 
 cdef extern from "numpy/arrayobject.h":
     ctypedef struct PyArrayObject
@@ -466,6 +469,160 @@ cdef Py_ssize_t encode_flat(tuple args, int64_t *sig, int64_t *vals, PyObject **
         if nsig >= FLAT_SIG_WORDS - 1:
             return -1
     return nsig
+
+
+# Arguments with dicts, tuples and lists of arrays and Python scalars (an optimiser's config,
+# a dict of parameters): encoded without Python objects, the words encode_value writes.  The
+# leaves are borrowed here and taken (Py_INCREF) once an entry matches: a dict or list may be
+# changed by another thread while the program runs without the GIL.  The dicts and strings met,
+# in order, are compared with the entry's keys in place (tree_keys_match), by identity or as
+# exact str, so no user code (a key's __eq__) runs while borrowed references are held.
+DEF TREE_MAX_LEAVES = 64
+DEF TREE_SIG_WORDS = 256
+DEF TREE_MAX_NODES = 32
+DEF TREE_MAX_DEPTH = 8
+
+cdef int _NUM_F64 = np.dtype(np.float64).num
+cdef int _NUM_F32 = np.dtype(np.float32).num
+cdef int _NUM_I64 = np.dtype(np.int64).num
+cdef int _NUM_I32 = np.dtype(np.int32).num
+
+cdef struct Tree:
+    Py_ssize_t nsig
+    Py_ssize_t nleaves
+    Py_ssize_t nnodes
+    int64_t sig[TREE_SIG_WORDS]
+    int64_t vals[TREE_MAX_LEAVES]
+    PyObject *objs[TREE_MAX_LEAVES]
+    PyObject *nodes[TREE_MAX_NODES]     # dicts and strs, in encode_value's order of keys
+
+cdef bint tree_push(Tree *t, int64_t word) noexcept:
+    if t.nsig == TREE_SIG_WORDS:
+        return False
+    t.sig[t.nsig] = word
+    t.nsig += 1
+    return True
+
+cdef bint tree_leaf(Tree *t, PyObject *o, int64_t val) noexcept:
+    if t.nleaves == TREE_MAX_LEAVES:
+        return False
+    t.objs[t.nleaves] = o
+    t.vals[t.nleaves] = val
+    t.nleaves += 1
+    return True
+
+cdef bint encode_tree(PyObject *o, Tree *t, int depth) noexcept:
+    """Append one argument's words (as encode_value); False where the general path must
+    encode it (another type, too large, too deep)."""
+    cdef cnp.ndarray arr
+    cdef int flags, nd, d
+    cdef bint contiguous
+    cdef Bits bits
+    cdef Py_ssize_t pos = 0, i, n
+    cdef PyObject *key
+    cdef PyObject *value
+    cdef int64_t iv
+    t_ = <object>Py_TYPE_of(o)
+    if t_ is float:
+        bits.f = (<object>o)
+        return tree_push(t, TAG_FLOAT) and tree_leaf(t, o, bits.i)
+    if cnp.PyArray_CheckExact(<object>o):
+        arr = <cnp.ndarray>o
+        flags = cnp.PyArray_FLAGS(arr)
+        if not (flags & cnp.NPY_ARRAY_ALIGNED) or not cnp.PyArray_ISNOTSWAPPED(arr):
+            return False
+        nd = cnp.PyArray_NDIM(arr)
+        contiguous = (flags & cnp.NPY_ARRAY_C_CONTIGUOUS) != 0
+        if t.nsig + 1 + nd * (1 if contiguous else 2) > TREE_SIG_WORDS:
+            return False
+        tree_push(t, TAG_ARRAY | (<int64_t>cnp.PyArray_TYPE(arr) << 8)
+                  | (<int64_t>nd << 24) | (<int64_t>contiguous << 40))
+        for d in range(nd):
+            tree_push(t, cnp.PyArray_DIMS(arr)[d])
+        if not contiguous:
+            for d in range(nd):
+                tree_push(t, cnp.PyArray_STRIDES(arr)[d])
+        return tree_leaf(t, o, <int64_t><intptr_t>cnp.PyArray_DATA(arr))
+    if t_ is int:
+        try:
+            iv = <object>o
+        except OverflowError:
+            return False
+        return tree_push(t, TAG_INT) and tree_leaf(t, o, iv)
+    if t_ is bool:
+        return tree_push(t, TAG_BOOL) and tree_leaf(t, o, 1 if (<object>o) is True else 0)
+    if o == <PyObject *>None:
+        return tree_push(t, TAG_NONE)
+    if t_ is np.float64 or t_ is np.float32:
+        # NumPy's float scalars, as encode_value's TAG_NPSCALAR: the value as a double's bits
+        bits.f = float(<object>o)
+        return tree_push(t, TAG_NPSCALAR | (<int64_t>(_NUM_F64 if t_ is np.float64 else _NUM_F32)
+                                            << 8)) and tree_leaf(t, o, bits.i)
+    if t_ is np.int64 or t_ is np.int32:
+        return tree_push(t, TAG_NPSCALAR | (<int64_t>(_NUM_I64 if t_ is np.int64 else _NUM_I32)
+                                            << 8)) and tree_leaf(t, o, int(<object>o))
+    if depth >= TREE_MAX_DEPTH:
+        return False
+    if t_ is dict:
+        n = len(<object>o)
+        if t.nnodes == TREE_MAX_NODES or not tree_push(t, TAG_DICT | (<int64_t>n << 8)):
+            return False
+        t.nodes[t.nnodes] = o
+        t.nnodes += 1
+        while PyDict_Next(<object>o, &pos, &key, &value):
+            if not encode_tree(value, t, depth + 1):
+                return False
+        return True
+    if t_ is tuple or t_ is list:
+        n = len(<object>o)
+        if not tree_push(t, (TAG_TUPLE if t_ is tuple else TAG_LIST) | (<int64_t>n << 8)):
+            return False
+        for i in range(n):
+            if not encode_tree(tuple_get_item(<object>o, i) if t_ is tuple
+                               else list_get_item(<object>o, i), t, depth + 1):
+                return False
+        return True
+    if t_ is str and depth > 0:
+        if t.nnodes == TREE_MAX_NODES or not tree_push(t, TAG_CONST):
+            return False
+        t.nodes[t.nnodes] = o
+        t.nnodes += 1
+        return True
+    return False
+
+cdef inline bint same_key(PyObject *a, object b) noexcept:
+    """A dict key or const as the fast path compares it: the same object, or equal exact strs
+    (no user __eq__ runs)."""
+    if a == <PyObject *>b:
+        return True
+    if <object>Py_TYPE_of(a) is str and type(b) is str:
+        return (<str>a) == (<str>b)
+    return False
+
+cdef bint tree_keys_match(Tree *t, list keys) noexcept:
+    """Whether the dicts' keys (in order) and the strs of the call are the entry's keys.  A
+    False only sends the call to the general path, which compares by ==."""
+    cdef Py_ssize_t j, pos, k
+    cdef PyObject *node
+    cdef PyObject *key
+    cdef PyObject *value
+    if len(keys) != t.nnodes:
+        return False
+    for j in range(t.nnodes):
+        node = t.nodes[j]
+        expected = keys[j]
+        if <object>Py_TYPE_of(node) is dict:
+            if type(expected) is not tuple or len(<tuple>expected) != len(<object>node):
+                return False
+            pos = 0
+            k = 0
+            while PyDict_Next(<object>node, &pos, &key, &value):
+                if not same_key(key, (<tuple>expected)[k]):
+                    return False
+                k += 1
+        elif not same_key(node, expected):
+            return False
+    return True
 
 
 cdef bint _is_flat(bytes sig):
@@ -1402,7 +1559,44 @@ cdef class Dispatcher:
                                 and entry.values_match(vals):
                             return self._hit(entry, vals, objs, args)
                 return self._miss(args, kwargs)
+            return self._tree_call(args)
         return self._general_call(args, kwargs)
+
+    cdef object _tree_call(self, tuple args):
+        """Arguments with dicts, tuples and lists of arrays and Python scalars (encode_tree);
+        anything else, and a call no entry matches here, goes to _general_call."""
+        cdef Tree tree
+        cdef Entry entry = self._mru
+        cdef Py_ssize_t i, n
+        tree.nsig = tree.nleaves = tree.nnodes = 0
+        for i in range(len(args)):
+            if not encode_tree(tuple_get_item(args, i), &tree, 0):
+                return self._general_call(args, {})
+        n = tree.nsig * sizeof(int64_t)
+        if entry is None or entry.nsig != tree.nsig or \
+                memcmp(<char *>entry.sig, tree.sig, n) != 0 or entry.statics or \
+                not tree_keys_match(&tree, entry.keys) or not entry.values_match(tree.vals):
+            entry = None
+            bucket = self._table.get(hash_words(tree.sig, tree.nsig))
+            if bucket is None:
+                return self._general_call(args, {})
+            for candidate in bucket:
+                e = <Entry>candidate
+                if e.nsig == tree.nsig and not e.statics and \
+                        memcmp(<char *>e.sig, tree.sig, n) == 0 and \
+                        tree_keys_match(&tree, e.keys) and e.values_match(tree.vals):
+                    entry = e
+                    break
+            if entry is None:
+                return self._general_call(args, {})
+        # the leaves are held while the program runs (their containers may change meanwhile)
+        for i in range(tree.nleaves):
+            Py_INCREF_raw(tree.objs[i])
+        try:
+            return self._hit(entry, tree.vals, tree.objs, args)
+        finally:
+            for i in range(tree.nleaves):
+                Py_XDECREF(tree.objs[i])
 
     cdef object _general_call(self, tuple args, dict kwargs):
         """Arguments with containers, static values or many leaves: encoded with strong

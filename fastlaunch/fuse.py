@@ -909,8 +909,12 @@ class _Fuser:
         # that state's buffer instead of recomputing it
         # (a long chain's own earlier states excepted: `x[i] &= f(x[j])` thousands of times
         # would materialise every state, each by recursing into the chain below it)
-        own = {u.index for u in chain} if len(chain) > MATERIALIZED_CHAIN_STATES else ()
-        self.materialize_cone([x for u in chain for x in u.inputs[1:]], stop=own)
+        own = {u.index for u in chain} if len(chain) > MATERIALIZED_CHAIN_STATES else set()
+        # a state read only where the updates since have not written (ghost cells filled
+        # from the interior: `out[:2] = out[-4:-2]`) is read from `out` itself, not copied
+        in_place = _states_read_in_place(chain, self.buffer_of)
+        self.materialize_cone([x for u in chain for x in u.inputs[1:]],
+                              stop=own | {s for states in in_place.values() for s in states})
         chain = self._update_chain(top)
         node = chain[0].inputs[0]
         box = _overwritten_box(chain, node.shape)
@@ -918,8 +922,15 @@ class _Fuser:
             self.emit_border(node, out, box)
         elif not _covers(chain, node.shape):
             self.emit_store_groups([(out, out.strides, node)])
-        for update in chain:
-            self.emit_update(update, out)
+        for k, update in enumerate(chain):
+            states = [s for s in in_place.get(k, ()) if s not in self.buffer_of]
+            for s in states:
+                self.buffer_of[s] = out       # holds that state where this update reads it
+            try:
+                self.emit_update(update, out)
+            finally:
+                for s in states:
+                    del self.buffer_of[s]
 
     def emit_border(self, node: Node, out: Buffer, box):
         """Store node into out everywhere but `box` (which an update then overwrites): the
@@ -1301,6 +1312,63 @@ def _overwritten_box(chain: list, shape):
             total * chain[0].dtype.itemsize < BORDER_MIN_BYTES:
         return None
     return box
+
+
+def _slice_box(start, step, shape) -> list:
+    """[(lo, hi)] per dim: the bounding box of a strided region."""
+    box = []
+    for s0, st, n in zip(start, step, shape):
+        last = s0 + (n - 1) * st
+        box.append((min(s0, last), max(s0, last) + 1) if n else (s0, s0))
+    return box
+
+
+def _disjoint(a, b) -> bool:
+    return any(hi1 <= lo2 or hi2 <= lo1 for (lo1, hi1), (lo2, hi2) in zip(a, b))
+
+
+def _states_read_in_place(chain: list, in_memory) -> dict:
+    """{update position k: node indices of earlier states of the chain that update k reads
+    only through slices of a region that neither it nor the updates between writes}: in the
+    chain's buffer, when update k runs, those elements still hold the state's values, so
+    the state need not be stored on its own (each such state would be a full copy).  A state
+    read any other way (through a reduction, a gather, a region overwritten since) is
+    materialised as before, by every reader."""
+    position = {u.index: j for j, u in enumerate(chain)}
+    boxes = []
+    for u in chain:
+        if u.op is not Op.SETSLICE:
+            return {}            # a scatter's region is data: no claim about what it leaves
+        boxes.append(_slice_box(u.attrs["start"], u.attrs["step"], u.inputs[1].shape))
+    reads: dict = {}             # state index -> [(reader k, box)], or None: read otherwise
+    for k, u in enumerate(chain):
+        for i in u.inputs[1:]:
+            if i.index in position:                 # the value is a whole state
+                reads[i.index] = None
+        seen, stack = set(), list(u.inputs[1:])
+        while stack:
+            n = stack.pop()
+            if n.index in seen or n.index in in_memory or n.op.kind is Kind.LEAF:
+                continue
+            seen.add(n.index)
+            for i in n.inputs:
+                j = position.get(i.index)
+                if j is None:
+                    stack.append(i)
+                elif j >= k or n.op is not Op.SLICE:
+                    reads[i.index] = None
+                elif reads.get(i.index, []) is not None:
+                    box = _slice_box(n.attrs["start"], n.attrs["step"], n.shape)
+                    reads.setdefault(i.index, []).append((k, box))
+    out: dict = {}
+    for index, uses in reads.items():
+        if uses is None:
+            continue
+        j = position[index]
+        if all(_disjoint(box, boxes[m]) for k, box in uses for m in range(j + 1, k + 1)):
+            for k, _ in uses:
+                out.setdefault(k, set()).add(index)
+    return out
 
 
 def _covers(chain: list, shape) -> bool:

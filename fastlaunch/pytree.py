@@ -17,13 +17,14 @@ from . import forking
 class TreeDef:
     """The shape of a nested container: rebuilds it from a flat list of leaves."""
 
-    __slots__ = ("kind", "children", "meta")
+    __slots__ = ("kind", "children", "meta", "_builder")
 
     def __init__(self, kind: str, children=(), meta=None):
         # leaf | none | const | tuple | list | dict | namedtuple | object | complex
         self.kind = kind
         self.children = tuple(children)
         self.meta = meta            # dict keys, the namedtuple class, an ObjectKey, a const's str
+        self._builder = None
 
     @property
     def num_leaves(self) -> int:
@@ -32,9 +33,21 @@ class TreeDef:
         return sum(c.num_leaves for c in self.children)
 
     def unflatten(self, leaves):
-        it = iter(leaves)
-        out = self._build(it)
-        return out
+        # a replay returning a dict or list rebuilds it on every call: one generated
+        # function (a display of the leaves) instead of a recursive walk
+        builder = self._builder
+        if builder is None:
+            builder = self._builder = _make_builder(self)
+        if type(leaves) is not list:
+            leaves = list(leaves)
+        return builder(leaves)
+
+    def __getstate__(self):
+        return (self.kind, self.children, self.meta)      # not the generated builder
+
+    def __setstate__(self, state):
+        self.kind, self.children, self.meta = state
+        self._builder = None
 
     def _build(self, it):
         if self.kind == "leaf":
@@ -110,6 +123,60 @@ class TreeDef:
         if self.kind == "object":
             return f"{self.meta.cls.__name__}({inner})"
         return f"({inner})" if self.kind != "list" else f"[{inner}]"
+
+
+# Trees larger or deeper than this are rebuilt by the recursive walk (TreeDef._build): the
+# generated expression would be long, and Python's compiler limits nesting.
+_BUILDER_MAX_NODES = 512
+_BUILDER_MAX_DEPTH = 32
+
+
+def _make_builder(tree: TreeDef):
+    """A function leaves -> the tree: `lambda L: {k0: L[0], k1: (L[1], L[2])}`, with every
+    non-literal (dict keys, classes, consts) a name bound to the object, so that any key
+    rebuilds as itself."""
+    names: dict = {}
+    count = [0, 0]              # leaves used, nodes written
+
+    def bind(obj) -> str:
+        name = f"_o{len(names)}"
+        names[name] = obj
+        return name
+
+    def expr(node: TreeDef, depth: int) -> str:
+        count[1] += 1
+        if count[1] > _BUILDER_MAX_NODES or depth > _BUILDER_MAX_DEPTH:
+            raise _TooLarge
+        kind = node.kind
+        if kind == "leaf":
+            count[0] += 1
+            return f"L[{count[0] - 1}]"
+        if kind == "none":
+            return "None"
+        if kind == "const":
+            return bind(node.meta)
+        items = [expr(c, depth + 1) for c in node.children]
+        if kind == "tuple":
+            return "(" + "".join(i + ", " for i in items) + ")"
+        if kind == "list":
+            return "[" + ", ".join(items) + "]"
+        if kind == "dict":
+            return "{" + ", ".join(f"{bind(k)}: {i}" for k, i in zip(node.meta, items)) + "}"
+        if kind == "namedtuple":
+            return f"{bind(node.meta)}({', '.join(items)})"
+        if kind == "complex":
+            return f"{bind(build_complex)}({bind(node.meta)}, {items[0]}, {items[1]})"
+        return f"{bind(node.meta.rebuild)}([{', '.join(items)}])"       # object
+
+    try:
+        body = expr(tree, 0)
+    except _TooLarge:
+        return lambda leaves: tree._build(iter(leaves))
+    return eval(f"lambda L: {body}", names)     # noqa: S307  (built above from our own parts)
+
+
+class _TooLarge(Exception):
+    pass
 
 
 # ---- complex scalars --------------------------------------------------------------------
