@@ -218,10 +218,14 @@ class _reverse:
 
 
 def _held_tracers(tree, variables: "_Vars") -> list:
-    """The tracers the differentiation still holds once the function returned: its results
-    (value and aux) and the differentiated arguments (in-place updates are written back)."""
+    """The tracers the differentiation still holds once the function returned: in `tree`,
+    its results (value and aux) and its arguments (an argument updated in place is written
+    back), and the differentiated arguments' originals."""
     found = []
-    leaves, _ = pytree.flatten(tree)
+    try:
+        leaves, _ = pytree.flatten(tree)
+    except (TypeError, ValueError):      # an argument pytree cannot take apart: results only
+        leaves, _ = pytree.flatten(tree[0])
     for leaf in leaves:
         hook = getattr(type(leaf), "__fl_tracer__", None)
         if hook is not None:
@@ -231,14 +235,14 @@ def _held_tracers(tree, variables: "_Vars") -> list:
     return found + [t for _, t in variables.originals]
 
 
-def _roll_before_backward(g, variables: "_Vars", out, nodes: list) -> list:
+def _roll_before_backward(g, variables: "_Vars", held, nodes: list) -> list:
     """Roll the Python loops the function ran (roll.roll_traced) before the backward pass
     is built on them, so that it is a loop too (loops.loop_adjoint, checkpointed) rather
     than one backward step per unrolled iteration.  Rebinds the held tracers and the trace's
     runtime checks to the rolled values; returns `nodes` (the seeds) likewise rebound."""
     if getattr(_active, "depth", 0) or g.sites is None or not variables.nodes:
         return nodes
-    tracers = _held_tracers(out, variables)
+    tracers = _held_tracers(held, variables)
     storages = {id(t._storage): t._storage for t in tracers if t._storage.graph is g}
     roots = list(nodes) + [st.node for st in storages.values()] + [c for c, _, _ in g.checks]
     mapped = roll.roll_traced(g, min(v.index for v in variables.nodes), roots)
@@ -261,7 +265,7 @@ def _traced_value_and_grad(fn, args, kwargs, argnums, has_aux, fname):
         out = fn(*args, **kwargs)
     value, aux = _split_aux(out, has_aux, fname)
     loss = _scalar_loss(value, fname)
-    loss, = _roll_before_backward(g, variables, out, [loss])
+    loss, = _roll_before_backward(g, variables, (out, args, kwargs), [loss])
     cts = adjoint.backward(g, [(loss, _one(loss, g))], variables.nodes)
     variables.write_back()
     return value, aux, variables.gradients(cts)
@@ -276,7 +280,7 @@ def _traced_vjp(fn, primals, has_aux, fname):
     value, aux = _split_aux(out, has_aux, fname)
     out_leaves, out_tree = pytree.flatten(value)
     out_nodes = [_value_node(o, fname, "each result") for o in out_leaves]
-    out_nodes = _roll_before_backward(g, variables, out, out_nodes)
+    out_nodes = _roll_before_backward(g, variables, (out, args), out_nodes)
     variables.write_back()
 
     def pullback(cotangent):

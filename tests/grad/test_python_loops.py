@@ -289,3 +289,24 @@ def test_second_derivatives_through_a_python_loop():
     eps = 1e-6
     num = (h(x + eps * d) - h(x - eps * d)) / (2 * eps)
     assert np.sum(gg * d) == pytest.approx(num, rel=1e-6, abs=1e-9)
+
+
+def test_an_argument_updated_in_place_and_not_differentiated():
+    """buf is written in every iteration: its final value (written back to the caller's
+    array) is the rolled loop's, and no unrolled iteration is left in the program."""
+    def loss(u, buf, k):
+        for _ in range(30):
+            buf[1:-1] = buf[1:-1] * 0.5 + k * u[1:-1]
+            u = u * 0.9 + 0.01 * buf
+        return np.sum(u ** 2)
+    u, buf = RNG.random(8), RNG.random(8)
+    mine, theirs = buf.copy(), buf.copy()
+    f = fl.grad(loss)
+    g = f(u, mine, 0.3)
+    want = loss(u, theirs, 0.3)
+    np.testing.assert_allclose(mine, theirs, rtol=1e-13)
+    assert want > 0
+    check_gradient(lambda a: loss(a, buf.copy(), 0.3), (g,), [u], (0,), RNG)
+    low = f.lower(u, buf, 0.3)
+    assert len(low.program.loops()) >= 4
+    assert low.graph.count("\n") < 150, low.graph      # 30 unrolled steps would be ~300
