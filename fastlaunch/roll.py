@@ -17,6 +17,10 @@ value read two iterations later, random numbers, runtime checks, a value of a mi
 iteration read after the loop) leaves the iterations as they were: the result is the same
 either way.  The first iteration is never rolled: it is where values computed once (loop
 invariants that hash-consing hoists) are made.
+
+`roll_loops` runs after the trace and rebuilds the graph.  `roll_traced` runs in the middle of
+one (before a differentiation builds its backward pass, grad.py), where tracers still hold
+nodes: it appends the loop and the nodes that read it, and leaves the old ones in place.
 """
 from __future__ import annotations
 
