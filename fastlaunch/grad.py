@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, ParamSpec
 
 import numpy as np
 
-from . import adjoint, ops, pytree
+from . import adjoint, ops, pytree, roll
 from .ir import Node
 from .trace import Tracer, current_graph, new_tracer, tracing
 
@@ -199,14 +200,72 @@ def _one(x: Node, g) -> Node:
     return ops.literal(g, 1, x.dtype)
 
 
+# ---- Python loops rolled before the backward pass ---------------------------------------------
+# reverse-mode differentiations whose function is running, per thread: a differentiation
+# inside another one leaves its loops unrolled, because the backward loops that rolling
+# gives are not differentiated in reverse mode again (loops.loop_adjoint refuses them)
+_active = threading.local()
+
+
+class _reverse:
+    """Counts a reverse-mode differentiation's function as running (`_active`)."""
+
+    def __enter__(self):
+        _active.depth = getattr(_active, "depth", 0) + 1
+
+    def __exit__(self, *exc):
+        _active.depth -= 1
+
+
+def _held_tracers(tree, variables: "_Vars") -> list:
+    """The tracers the differentiation still holds once the function returned: in `tree`,
+    its results (value and aux) and its arguments (an argument updated in place is written
+    back), and the differentiated arguments' originals."""
+    found = []
+    try:
+        leaves, _ = pytree.flatten(tree)
+    except (TypeError, ValueError):      # an argument pytree cannot take apart: results only
+        leaves, _ = pytree.flatten(tree[0])
+    for leaf in leaves:
+        hook = getattr(type(leaf), "__fl_tracer__", None)
+        if hook is not None:
+            leaf = hook(leaf)
+        if isinstance(leaf, Tracer):
+            found.append(leaf)
+    return found + [t for _, t in variables.originals]
+
+
+def _roll_before_backward(g, variables: "_Vars", held, nodes: list) -> list:
+    """Roll the Python loops the function ran (roll.roll_traced) before the backward pass
+    is built on them, so that it is a loop too (loops.loop_adjoint, checkpointed) rather
+    than one backward step per unrolled iteration.  Rebinds the held tracers and the trace's
+    runtime checks to the rolled values; returns `nodes` (the seeds) likewise rebound."""
+    if getattr(_active, "depth", 0) or g.sites is None or not variables.nodes:
+        return nodes
+    tracers = _held_tracers(held, variables)
+    storages = {id(t._storage): t._storage for t in tracers if t._storage.graph is g}
+    roots = list(nodes) + [st.node for st in storages.values()] + [c for c, _, _ in g.checks]
+    mapped = roll.roll_traced(g, min(v.index for v in variables.nodes), roots)
+    if not mapped:
+        return nodes
+    for st in storages.values():
+        st.node = mapped.get(st.node.index, st.node)
+    for t in tracers:
+        t._node = None               # read again from its storage
+    g.checks = [(mapped.get(c.index, c), e, m) for c, e, m in g.checks]
+    return [mapped.get(n.index, n) for n in nodes]
+
+
 # ---- traced bodies ------------------------------------------------------------------------------
 def _traced_value_and_grad(fn, args, kwargs, argnums, has_aux, fname):
     g = current_graph()
     args = list(args)
     variables = _Vars(fn, args, argnums, fname)
-    out = fn(*args, **kwargs)
+    with _reverse():
+        out = fn(*args, **kwargs)
     value, aux = _split_aux(out, has_aux, fname)
     loss = _scalar_loss(value, fname)
+    loss, = _roll_before_backward(g, variables, (out, args, kwargs), [loss])
     cts = adjoint.backward(g, [(loss, _one(loss, g))], variables.nodes)
     variables.write_back()
     return value, aux, variables.gradients(cts)
@@ -216,10 +275,12 @@ def _traced_vjp(fn, primals, has_aux, fname):
     g = current_graph()
     args = list(primals)
     variables = _Vars(fn, args, tuple(range(len(args))), fname)
-    out = fn(*args)
+    with _reverse():
+        out = fn(*args)
     value, aux = _split_aux(out, has_aux, fname)
     out_leaves, out_tree = pytree.flatten(value)
     out_nodes = [_value_node(o, fname, "each result") for o in out_leaves]
+    out_nodes = _roll_before_backward(g, variables, (out, args), out_nodes)
     variables.write_back()
 
     def pullback(cotangent):

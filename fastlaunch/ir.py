@@ -321,6 +321,9 @@ class Graph:
         # `site`, a callable), for rolling its loops (roll.py); None: not recorded
         self.sites: list | None = None
         self.site = None
+        # iteration counts of the Python loops rolled in the middle of the trace (before a
+        # differentiation, roll.roll_traced); roll.roll_loops reports them with its own
+        self.rolled_while_tracing: list = []
         self.warned: set = set()    # warnings given once per trace (stdlib_calls.py)
         # called with no arguments after every 4th new node (trace.py's count of the traced
         # code's loop iterations: a sample is enough, and a call costs a walk up the stack),

@@ -17,6 +17,10 @@ value read two iterations later, random numbers, runtime checks, a value of a mi
 iteration read after the loop) leaves the iterations as they were: the result is the same
 either way.  The first iteration is never rolled: it is where values computed once (loop
 invariants that hash-consing hoists) are made.
+
+`roll_loops` runs after the trace and rebuilds the graph.  `roll_traced` runs in the middle of
+one (before a differentiation builds its backward pass, grad.py), where tracers still hold
+nodes: it appends the loop and the nodes that read it, and leaves the old ones in place.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ import numpy as np
 from . import loops, ops
 from .ir import Graph, Node, Op
 
-__all__ = ["roll_loops", "MIN_ITERATIONS"]
+__all__ = ["roll_loops", "roll_traced", "MIN_ITERATIONS"]
 
 # Runs shorter than this stay unrolled: a short unrolled loop may fuse across iterations.
 MIN_ITERATIONS = 16
@@ -45,11 +49,12 @@ def _new_iteration(a, b) -> bool:
     return False
 
 
-def _segments(g: Graph) -> list:
-    """[start, end) node index ranges, one per iteration of a loop of the traced code."""
+def _segments(g: Graph, start: int = 0) -> list:
+    """[start, end) node index ranges from `start` on, one per iteration of a loop of the
+    traced code."""
     sites = g.sites
-    cuts = [0]
-    for t in range(1, len(sites)):
+    cuts = [start]
+    for t in range(start + 1, len(sites)):
         a, b = sites[t - 1], sites[t]
         if a is not None and b is not None and _new_iteration(a, b):
             cuts.append(t)
@@ -94,15 +99,10 @@ def _same(g: Graph, a: tuple, b: tuple, strict: bool):
     return carried
 
 
-def roll_loops(g: Graph, min_iterations: int | None = None) -> list:
-    """Roll every run of at least `min_iterations` identical iterations (see the module's
-    docstring) into a loop node, rebuilding g in place.  Returns the rolled runs' iteration
-    counts."""
-    if min_iterations is None:
-        min_iterations = MIN_ITERATIONS
-    if g.sites is None or len(g.sites) != len(g.nodes):
-        return []
-    pieces = _segments(g)
+def _find_runs(g: Graph, start: int, min_iterations: int) -> list:
+    """The runs of at least `min_iterations` identical iterations among nodes start.. of g:
+    (iteration ranges, first rolled, last rolled, carried positions) each, in node order."""
+    pieces = [(a, b) for a, b in _segments(g, start)]
     runs = []
     i = 1
     while i < len(pieces) - 1:
@@ -112,56 +112,164 @@ def roll_loops(g: Graph, min_iterations: int | None = None) -> list:
         for k in range(1, GROUPS + 1):
             segs = [(pieces[s][0], pieces[s + k - 1][1])
                     for s in range(i - k if i >= k else i, len(pieces) - k + 1, k)]
-            start = 1 if i >= k else 0
-            if start >= len(segs):
+            first = 1 if i >= k else 0
+            if first >= len(segs):
                 continue
-            j = start
+            j = first
             carried: set = set()
             while j + 1 < len(segs):
-                c = _same(g, segs[j], segs[j + 1], strict=j > start)
+                c = _same(g, segs[j], segs[j + 1], strict=j > first)
                 if c is None:
                     break
                 carried |= c
                 j += 1
-            count = j - start + 1
-            if start == 1 and count >= min_iterations and \
+            count = j - first + 1
+            if first == 1 and count >= min_iterations and \
                     (best is None or count * k > best[0]):
-                best = (count * k, segs, start, j, carried, k)
+                best = (count * k, segs, first, j, carried, k)
         if best is not None:
             _, segs, first, last, carried, k = best
-            runs.append((segs, first, last, carried))
+            runs.append((segs, first, last, sorted(carried)))
             i += (last - first + 1) * k
         else:
             i += 1
+    return runs
+
+
+def roll_loops(g: Graph, min_iterations: int | None = None) -> list:
+    """Roll every run of at least `min_iterations` identical iterations (see the module's
+    docstring) into a loop node, rebuilding g in place.  Returns the rolled runs' iteration
+    counts, those rolled while tracing (`roll_traced`) first."""
+    before = list(g.rolled_while_tracing)
+    if min_iterations is None:
+        min_iterations = MIN_ITERATIONS
+    if g.sites is None or len(g.sites) != len(g.nodes):
+        return before
+    runs = _find_runs(g, 0, min_iterations)
     rolled = []
     for segs, first, last, carried in reversed(runs):   # later runs first: indices stay valid
-        if _roll(g, segs, first, last, sorted(carried)):
+        if _roll(g, segs, first, last, carried):
             rolled.append(last - first + 1)
-    return rolled[::-1]
+    return before + rolled[::-1]
 
 
-def _roll(g: Graph, segs: list, first: int, last: int, carried: list) -> bool:
-    """Replace iterations segs[first..last] by a loop over segs[first]'s nodes."""
+def roll_traced(g: Graph, start: int, roots: list,
+                min_iterations: int | None = None) -> dict:
+    """Roll the runs of identical iterations among g's nodes start.. in the middle of a trace
+    (before a differentiation builds its backward pass on them, grad.py): nothing is
+    rebuilt, because the trace's tracers still hold nodes.  Each rolled run becomes a loop
+    node appended to g, and the nodes after the run that `roots` need are made again after
+    it, reading the loop's results.  The old nodes stay valid: a value nobody named in
+    `roots` still reads the unrolled iterations (correct, only not rolled).  A run is rolled
+    only where every value read after it, by a node `roots` need or by a root itself, is one
+    of its last iteration's.  Returns {old node index: new node} for every node made again
+    (the roots among them are what the caller rebinds); the iteration counts rolled are
+    added to `g.rolled_while_tracing`, which `roll_loops` reports."""
+    if min_iterations is None:
+        min_iterations = MIN_ITERATIONS
+    if g.sites is None or len(g.sites) != len(g.nodes):
+        return {}
+    runs = _find_runs(g, start, min_iterations)
+    if not runs:
+        return {}
+    nodes = g.nodes
+    end = len(nodes)
+    live = _ancestors(roots, start)
+    plans = []
+    for segs, first, last, carried in runs:
+        plan = _plan(g, segs, first, last, carried, live, [r for r in roots])
+        if plan is not None:
+            plans.append(plan)
+    if not plans:
+        return {}
+    # a node made again must not be one whose meaning is tied to its identity: a custom
+    # rule's mark (its rule names the old nodes) or a loop's checkpoints read elsewhere
+    mapped: dict[int, Node] = {}
+    affected = set()
+    for plan in plans:
+        affected.update(range(plan.lo, plan.hi))
+    for n in nodes[plans[0].lo:end]:
+        if n.index in live and n.index not in affected and \
+                any(u.index in affected for u in n.inputs):
+            affected.add(n.index)
+            if n.op is Op.MARK and n.attrs["role"] == "custom":
+                return {}
+
+    def m(u: Node) -> Node:
+        return mapped.get(u.index, u)
+
+    def again(upto: int, frm: int) -> None:
+        for n in nodes[frm:upto]:
+            if n.index in live and any(u.index in mapped for u in n.inputs):
+                mapped[n.index] = g.add(n.op, n.dtype, n.shape, [m(u) for u in n.inputs],
+                                        **n.attrs)
+    at = plans[0].lo
+    counts = []
+    for plan in plans:
+        again(plan.lo, at)
+        inits = [m(x) if x is not None else _zeros(g, like)
+                 for x, like in zip(plan.inits, plan.likes)]
+        lb = loops.LoopBody(plan.body, len(plan.outs), 0, False, [m(u) for u in plan.imports])
+        loop = loops.make_loop(g, lb, inits, plan.count)
+        for k, p in enumerate(plan.outs):
+            mapped[plan.l0 + p] = loops.carry_out(g, loop, k)
+        counts.append(plan.count)
+        at = plan.hi
+    again(end, at)
+    # the replaced nodes are no longer iterations of anything (the final roll skips them)
+    sites = g.sites
+    for i in affected:
+        sites[i] = None
+    g.rolled_while_tracing = g.rolled_while_tracing + counts
+    return mapped
+
+
+def _ancestors(roots: list, start: int) -> set:
+    """Indices of the nodes from `start` on that the roots read, themselves included."""
+    seen: set = set()
+    stack = [r for r in roots if r.index >= start]
+    while stack:
+        n = stack.pop()
+        if n.index in seen:
+            continue
+        seen.add(n.index)
+        stack.extend(u for u in n.inputs if u.index >= start)
+    return seen
+
+
+class _Plan:
+    """One run to roll: its node range [lo, hi), its last iteration's start l0, the body
+    and the loop's operands (old nodes: the first values, None for a zero, and imports)."""
+
+    def __init__(self, lo, hi, l0, body, outs, inits, likes, imports, count):
+        self.lo, self.hi, self.l0 = lo, hi, l0
+        self.body, self.outs, self.inits, self.likes = body, outs, inits, likes
+        self.imports, self.count = imports, count
+
+
+def _plan(g: Graph, segs: list, first: int, last: int, carried: list, live: set,
+          roots: list) -> _Plan | None:
+    """The loop replacing iterations segs[first..last] (their nodes stay), or None where
+    the run cannot be rolled.  live: the nodes that count as read (indices); roots: the
+    values read after everything (results, writebacks, checks)."""
     nodes = g.nodes
     lo, hi = segs[first][0], segs[last][1]
     a0, a1 = segs[first]
     width = a1 - a0
     # values read after the run (later nodes, results, writebacks, the check): only nodes of
     # the last iteration, each of which the loop hands out as a carried value
-    live = {n.index for n in g.live_nodes()}
     read_after: dict = {}
     for n in nodes[hi:]:
         if n.index in live:
             for u in n.inputs:
                 if lo <= u.index < hi:
                     read_after[u.index] = u
-    for n in list(g.outputs) + [n for _, n in g.writebacks] + \
-            ([g.check] if g.check is not None else []) + [c for c, _, _ in g.checks]:
+    for n in roots:
         if lo <= n.index < hi:
             read_after[n.index] = n
     l0 = segs[last][0]
     if any(not l0 <= i < hi for i in read_after):
-        return False
+        return None
     outs = sorted(set(carried) | {i - l0 for i in read_after})
     # the first rolled iteration's operands: carried ones from the iteration before
     first_in: dict = {}
@@ -172,7 +280,7 @@ def _roll(g: Graph, segs: list, first: int, last: int, carried: list) -> bool:
             if nxt is not None and a0 <= nxt.inputs[q].index < a1 and not a0 <= u.index < a1:
                 p = nxt.inputs[q].index - a0
                 if first_in.setdefault(p, u) is not u:
-                    return False
+                    return None
     # the body: one iteration, its carried values as leaves
     body = Graph()
     body.consts = g.consts
@@ -198,7 +306,8 @@ def _roll(g: Graph, segs: list, first: int, last: int, carried: list) -> bool:
         else:
             made = imported.get(u.index)
             if made is None:
-                op = Op.PARAM if u.op in (Op.PARAM, Op.ITER) else Op.ARG
+                # a parameter (through differentiation's marks) is read by value
+                op = Op.PARAM if loops._scalar_leaf(u) else Op.ARG
                 made = body.add(op, u.dtype, u.shape, position=len(outs) + len(imports))
                 imports.append(u)
                 imported[u.index] = made
@@ -208,39 +317,45 @@ def _roll(g: Graph, segs: list, first: int, last: int, carried: list) -> bool:
     try:
         _body_nodes(body, nodes, a0, a1, first < last, mine, leaf_of, outside)
     except _Inside:
-        return False
-    if any(y.op in (Op.RANDOM, Op.RNG_KEY) for y in nodes[a0:a1]):
-        return False
+        return None
+    if any(y.op in (Op.RANDOM, Op.RNG_KEY, Op.MARK) for y in nodes[a0:a1]):
+        return None
     for p in first_in:
         x, u = nodes[a0 + p], first_in[p]
         if (u.dtype, u.shape) != (x.dtype, x.shape):
-            return False
+            return None
     body.outputs = [mine[p] for p in outs]
-    inits = []
-    for p in outs:
-        x = nodes[a0 + p]
-        if p in first_in:
-            inits.append(first_in[p])
-        else:       # handed out, never read by the next iteration: any first value
-            inits.append(_zeros(g, x))
-    count = last - first + 1
+    return _Plan(lo, hi, l0, body, outs, [first_in.get(p) for p in outs],
+                 [nodes[a0 + p] for p in outs], imports, last - first + 1)
+
+
+def _roll(g: Graph, segs: list, first: int, last: int, carried: list) -> bool:
+    """Replace iterations segs[first..last] by a loop over segs[first]'s nodes, rebuilding
+    g (after the trace: only its results, writebacks and checks hold nodes)."""
+    live = {n.index for n in g.live_nodes()}
+    roots = list(g.outputs) + [n for _, n in g.writebacks] + \
+        ([g.check] if g.check is not None else []) + [c for c, _, _ in g.checks]
+    plan = _plan(g, segs, first, last, carried, live, roots)
+    if plan is None:
+        return False
+    lo, hi, l0 = plan.lo, plan.hi, plan.l0
     # rebuild g: the nodes before the run, the loop, the nodes after it (reading the loop's
     # results where they read the last iteration)
-    old = list(nodes)
+    old = g.nodes
     outputs, writebacks, check, checks = g.outputs, g.writebacks, g.check, g.checks
-    sites = g.sites
     g.nodes, g._interned, g.sites = [], {}, None
     mapped: dict[int, Node] = {}
-    new_sites = []
 
     def readd(n: Node) -> Node:
         return g.add(n.op, n.dtype, n.shape, [mapped[i.index] for i in n.inputs], **n.attrs)
     for n in old[:lo]:
         mapped[n.index] = readd(n)
-    init_nodes = [mapped[x.index] if x.index in mapped else _zeros(g, x) for x in inits]
-    lb = loops.LoopBody(body, len(outs), 0, False, [mapped[u.index] for u in imports])
-    loop = loops.make_loop(g, lb, init_nodes, count)
-    for k, p in enumerate(outs):
+    init_nodes = [mapped[x.index] if x is not None else _zeros(g, like)
+                  for x, like in zip(plan.inits, plan.likes)]
+    lb = loops.LoopBody(plan.body, len(plan.outs), 0, False,
+                        [mapped[u.index] for u in plan.imports])
+    loop = loops.make_loop(g, lb, init_nodes, plan.count)
+    for k, p in enumerate(plan.outs):
         mapped[l0 + p] = loops.carry_out(g, loop, k)
     for n in old[hi:]:
         if n.index in live:
@@ -249,7 +364,6 @@ def _roll(g: Graph, segs: list, first: int, last: int, carried: list) -> bool:
     g.writebacks = [(pos, mapped[n.index]) for pos, n in writebacks]
     g.check = mapped[check.index] if check is not None else None
     g.checks = [(mapped[c.index], e, m) for c, e, m in checks]
-    del sites, new_sites
     return True
 
 

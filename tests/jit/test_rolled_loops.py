@@ -3,6 +3,8 @@ bit-identical to the unrolled program, the first call's work independent of the 
 and every loop that is not a repetition left unrolled."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -166,8 +168,16 @@ def test_a_rolled_loop_differentiates():
     def loss(u, k):
         return np.sum((heat1d(u, k, 100) - target) ** 2)
     u = np.random.default_rng(2).random(16)
-    g = fl.grad(loss, argnums=(0, 1))(u, 0.1)
+    f = fl.grad(loss, argnums=(0, 1))
+    with warnings.catch_warnings():
+        # rolled before differentiation: no unrolled backward pass of 100 steps
+        warnings.simplefilter("error", fl.UnrolledLoopWarning)
+        g = f(u, 0.1)
     eps = 1e-6
     d = np.random.default_rng(3).standard_normal(16)
     fd = (loss(u + eps * d, 0.1) - loss(u - eps * d, 0.1)) / (2 * eps)
     assert np.sum(g[0] * d) == pytest.approx(fd, rel=1e-6)
+    fdk = (loss(u, 0.1 + eps) - loss(u, 0.1 - eps)) / (2 * eps)
+    assert g[1] == pytest.approx(fdk, rel=1e-6)
+    assert "a Python loop of 98 identical iterations rolled" in f.stats["history"][0].reason
+    assert _loops(f, u, 0.1) >= 4           # the forward loop and the backward pass's loops
