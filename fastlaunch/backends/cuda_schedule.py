@@ -195,7 +195,7 @@ def launch_block(kind: str, block: int, max_threads: int, local_bytes: int = 0) 
     if kind == "block_reduce":
         raise LaunchLimitError(f"its block reduction is built for {block} threads per block, "
                                f"but its compiled code allows at most {max_threads} on this "
-                               f"device (its registers per thread)")
+                               f"device")
     return max_threads // WARP * WARP if max_threads >= WARP else max_threads
 
 

@@ -32,8 +32,9 @@ and internalises it before optimising.  fmod is `__nv_fmod` (NVPTX lowers `frem`
 a - trunc(a/b)*b, which is not exact).  float16 math goes through float32 (llvm_base).
 Kernel errors OR their word into the status word with one `atomicrmw or` per thread.
 
-The entry declares its block (`"nvvm.maxntid"`, PTX `.maxntid`): ptxas then keeps the
-registers per thread within what that many threads allow.  A long row's radix sort uses
+The entry declares its block (`"nvvm.maxntid"`, PTX `.maxntid`; a block reduction, whose
+code is built for exactly its block, `.reqntid`): ptxas then keeps the registers per thread
+within what that many threads allow, and the backend reads which blocks are fixed from it.  A long row's radix sort uses
 4-bit digits with one 16-counter histogram counted again before each pass (64 bytes of local
 memory per thread; the CPU's 8-bit digits with every pass's histogram counted at once took
 8 KB): the rows themselves are sorted in the global scratch the program allocates.
@@ -154,14 +155,16 @@ class NVPTXEmitter(LLVMEmitter):
         lines += self.mod.lines() + self.mod.implicit_lines()
         # IEEE denormals (NumPy's semantics): no flush-to-zero, in our code and in libdevice's
         # __nvvm_reflect("__CUDA_FTZ") branches
-        # the block (PTX .maxntid): ptxas keeps the registers within what it allows
-        maxntid = f' "nvvm.maxntid"="{self.block}"' if self.llvm_major >= 21 else ""
+        # the block (PTX .maxntid; .reqntid where the code is built for exactly that many
+        # threads): ptxas keeps the registers within what it allows
+        ntid = "reqntid" if self.kind == "block_reduce" else "maxntid"
+        attr = f' "nvvm.{ntid}"="{self.block}"' if self.llvm_major >= 21 else ""
         lines.append('attributes #0 = { nounwind "denormal-fp-math"="ieee,ieee" '
-                     f'"denormal-fp-math-f32"="ieee,ieee"{maxntid} }}')
+                     f'"denormal-fp-math-f32"="ieee,ieee"{attr} }}')
         lines += ["!llvm.module.flags = !{!0}", '!0 = !{i32 4, !"nvvm-reflect-ftz", i32 0}']
         if self.llvm_major < 21:
             marks = [] if cc else [f'!{{ptr @{self.name}, !"kernel", i32 1}}']
-            marks.append(f'!{{ptr @{self.name}, !"maxntidx", i32 {self.block}}}')
+            marks.append(f'!{{ptr @{self.name}, !"{ntid}x", i32 {self.block}}}')
             lines.append("!nvvm.annotations = !{" + ", ".join(
                 f"!{i + 1}" for i in range(len(marks))) + "}")
             lines += [f"!{i + 1} = {m}" for i, m in enumerate(marks)]
