@@ -34,10 +34,12 @@ Kernel errors OR their word into the status word with one `atomicrmw or` per thr
 
 The entry declares its block (`"nvvm.maxntid"`, PTX `.maxntid`; a block reduction, whose
 code is built for exactly its block, `.reqntid`): ptxas then keeps the registers per thread
-within what that many threads allow, and the backend reads which blocks are fixed from it.  A long row's radix sort uses
-4-bit digits with one 16-counter histogram counted again before each pass (64 bytes of local
-memory per thread; the CPU's 8-bit digits with every pass's histogram counted at once took
-8 KB): the rows themselves are sorted in the global scratch the program allocates.
+within what that many threads allow, and the backend reads which blocks are fixed from it.
+
+A long row's radix sort uses 4-bit digits with one 16-counter histogram counted again before
+each pass (64 bytes of local memory per thread; the CPU's 8-bit digits with every pass's
+histogram counted at once took 8 KB for 64-bit keys): the rows themselves are sorted in the
+global scratch the program allocates (kernel.Sort), so nothing else grows with the row.
 
 `HostSimEmitter` is the same code for the host CPU, for tests: the thread and block indices
 are parameters, a barrier is a call the test harness implements with real threads, shared
