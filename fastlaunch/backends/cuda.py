@@ -220,7 +220,7 @@ class CUDABackend:
             "cuda", f"fastlaunch={__version__}", f"llvmlite={llvmlite.__version__}",
             "llvm=" + ".".join(map(str, llvm.llvm_version_info)), TRIPLE, arch,
             f"ptx{PTX_ISA[arch]}", f"libdevice={libdevice_id}", f"ptxas={self.ptxas_version}",
-            f"O{OPT_LEVEL}"])
+            f"O{OPT_LEVEL}", f"schedule={cuda_schedule.VERSION}"])
         self.disk = DiskCache(default_cache_dir() if cache_dir is ... else cache_dir)
         self._lock = forking.lock(forking.BACKEND)
         self._optimizer = Optimizer(self._tm, OPT_LEVEL)

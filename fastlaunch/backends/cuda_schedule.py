@@ -48,6 +48,11 @@ from ..kernel import (Compute, Folded, Index, IndexValue, Kernel, KernelArg, Loa
                       ordered_product, set_extents, substitute, walk)
 from ..leaves import contiguous_strides
 
+# In the target key: a saved program's stored code is used only where the schedule that
+# runs it is the one it was built for (2: atomic scatters; a serial scatter's code run on
+# many threads would race), else its kernels are generated again from their descriptions.
+VERSION = 2
+
 BLOCK = 256                 # threads per block
 MAX_GRID = 8192             # blocks of a grid-stride launch (the loop covers the rest)
 THREAD_OUTPUTS = 8192       # at least this many outputs: one thread per output
