@@ -3,9 +3,10 @@ the NVPTX target's emitter for the host (codegen/llvm_nvptx.HostSimEmitter: the 
 the same block-reduction tree, with thread and block indices as parameters), and a small
 interpreter here runs the CUDA program's bytecode, launching every kernel over its grid as
 the CUDA executable would: blocks one after another, the threads of a block as real threads
-meeting at barriers (block reductions) or one after another (kernels without barriers).  The
+meeting at barriers (block reductions), all at once (atomic scatters: a plain read-add-write
+there loses updates, which the contended case catches) or one after another (other kernels).  The
 results are compared with NumPy: grid-stride loops, unflattening, splits and partials,
-combine kernels and serial scatters are checked without a GPU."""
+combine kernels, serial and atomic scatters and the radix sort are checked without a GPU."""
 import ctypes
 import threading
 
@@ -55,16 +56,17 @@ def engine():
 def launch(fn, sched, words):
     grid, block = sched.grid, sched.block
     if sched.kind == "atomic":
-        # concurrent scatters: the blocks last first, each block's threads as real threads
-        # (ctypes calls run without the GIL), so repeated indices meet in another order
-        # than NumPy's, and at the same time
-        for b in reversed(range(grid)):
-            threads = [threading.Thread(target=fn, args=(t, block, b, grid, words))
-                       for t in reversed(range(block))]
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join()
+        # concurrent scatters: a grid-stride kernel covers its space with any grid, so 3
+        # blocks of 4 threads, all real threads at once (ctypes calls run without the GIL),
+        # each looping over many points in native code: repeated indices meet in another
+        # order than NumPy's, and at the same time (a plain read-add-write loses updates)
+        grid, block = 3, 4
+        threads = [threading.Thread(target=fn, args=(t, block, b, grid, words))
+                   for b in reversed(range(grid)) for t in reversed(range(block))]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
         return
     if sched.kind != "block_reduce":
         for b in range(grid):                  # independent threads: any order will do
@@ -185,6 +187,9 @@ ATOMIC_CASES = {
     "min_at_uint8": (_min_at, list(_scatter_args(np.uint8))),
     "bincount": (lambda x: np.bincount(x, minlength=50),
                  [np.random.default_rng(3).integers(0, 37, 3000)]),
+    # contended: 400,000 updates onto 5 elements
+    "add_at_contended": (_add_at, [np.zeros(5, np.int64), np.arange(400_000) % 5,
+                                   np.arange(400_000, dtype=np.int64)]),
     "set_const": (_set_const, [np.zeros(40, np.int32), np.random.default_rng(4).integers(0, 40, 900)]),
 }
 SERIAL_CASES = {
