@@ -54,6 +54,8 @@ cdef extern from "csrc/cuda_driver.h" nogil:
     int fl_cu_device_ordinal()
     int fl_cu_pointer_device(uint64_t dptr, int *ordinal)
     int fl_cu_func_max_threads(void *function, int *max_threads)
+    int fl_cu_func_limits(void *function, int *max_threads, int *regs, int *local_bytes,
+                          int *shared_bytes)
     int fl_cu_stream_wait(uint64_t waiter, uint64_t signaller)
     int fl_cu_ctx_sync()
     int fl_cu_mem_alloc(uint64_t *dptr, size_t nbytes)
@@ -609,6 +611,19 @@ cdef inline int hook_poll() noexcept nogil:
 
 
 include "_interp.pxi"
+
+
+def kernel_limits(intptr_t function):
+    """What a loaded kernel's code needs and allows on this device (cuFuncGetAttribute):
+    {"max_threads": per block, "regs": per thread, "local_bytes": per thread, "shared_bytes":
+    static, per block}; the backend chooses each launch's block from it
+    (cuda_schedule.launch_block)."""
+    cdef int most = 0, regs = 0, local = 0, shared = 0, code
+    require_driver()
+    with InContext():
+        code = fl_cu_func_limits(<void *>function, &most, &regs, &local, &shared)
+    check(code, "reading a kernel's launch limits (cuFuncGetAttribute)")
+    return {"max_threads": most, "regs": regs, "local_bytes": local, "shared_bytes": shared}
 
 
 cdef class CUDAExecutable(Executable):

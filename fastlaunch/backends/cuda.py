@@ -44,13 +44,14 @@ from ..cache import DiskCache, default_cache_dir, kernel_key
 from ..codegen.llvm_base import PLACEHOLDER_NAME
 from ..codegen.llvm_nvptx import (LIBDEVICE_PREFIX, TRIPLE, NVPTXLoweringError,
                                   check_lowerable, generate)
-from ..errors import BackendUnavailableError
+from ..errors import BackendUnavailableError, CUDAError
 from ..kernel import Kernel
 from . import cuda_schedule
 from .base import CompiledKernel, MemoryModel
 from .llvm_passes import Optimizer
 
 log = logging.getLogger("fastlaunch")
+_LAUNCH_OUT_OF_RESOURCES = 701        # CUresult CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
 
 OPT_LEVEL = 3
 DEFAULT_ARCH = "sm_90"
@@ -65,6 +66,26 @@ _TARGET = re.compile(r"^\.target\s+(sm_\d+a?)", re.M)
 
 def _arch_number(arch: str) -> int:
     return int(re.sub(r"\D", "", arch))
+
+
+# code built for exactly its block: declared so (.reqntid), or (PTX saved before that was
+# declared) its threads meet at barriers
+_FIXED_BLOCK = re.compile(r"^\s*\.reqntid\s|\bbar(rier)?\.sync\b", re.M)
+
+
+def _device_block(info, compiled: CompiledKernel, block: int, limits: dict) -> int:
+    """The block kernel `info` (bytecode.KernelInfo) is launched with on this device:
+    cuda_schedule.launch_block from its loaded code's limits.  Its PTX says whether the code
+    is built for exactly its block (`.reqntid`: a block reduction's tree)."""
+    fixed = _FIXED_BLOCK.search(compiled.source) is not None
+    try:
+        return cuda_schedule.launch_block("block_reduce" if fixed else "map", block,
+                                          limits["max_threads"], limits["local_bytes"])
+    except cuda_schedule.LaunchLimitError as e:
+        raise CUDAError(f"fastlaunch: kernel {info.label} ({info.name}) cannot run on this "
+                        f"device: {e} (its code uses {limits['regs']} registers per thread); the CUDA "
+                        f"backend cannot run this program here",
+                        _LAUNCH_OUT_OF_RESOURCES, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES") from None
 
 
 # ---- tools ------------------------------------------------------------------------------------
@@ -200,7 +221,7 @@ class CUDABackend:
             "cuda", f"fastlaunch={__version__}", f"llvmlite={llvmlite.__version__}",
             "llvm=" + ".".join(map(str, llvm.llvm_version_info)), TRIPLE, arch,
             f"ptx{PTX_ISA[arch]}", f"libdevice={libdevice_id}", f"ptxas={self.ptxas_version}",
-            f"O{OPT_LEVEL}"])
+            f"O{OPT_LEVEL}", f"schedule={cuda_schedule.VERSION}"])
         self.disk = DiskCache(default_cache_dir() if cache_dir is ... else cache_dir)
         self._lock = forking.lock(forking.BACKEND)
         self._optimizer = Optimizer(self._tm, OPT_LEVEL)
@@ -297,6 +318,9 @@ class CUDABackend:
             return _cuda.CUDAExecutable(layout, [0] * len(kernels), launch, nargs, (), why)
         consts = [_cuda.DeviceBuffer.from_array(arr) for _, arr in program.consts]
         functions = [_cuda.load_kernel(k.name, bytes(k.obj)) for k in kernels]
+        launch = [(grid, _device_block(info, ck, block, _cuda.kernel_limits(fn)))
+                  for info, ck, (grid, block), fn in zip(program.kernels, kernels, launch,
+                                                         functions)]
         layout = dataclasses.replace(layout, const_ptrs=[c.address for c in consts])
         return _cuda.CUDAExecutable(layout, functions, launch, nargs, consts)
 

@@ -5,9 +5,18 @@ program computes the same bits on every run and on every GPU:
 
   * map: elementwise kernels run a grid-stride loop over their flat space, BLOCK threads per
     block and at most MAX_GRID blocks;
-  * serial: stores at data-dependent indices (scatters, `np.add.at`) apply in loop order, as
-    NumPy's do: one thread walks the space.  Float scatter-add is therefore exact NumPy
-    order (and slow for large index arrays); no atomics are used, for integers either;
+  * atomic: stores at data-dependent indices (scatters) whose result cannot depend on the
+    order in which repeated indices apply (`order_free`): integer and bool scatter-add,
+    -max and -min (`np.add.at` on ints, `np.bincount`), and a scatter-set of one value the
+    same at every point (`x[idx] = 0`).  A grid-stride loop like a map; each combining
+    store is one atomic read-modify-write (`atomicrmw`; a wrap-around integer sum is the
+    same in any order);
+  * serial: every other scatter applies in loop order, as NumPy's do: one thread walks the
+    space.  Float scatter-add stays here on purpose: float addition is not associative, so
+    concurrent atomics would give bits that change from run to run and differ from NumPy's
+    `np.add.at` (which adds in index order); float max/min too (which of -0.0 and 0.0, or
+    of two NaNs, survives depends on the order); so do scatter-multiply (no atomic multiply)
+    and a scatter-set of values that differ by point (the last write wins, in loop order);
   * thread_reduce: one thread per output folds its reduction in C order: scans, arg-
     reductions, reductions with many outputs (>= THREAD_OUTPUTS: enough threads already)
     and short ones (< BLOCK_REDUCE_MIN elements).  A matrix product is such a reduction
@@ -19,6 +28,13 @@ program computes the same bits on every run and on every GPU:
 
 `launch_size` is what LAUNCH n carries (points; blocks for a block reduction); `params` are
 the executable's per-kernel words: (grid blocks, threads per block).
+
+The block is checked against what the compiled kernel allows when the backend loads it
+(`launch_block`, from `cuFuncGetAttribute`'s numbers): a grid-stride kernel's block is
+lowered to fit (its loop covers the same points with fewer threads); a block reduction's is
+built into its code (the shared-memory tree), so a kernel that cannot run with it is refused
+with a `LaunchLimitError` naming the numbers.  Every kernel's PTX also declares its block
+(`.maxntid`), so that ptxas keeps its registers within what that block allows.
 """
 from __future__ import annotations
 
@@ -27,9 +43,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..ir import Op
-from ..kernel import (Compute, Folded, Index, Kernel, KernelArg, Load, Reduction, Store, address,
-                      idents, is_kernel, ordered_product, set_extents, substitute, walk)
+from ..kernel import (Compute, Folded, Index, IndexValue, Kernel, KernelArg, Load, Random,
+                      Reduction, Store, address, idents, index_picks, is_kernel,
+                      ordered_product, set_extents, substitute, walk)
 from ..leaves import contiguous_strides
+
+# In the target key: a saved program's stored code is used only where the schedule that
+# runs it is the one it was built for (2: atomic scatters; a serial scatter's code run on
+# many threads would race), else its kernels are generated again from their descriptions.
+VERSION = 2
 
 BLOCK = 256                 # threads per block
 MAX_GRID = 8192             # blocks of a grid-stride launch (the loop covers the rest)
@@ -39,13 +61,16 @@ ITEMS_PER_THREAD = 16       # a split block folds about BLOCK * ITEMS_PER_THREAD
 MAX_REDUCE_BLOCKS = 2048    # outputs x splits of a split reduction, at most
 MAX_PARAMS = 512            # kernel parameters (8 bytes each: CUDA's 4 KiB parameter limit)
 
+WARP = 32                   # a lowered block stays a whole number of warps
+MAX_LOCAL_BYTES = 512 * 1024    # CUDA's local memory per thread, at most
+
 _COMBINE = {Op.SUM: Op.SUM, Op.PROD: Op.PROD, Op.MAX: Op.MAX, Op.MIN: Op.MIN,
             Op.ANY: Op.ANY, Op.ALL: Op.ALL}
 
 
 @dataclass(frozen=True)
 class CUDASchedule:
-    kind: str                # map | serial | thread_reduce | block_reduce
+    kind: str                # map | atomic | serial | thread_reduce | block_reduce
     launch_size: int
     grid: int
     block: int
@@ -108,13 +133,75 @@ def schedule_kernel(k: Kernel, saved: dict | None = None) -> Kernel:
         raise ValueError(f"kernel {k.label!r} has {len(k.args)} arguments; a CUDA kernel "
                          f"takes at most {MAX_PARAMS}")
     if k.ordered_stores:
-        return _scheduled(k, CUDASchedule("serial", k.size, 1, 1))
+        return _scheduled(k, _scatter_schedule(k))
     if k.prelude or (r is not None and k.stores):
         raise ValueError(f"kernel {k.label!r}: the CUDA schedule splits it; a saved program "
                          f"holds its parts")
     if r is None:
         return _scheduled(k, CUDASchedule("map", k.size, _grid(k.size), BLOCK))
     return _scheduled(k, _reduce_schedule(k))
+
+
+def _scatter_schedule(k: Kernel) -> CUDASchedule:
+    if order_free(k):
+        return CUDASchedule("atomic", k.size, _grid(k.size), BLOCK)
+    return CUDASchedule("serial", k.size, 1, 1)
+
+
+ATOMIC_MODES = ("add", "max", "min")     # an integer/bool atomicrmw for each
+
+
+def order_free(k: Kernel) -> bool:
+    """Whether a scatter kernel's result is the same whatever order its points run in (so
+    its points may run concurrently, each combining store one atomic): every store is at a
+    data-dependent index and is an integer or bool add/max/min, or a set of a value that is
+    the same at every point (no load, loop index or random draw in it); one mode per written
+    buffer (and one store for a set); no point reads a buffer the kernel writes (a later
+    point would see an earlier one's write).  A plain Python function of the description, so
+    tests hold it to its cases."""
+    if k.reduction is not None or k.sort is not None or k.prelude or not k.stores:
+        return False
+    modes: dict = {}
+    for st in k.stores:
+        if not index_picks(st.index):
+            return False
+        arg = k.args[st.arg]
+        if st.mode == "set":
+            if any(isinstance(e, (Load, Random, IndexValue)) for e in walk([st.value])):
+                return False
+        elif st.mode not in ATOMIC_MODES or arg.dtype.kind not in "iub":
+            return False
+        modes.setdefault(arg.buffer, []).append(st.mode)
+    for ms in modes.values():
+        if len(set(ms)) > 1 or (ms[0] == "set" and len(ms) > 1):
+            return False
+    read = {k.args[e.arg].buffer for e in walk(k._roots()) if isinstance(e, Load)}
+    return not read & set(modes)
+
+
+class LaunchLimitError(ValueError):
+    """A kernel that cannot run on this device with the block its code was built for."""
+
+
+def launch_block(kind: str, block: int, max_threads: int, local_bytes: int = 0) -> int:
+    """The block a kernel is launched with on this device, from the attributes of its loaded
+    code (`cuFuncGetAttribute`): max_threads (CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: what
+    its registers and shared memory allow) and local_bytes (LOCAL_SIZE_BYTES, per thread).
+    A grid-stride kernel (map, atomic, thread_reduce; serial runs one thread) works with any
+    block: it gets the scheduled one, lowered to a whole number of warps that fits.  A block
+    reduction's block is its shared-memory tree's size: it fits or the kernel is refused."""
+    if max_threads < 1:
+        raise LaunchLimitError(f"the device allows {max_threads} threads per block")
+    if local_bytes > MAX_LOCAL_BYTES:
+        raise LaunchLimitError(f"it needs {local_bytes} bytes of local memory per thread; "
+                               f"CUDA allows {MAX_LOCAL_BYTES}")
+    if block <= max_threads:
+        return block
+    if kind == "block_reduce":
+        raise LaunchLimitError(f"its block reduction is built for {block} threads per block, "
+                               f"but its compiled code allows at most {max_threads} on this "
+                               f"device")
+    return max_threads // WARP * WARP if max_threads >= WARP else max_threads
 
 
 def _reduce_schedule(k: Kernel) -> CUDASchedule:
@@ -142,7 +229,7 @@ def _schedule(plan, k: Kernel) -> list:
     if k.schedule is not None:
         raise ValueError(f"kernel {k.label!r} is already scheduled ({k.schedule.describe()})")
     if k.ordered_stores:
-        return [_scheduled(k, CUDASchedule("serial", k.size, 1, 1))]
+        return [_scheduled(k, _scatter_schedule(k))]
     if k.prelude:
         return sum((_schedule(plan, part) for part in _unfold(plan, k)), [])
     r = k.reduction

@@ -151,6 +151,21 @@ class LLVMEmitter:
         self.fw = FunctionWriter()
         self.sort_hist = None      # a sort's digit histograms (kernel_code allocates them)
 
+    # A long row's radix sort: digits of SORT_DIGIT_BITS bits; with SORT_COUNT_PER_PASS the
+    # one histogram is counted again before each pass (a target whose per-thread arrays are
+    # costly: 2**bits counters in all), else every pass's histogram is counted in the pass
+    # that loads the row (passes * 2**bits counters).
+    SORT_DIGIT_BITS = 8
+    SORT_COUNT_PER_PASS = False
+
+    def radix_passes(self, dt: np.dtype) -> int:
+        return sort_passes(dt) * 8 // self.SORT_DIGIT_BITS
+
+    def sort_hist_size(self, dt: np.dtype) -> int:
+        """Counters in a long row's sort histograms (per thread of the launch)."""
+        return (1 << self.SORT_DIGIT_BITS) * (1 if self.SORT_COUNT_PER_PASS
+                                              else self.radix_passes(dt))
+
     # ---- target hooks ------------------------------------------------------------------
     def module(self) -> str:
         """The whole module text (the kernel entry ABI around kernel_code())."""
@@ -205,7 +220,7 @@ class LLVMEmitter:
         if s is not None and self.k.rspace[0] > SMALL_SORT:
             # the histograms, allocated once per launch (in the entry block: not per row)
             cty = "i32" if self.k.rspace[0] < 2 ** 31 else "i64"
-            self.sort_hist = fw.op(f"alloca [{sort_passes(s.value.dtype) * 256} x {cty}], "
+            self.sort_hist = fw.op(f"alloca [{self.sort_hist_size(s.value.dtype)} x {cty}], "
                                    f"align 16", "hist")
         self.emit_launch()
         if self.k.status is not None:
@@ -449,22 +464,20 @@ class LLVMEmitter:
             p0 = fw.op(f"getelementptr inbounds i64, ptr {self.buffer(s.pscratch)}, i64 {base}")
             p1 = fw.op(f"getelementptr inbounds i64, ptr {p0}, i64 {n}")
         radix = n > SMALL_SORT
-        npass = sort_passes(dt)
+        npass = self.radix_passes(dt)
+        dbits = self.SORT_DIGIT_BITS
+        per_pass = self.SORT_COUNT_PER_PASS
         cty = "i32" if n < 2 ** 31 else "i64"
         hist = self.sort_hist
-        if radix:
-            # zeroed by a plain loop (a memset to the CPU's optimiser; NVPTX has no memset)
-            def clear(b, _):
-                fw.emit(f"store {cty} 0, ptr {fw.op(f'getelementptr inbounds {cty}, ptr {hist}, i64 {b}')}")
-                return []
-            fw.counted_loop("0", str(npass * 256), [], clear)
+        if radix and not per_pass:
+            self._clear_hist(cty, self.sort_hist_size(dt))
 
         def digit_ptr(key, p):
-            d = fw.op(f"lshr {ty} {key}, {8 * p}") if p else key
-            d = fw.op(f"and {ty} {d}, 255")
+            d = fw.op(f"lshr {ty} {key}, {dbits * p}") if p else key
+            d = fw.op(f"and {ty} {d}, {(1 << dbits) - 1}")
             d = fw.op(f"zext {ty} {d} to i64") if ty != "i64" else d
-            if p:
-                d = fw.op(f"add nuw nsw i64 {d}, {256 * p}")
+            if p and not per_pass:
+                d = fw.op(f"add nuw nsw i64 {d}, {(1 << dbits) * p}")
             return fw.op(f"getelementptr inbounds {cty}, ptr {hist}, i64 {d}")
 
         def load_row(r, _):
@@ -479,7 +492,7 @@ class LLVMEmitter:
             fw.emit(f"store {ty} {bits}, ptr {fw.op(f'getelementptr inbounds {ty}, ptr {k0}, i64 {r}')}")
             if p0 is not None:
                 fw.emit(f"store i64 {r}, ptr {fw.op(f'getelementptr inbounds i64, ptr {p0}, i64 {r}')}")
-            if radix:
+            if radix and not per_pass:
                 key = self.sort_key(bits, dt, ty)
                 for p in range(npass):
                     h = digit_ptr(key, p)
@@ -529,6 +542,21 @@ class LLVMEmitter:
         """One stable counting pass on digit p from cur into nxt (keys, positions), skipped
         when the whole row shares that digit; returns the (cur, nxt) pointers after it."""
         fw = self.fw
+        radix = 1 << self.SORT_DIGIT_BITS
+        if self.SORT_COUNT_PER_PASS:
+            # this pass's histogram, counted from the row as the last pass left it
+            self._clear_hist(cty, radix)
+
+            def count_row(r, _):
+                x = fw.op(f"load {ty}, ptr {fw.op(f'getelementptr inbounds {ty}, ptr {cur[0]}, i64 {r}')}")
+                h = digit_ptr(self.sort_key(x, dt, ty), p)
+                c = fw.op(f"load {cty}, ptr {h}")
+                fw.emit(f"store {cty} {fw.op(f'add {cty} {c}, 1')}, ptr {h}")
+                return []
+            fw.counted_loop("0", str(n), [], count_row)
+            offset = 0
+        else:
+            offset = radix * p
         first = fw.op(f"load {ty}, ptr {cur[0]}")
         count = fw.op(f"load {cty}, ptr {digit_ptr(self.sort_key(first, dt, ty), p)}")
         skip = fw.op(f"icmp eq {cty} {count}, {n}")
@@ -536,7 +564,7 @@ class LLVMEmitter:
         run, merge = fw.label("pass"), fw.label("passed")
         fw.cond_br(skip, merge, run)
         fw.start(run)
-        bucket0 = fw.op(f"getelementptr inbounds {cty}, ptr {hist}, i64 {256 * p}")
+        bucket0 = fw.op(f"getelementptr inbounds {cty}, ptr {hist}, i64 {offset}")
 
         def prefix(b, acc):       # exclusive prefix sums: each digit's first output position
             h = fw.op(f"getelementptr inbounds {cty}, ptr {bucket0}, i64 {b}")
@@ -544,7 +572,7 @@ class LLVMEmitter:
             fw.emit(f"store {cty} {acc[0]}, ptr {h}")
             return [fw.op(f"add {cty} {acc[0]}, {c}")]
 
-        fw.counted_loop("0", "256", [(cty, "0")], prefix)
+        fw.counted_loop("0", str(radix), [(cty, "0")], prefix)
 
         def scatter(r, _):
             x = fw.op(f"load {ty}, ptr {fw.op(f'getelementptr inbounds {ty}, ptr {cur[0]}, i64 {r}')}")
@@ -571,6 +599,16 @@ class LLVMEmitter:
             out_cur.append(fw.op(f"phi ptr [ {a}, %{pre} ], [ {b}, %{done} ]"))
             out_nxt.append(fw.op(f"phi ptr [ {b}, %{pre} ], [ {a}, %{done} ]"))
         return tuple(out_cur), tuple(out_nxt)
+
+    def _clear_hist(self, cty: str, size: int):
+        """Zero the first `size` histogram counters by a plain loop (a memset to the CPU's
+        optimiser; NVPTX has no memset)."""
+        fw, hist = self.fw, self.sort_hist
+
+        def clear(b, _):
+            fw.emit(f"store {cty} 0, ptr {fw.op(f'getelementptr inbounds {cty}, ptr {hist}, i64 {b}')}")
+            return []
+        fw.counted_loop("0", str(size), [], clear)
 
     def _insertion_sort(self, n, dt, ty, keys, pos):
         """Stable insertion sort of a short row in place (keys, and positions if any)."""
@@ -732,16 +770,23 @@ class LLVMEmitter:
         if s.mode != "set":
             if dt.kind == "c":      # complexops splits scatter-adds of complex into parts
                 raise NotImplementedError(f"scatter mode {s.mode} on {dt}")
-            ptr = self.address(s.arg, index, dt)
-            old = fw.op(f"load {memory_type(dt)}, ptr {ptr}, align {dt.itemsize}")
-            if dt.kind == "b":
-                old = fw.op(f"icmp ne i8 {old}, 0")
-            op = {"add": Op.ADD, "mul": Op.MUL, "max": Op.MAXIMUM, "min": Op.MINIMUM}[s.mode]
-            value = self.emit_op(op, dt, [old, value], [dt, dt])
-        self.store_at(s.arg, index, value, dt, dt)
+            self.store_combined(s.mode, s.arg, index, value, dt)
+        else:
+            self.store_at(s.arg, index, value, dt, dt)
         if done is not None:
             fw.br(done)
             fw.start(done)
+
+    def store_combined(self, mode: str, arg: int, index: str, value: str, dt: np.dtype):
+        """arg[index] = arg[index] <mode> value (value of dtype dt): a read, the op and a
+        write (a target whose schedule runs a scatter concurrently makes it one atomic)."""
+        fw = self.fw
+        ptr = self.address(arg, index, dt)
+        old = fw.op(f"load {memory_type(dt)}, ptr {ptr}, align {dt.itemsize}")
+        if dt.kind == "b":
+            old = fw.op(f"icmp ne i8 {old}, 0")
+        op = {"add": Op.ADD, "mul": Op.MUL, "max": Op.MAXIMUM, "min": Op.MINIMUM}[mode]
+        self.store_at(arg, index, self.emit_op(op, dt, [old, value], [dt, dt]), dt, dt)
 
     def index(self, ix: Index, loops, memo) -> str:
         key = ("ix", ix)

@@ -13,6 +13,10 @@ What the CUDA schedule decided reaches the code through `gpu_launch(kernel)` alo
                    ctaid.x * ntid.x + tid.x, stepping by nctaid.x * ntid.x.  A serial kernel
                    (stores at data-dependent indices) is launched with one thread, so the
                    same loop visits every point in order, as NumPy does.
+  atomic           the same loop, over all threads, for a scatter whose result does not
+                   depend on the order (cuda_schedule.order_free): each add/max/min store
+                   is one `atomicrmw` (or/and on bools; sub-word ones LLVM expands into a
+                   32-bit compare-and-swap loop).
   thread_reduce    the same loop over the outputs; each thread folds its output's whole
                    reduction space in C order (scans and arg-reductions always, and any
                    reduction with many outputs or a short reduction).
@@ -27,6 +31,15 @@ Math functions call libdevice (`__nv_expf`, `__nv_pow`, ...); the backend links 
 and internalises it before optimising.  fmod is `__nv_fmod` (NVPTX lowers `frem` as
 a - trunc(a/b)*b, which is not exact).  float16 math goes through float32 (llvm_base).
 Kernel errors OR their word into the status word with one `atomicrmw or` per thread.
+
+The entry declares its block (`"nvvm.maxntid"`, PTX `.maxntid`; a block reduction, whose
+code is built for exactly its block, `.reqntid`): ptxas then keeps the registers per thread
+within what that many threads allow, and the backend reads which blocks are fixed from it.
+
+A long row's radix sort uses 4-bit digits with one 16-counter histogram counted again before
+each pass (64 bytes of local memory per thread; the CPU's 8-bit digits with every pass's
+histogram counted at once took 8 KB for 64-bit keys): the rows themselves are sorted in the
+global scratch the program allocates (kernel.Sort), so nothing else grows with the row.
 
 `HostSimEmitter` is the same code for the host CPU, for tests: the thread and block indices
 are parameters, a barrier is a call the test harness implements with real threads, shared
@@ -115,6 +128,8 @@ def check_lowerable(declarations, libdevice_available: bool, linked: bool = Fals
 
 class NVPTXEmitter(LLVMEmitter):
     """One kernel's module for nvptx64 (see the module docstring)."""
+    SORT_DIGIT_BITS = 4
+    SORT_COUNT_PER_PASS = True
 
     def __init__(self, kernel: Kernel, name: str, llvm_major: int = 20):
         super().__init__(kernel, name)
@@ -142,12 +157,19 @@ class NVPTXEmitter(LLVMEmitter):
         lines += self.mod.lines() + self.mod.implicit_lines()
         # IEEE denormals (NumPy's semantics): no flush-to-zero, in our code and in libdevice's
         # __nvvm_reflect("__CUDA_FTZ") branches
+        # the block (PTX .maxntid; .reqntid where the code is built for exactly that many
+        # threads): ptxas keeps the registers within what it allows
+        ntid = "reqntid" if self.kind == "block_reduce" else "maxntid"
+        attr = f' "nvvm.{ntid}"="{self.block}"' if self.llvm_major >= 21 else ""
         lines.append('attributes #0 = { nounwind "denormal-fp-math"="ieee,ieee" '
-                     '"denormal-fp-math-f32"="ieee,ieee" }')
+                     f'"denormal-fp-math-f32"="ieee,ieee"{attr} }}')
         lines += ["!llvm.module.flags = !{!0}", '!0 = !{i32 4, !"nvvm-reflect-ftz", i32 0}']
-        if not cc:
-            lines += ["!nvvm.annotations = !{!1}",
-                      f'!1 = !{{ptr @{self.name}, !"kernel", i32 1}}']
+        if self.llvm_major < 21:
+            marks = [] if cc else [f'!{{ptr @{self.name}, !"kernel", i32 1}}']
+            marks.append(f'!{{ptr @{self.name}, !"{ntid}x", i32 {self.block}}}')
+            lines.append("!nvvm.annotations = !{" + ", ".join(
+                f"!{i + 1}" for i in range(len(marks))) + "}")
+            lines += [f"!{i + 1} = {m}" for i, m in enumerate(marks)]
         return "\n".join(lines + [""])
 
     # ---- thread indices ----------------------------------------------------------------
@@ -193,6 +215,25 @@ class NVPTXEmitter(LLVMEmitter):
     def report_error(self, word: str):
         self.fw.emit(f"atomicrmw or ptr {self.buffer(self.k.status)}, i64 {word} monotonic, "
                      f"align 8")
+
+    def store_combined(self, mode: str, arg: int, index: str, value: str, dt: np.dtype):
+        """In an atomic scatter (cuda_schedule.order_free: integer or bool add/max/min),
+        one atomic read-modify-write; elsewhere (one thread in loop order) the plain one."""
+        if self.kind != "atomic":
+            return super().store_combined(mode, arg, index, value, dt)
+        if dt.kind == "b":
+            op = {"add": "or", "max": "or", "min": "and"}[mode]
+            value = self.fw.op(f"zext i1 {value} to i8")
+        elif dt.kind in "iu":
+            signed = dt.kind == "i"
+            op = {"add": "add", "max": "max" if signed else "umax",
+                  "min": "min" if signed else "umin"}[mode]
+        else:
+            raise NVPTXLoweringError(f"kernel {self.k.label!r}: no atomic scatter-{mode} on "
+                                     f"{dt} (its schedule keeps it serial)")
+        ptr = self.address(arg, index, dt)
+        self.fw.emit(f"atomicrmw {op} ptr {ptr}, {memory_type(dt)} {value} monotonic, "
+                     f"align {dt.itemsize}")
 
     # ---- the block reduction -----------------------------------------------------------
     def block_reduce(self):

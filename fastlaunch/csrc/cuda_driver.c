@@ -206,6 +206,18 @@ int fl_cu_func_max_threads(void *function, int *max_threads) {
                                     (CUfunction)function);
 }
 
+int fl_cu_func_limits(void *function, int *max_threads, int *regs, int *local_bytes,
+                      int *shared_bytes) {
+    CUfunction f = (CUfunction)function;
+    CUresult r = api.cuFuncGetAttribute_p(max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f);
+    if (r == CUDA_SUCCESS) r = api.cuFuncGetAttribute_p(regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f);
+    if (r == CUDA_SUCCESS)
+        r = api.cuFuncGetAttribute_p(local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, f);
+    if (r == CUDA_SUCCESS)
+        r = api.cuFuncGetAttribute_p(shared_bytes, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f);
+    return r;
+}
+
 int fl_cu_stream_wait(uint64_t waiter, uint64_t signaller) {
     CUstream w = waiter ? (CUstream)(uintptr_t)waiter : stream;
     CUstream s = signaller ? (CUstream)(uintptr_t)signaller : stream;

@@ -41,6 +41,10 @@ int fl_cu_device_ordinal(void);                /* the device fastlaunch's contex
 int fl_cu_pointer_device(uint64_t dptr, int *ordinal);
 /* the most threads per block the loaded kernel can be launched with (its registers) */
 int fl_cu_func_max_threads(void *function, int *max_threads);
+/* what the loaded kernel's code needs and allows (cuFuncGetAttribute): the most threads per
+   block, registers per thread, local memory per thread, static shared memory per block */
+int fl_cu_func_limits(void *function, int *max_threads, int *regs, int *local_bytes,
+                      int *shared_bytes);
 /* Stream order by an event, without waiting on the host: work enqueued on `waiter` from now
    on waits for the work enqueued on `signaller` so far (0 for either: fastlaunch's stream;
    1 and 2: the legacy and per-thread default streams, as CUDA defines those handles). */

@@ -82,6 +82,60 @@ def test_scatter_add_applies_repeated_indices_in_order():
     assert a.tobytes() == want.tobytes()          # loop order: NumPy's bits exactly
 
 
+def _add_at(a, i, v):
+    np.add.at(a, i, v)
+
+
+def _max_at(a, i, v):
+    np.maximum.at(a, i, v)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint16, np.int32, np.int64, np.uint64])
+def test_integer_scatters_run_with_atomics_and_give_numpys_result(dtype):
+    """Integer scatter-add and -max run on every thread (atomics; cuda_schedule.order_free):
+    wrap-around included, the same result as NumPy's loop order."""
+    rng = np.random.default_rng(3)
+    n, m = 37, 1 << 20                       # a million updates onto 37 elements
+    idx = rng.integers(-n, n, m)
+    info = np.iinfo(dtype)
+    vals = rng.integers(max(info.min, -2**40), min(info.max, 2**40), m).astype(dtype)
+    for fn in (_add_at, _max_at):
+        f = fl.compile(fn, backend="cuda")
+        assert "atomic" in [k.schedule.kind for k in f.lower(np.zeros(n, dtype), idx,
+                                                             vals).plan.kernels]
+        a, want = np.zeros(n, dtype), np.zeros(n, dtype)
+        f(a, idx, vals)
+        fn(want, idx, vals)
+        np.testing.assert_array_equal(a, want)
+    x = rng.integers(0, 1000, m)
+    np.testing.assert_array_equal(fl.compile(lambda x: np.bincount(x, minlength=1000),
+                                             backend="cuda")(x), np.bincount(x, minlength=1000))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64, np.int16])
+def test_long_rows_sort_on_the_gpu(dtype):
+    """Radix sort with 4-bit digits and a per-pass histogram (bounded local memory)."""
+    a = (np.random.default_rng(4).standard_normal((300, 3000)) * 1000).astype(dtype)
+    np.testing.assert_array_equal(fl.compile(lambda a: np.sort(a, axis=-1), backend="cuda")(a),
+                                  np.sort(a, axis=-1))
+    got = fl.compile(lambda a: np.argsort(a, axis=0, kind="stable"), backend="cuda")(a)
+    np.testing.assert_array_equal(got, np.argsort(a, axis=0, kind="stable"))
+
+
+def test_every_kernel_runs_with_a_block_its_code_allows(cuda):
+    """The blocks chosen at load time (cuda_schedule.launch_block) against each loaded
+    kernel's cuFuncGetAttribute numbers."""
+    f = fl.compile(lambda a: (np.sort(a, axis=-1), a.sum(), np.cumsum(a, axis=1)),
+                   backend="cuda")
+    a = np.random.default_rng(5).standard_normal((64, 4000))
+    f(a)
+    info = f._entries_list()[0].info
+    for ck, k in zip(info.kernels, info.lowered.plan.kernels):
+        limits = cuda.kernel_limits(cuda.load_kernel(ck.name, bytes(ck.obj)))
+        assert k.schedule.block <= limits["max_threads"]
+        assert limits["local_bytes"] <= 256, (k.label, limits)
+
+
 def test_math_matmul_float16_and_fmod():
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((70, 90)), rng.standard_normal((90, 30))

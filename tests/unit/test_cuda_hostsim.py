@@ -3,9 +3,10 @@ the NVPTX target's emitter for the host (codegen/llvm_nvptx.HostSimEmitter: the 
 the same block-reduction tree, with thread and block indices as parameters), and a small
 interpreter here runs the CUDA program's bytecode, launching every kernel over its grid as
 the CUDA executable would: blocks one after another, the threads of a block as real threads
-meeting at barriers (block reductions) or one after another (kernels without barriers).  The
+meeting at barriers (block reductions), all at once (atomic scatters: a plain read-add-write
+there loses updates, which the contended case catches) or one after another (other kernels).  The
 results are compared with NumPy: grid-stride loops, unflattening, splits and partials,
-combine kernels and serial scatters are checked without a GPU."""
+combine kernels, serial and atomic scatters and the radix sort are checked without a GPU."""
 import ctypes
 import threading
 
@@ -54,6 +55,19 @@ def engine():
 
 def launch(fn, sched, words):
     grid, block = sched.grid, sched.block
+    if sched.kind == "atomic":
+        # concurrent scatters: a grid-stride kernel covers its space with any grid, so 3
+        # blocks of 4 threads, all real threads at once (ctypes calls run without the GIL),
+        # each looping over many points in native code: repeated indices meet in another
+        # order than NumPy's, and at the same time (a plain read-add-write loses updates)
+        grid, block = 3, 4
+        threads = [threading.Thread(target=fn, args=(t, block, b, grid, words))
+                   for b in reversed(range(grid)) for t in reversed(range(block))]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        return
     if sched.kind != "block_reduce":
         for b in range(grid):                  # independent threads: any order will do
             for t in range(block):
@@ -130,6 +144,80 @@ SIM_CASES.update({
 })
 
 
+def _scatter_args(dt, n=40, m=2000, seed=9):
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(dt) if np.dtype(dt).kind in "iu" else None
+    lo, hi = (info.min, info.max) if info is not None and info.bits <= 16 else (-1000, 1000)
+    if np.dtype(dt).kind == "u":
+        lo = 0
+    a = rng.integers(lo, hi, n, endpoint=True).astype(dt)
+    return a, rng.integers(-n, n, m), rng.integers(lo, hi, m, endpoint=True).astype(dt)
+
+
+def _add_at(a, i, v):
+    np.add.at(a, i, v)
+
+
+def _max_at(a, i, v):
+    np.maximum.at(a, i, v)
+
+
+def _min_at(a, i, v):
+    np.minimum.at(a, i, v)
+
+
+def _iadd(x, idx, v):
+    x[idx] += v           # a gather, then a scatter-set: the last write wins (serial)
+
+
+def _set_const(x, idx):
+    x[idx] = 7            # one value at every point: order-free (atomic)
+
+
+# Scatters the CUDA schedule runs concurrently with atomics (integers, bools; wrap-around
+# sums) and ones it keeps serial: each against NumPy, repeated indices included.
+ATOMIC_CASES = {
+    **{f"add_at_{np.dtype(dt).name}": (_add_at, list(_scatter_args(dt)))
+       for dt in (np.int8, np.uint8, np.int16, np.int32, np.uint32, np.int64, np.uint64)},
+    "add_at_bool": (_add_at, [np.zeros(40, bool), np.arange(2000) % 23,
+                              np.arange(2000) % 7 == 0]),
+    "max_at_int16": (_max_at, list(_scatter_args(np.int16))),
+    "max_at_uint64": (_max_at, list(_scatter_args(np.uint64))),
+    "min_at_int64": (_min_at, list(_scatter_args(np.int64))),
+    "min_at_uint8": (_min_at, list(_scatter_args(np.uint8))),
+    "bincount": (lambda x: np.bincount(x, minlength=50),
+                 [np.random.default_rng(3).integers(0, 37, 3000)]),
+    # contended: 400,000 updates onto 5 elements
+    "add_at_contended": (_add_at, [np.zeros(5, np.int64), np.arange(400_000) % 5,
+                                   np.arange(400_000, dtype=np.int64)]),
+    "set_const": (_set_const, [np.zeros(40, np.int32), np.random.default_rng(4).integers(0, 40, 900)]),
+}
+SERIAL_CASES = {
+    "iadd_repeated": (_iadd, [np.zeros(40, np.int64), np.random.default_rng(5).integers(0, 40, 300),
+                              np.arange(300, dtype=np.int64)]),
+    "add_at_float": (_add_at, [np.zeros(30), np.random.default_rng(6).integers(0, 30, 400),
+                               np.random.default_rng(7).standard_normal(400)]),
+}
+# Long rows (radix sort with 4-bit digits, per-pass histograms) and short ones (insertion).
+SORT_CASES = {
+    **{f"sort_{np.dtype(dt).name}": (lambda a: np.sort(a, axis=-1), [a])
+       for dt, a in [(dt, (np.random.default_rng(8).standard_normal((5, 300)) * 1000).astype(dt))
+                     for dt in (np.float64, np.float32, np.float16, np.int64, np.int32, np.int8,
+                                np.uint16, np.uint64)]},
+    "sort_special_floats": (lambda a: np.sort(a, axis=-1), [np.array(
+        [[np.nan, -0.0, 0.0, np.inf, -np.inf, 1.0, -1.0, np.nan] * 30] * 3)]),
+    "sort_bool": (lambda a: np.sort(a, axis=-1), [np.arange(3 * 200).reshape(3, 200) % 3 == 0]),
+    "argsort_stable": (lambda a: np.argsort(a, axis=-1, kind="stable"),
+                       [np.random.default_rng(9).integers(0, 20, (4, 500)).astype(np.float32)]),
+    "sort_axis0": (lambda a: np.sort(a, axis=0),
+                   [np.random.default_rng(10).standard_normal((100, 7))]),
+    "sort_short": (lambda a: np.sort(a, axis=-1), [np.random.default_rng(11).standard_normal((9, 20))]),
+}
+SIM_CASES.update(ATOMIC_CASES)
+SIM_CASES.update(SERIAL_CASES)
+SIM_CASES.update(SORT_CASES)
+
+
 @pytest.mark.parametrize("name", list(SIM_CASES))
 def test_gpu_kernels_run_on_the_host(name, engine):
     fn, args = SIM_CASES[name]
@@ -144,11 +232,23 @@ def test_gpu_kernels_run_on_the_host(name, engine):
     for g, w in zip(got, want):
         w = np.asarray(w)
         assert np.asarray(g).dtype == w.dtype, name
-        np.testing.assert_allclose(np.asarray(g, np.float64), w.astype(np.float64),
-                                   rtol=1e-5 if w.dtype == np.float32 else 1e-9, atol=1e-12)
+        if w.dtype.kind in "iub" or name in SORT_CASES:
+            np.testing.assert_array_equal(g, w)
+        else:
+            np.testing.assert_allclose(np.asarray(g, np.float64), w.astype(np.float64),
+                                       rtol=1e-5 if w.dtype == np.float32 else 1e-9,
+                                       atol=1e-12)
     for a, b in zip(np_args, sim_args):          # in-place updates (scatter_add)
         if isinstance(a, np.ndarray):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", list(ATOMIC_CASES) + list(SERIAL_CASES))
+def test_scatters_run_concurrently_only_where_the_order_cannot_matter(name):
+    fn, args = SIM_CASES[name]
+    plan = fl.compile(fn, backend="cuda").lower(*args).plan
+    kinds = {k.schedule.kind for k in plan.kernels if k.ordered_stores}
+    assert kinds == ({"atomic"} if name in ATOMIC_CASES else {"serial"}), kinds
 
 
 def test_the_block_tree_is_what_runs(engine):
