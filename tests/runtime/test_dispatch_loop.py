@@ -50,12 +50,11 @@ def test_no_other_module_dispatches():
 
 
 def test_null_backend_runs_the_host_interpreter():
-    # null links a HostExecutable (link.host_executable) whose kernels do nothing: the host
-    # loop runs its programs, loops and library calls included
-    from fastlaunch import link
-    from fastlaunch.backends import null
+    # null links a HostExecutable (backends/host.host_executable) whose kernels do nothing:
+    # the host loop runs its programs, loops and library calls included
+    from fastlaunch.backends import host, null
     assert "host_executable" in pathlib.Path(null.__file__).read_text()
-    assert "HostExecutable(" in pathlib.Path(link.__file__).read_text()
+    assert "HostExecutable(" in pathlib.Path(host.__file__).read_text()
     x = np.linspace(0, 1, 16)
     it = fl.iterated(fl.compile(_step, backend="null"), 9, carry="x")
     assert {"LOOP", "LAUNCH", "ROW"} <= _ops(it.lower(x, x).program)
