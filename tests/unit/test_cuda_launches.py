@@ -11,6 +11,7 @@
   * a long row's radix sort keeps its local memory per thread bounded: `ptxas -v`'s stack
     frame of the sort kernels.
 """
+import dataclasses
 import re
 import subprocess
 
@@ -109,16 +110,19 @@ def test_link_chooses_each_block_from_the_loaded_kernels_limits(monkeypatch):
         ("sum", lambda a: a.sum(), [np.ones(1 << 16, np.float32)])]}
     compiled = {name: [backend.compile(k) for k in lo.plan.kernels]
                 for name, lo in lowered.items()}
-    import fastlaunch.link as link
     monkeypatch.setattr(_cuda, "driver_error", lambda *a: None)
     monkeypatch.setattr(_cuda, "load_kernel", lambda name, image: 1)
     monkeypatch.setattr(_cuda, "CUDAExecutable", Executable)
-    monkeypatch.setattr(link, "executable_layout", lambda *a, **k: None)
+
+    @dataclasses.dataclass
+    class Layout:                 # what backend.link reads of an ExecutableLayout
+        program: object
+        const_ptrs: list = dataclasses.field(default_factory=list)
 
     def run(name, max_threads):
         monkeypatch.setattr(_cuda, "kernel_limits", lambda f: {
             "max_threads": max_threads, "regs": 99, "local_bytes": 0, "shared_bytes": 0})
-        backend.link(lowered[name].program, compiled[name], None)
+        backend.link(Layout(lowered[name].program), compiled[name])
         return ([b for _, b in made["launch"]],
                 [k.schedule.kind for k in lowered[name].plan.kernels])
 
