@@ -27,6 +27,42 @@ from .ir import Graph, Node, Op
 _state = threading.local()
 
 
+# Sizes read by Python (symbolic.py): while a symbolic build traces, every shape, size or
+# length of a traced array that code outside fastlaunch reads is noted, so that a size the
+# function uses as a Python value (range(n), `if n > 8`) specialises instead of generalising.
+_size_watchers = 0
+
+
+class watch_sizes:
+    """Collects, on this thread, the sizes user code reads from tracers (a list of tuples)."""
+
+    def __enter__(self) -> list:
+        global _size_watchers
+        self.reads: list = []
+        self.outer = getattr(_state, "size_reads", None)
+        _state.size_reads = self.reads
+        _size_watchers += 1
+        return self.reads
+
+    def __exit__(self, *exc):
+        global _size_watchers
+        _size_watchers -= 1
+        _state.size_reads = self.outer
+
+
+def note_size_read(what, depth: int = 2) -> None:
+    """Record a size read unless the reader is fastlaunch's own code (depth: the reader's
+    frame, counted from the caller of this function)."""
+    reads = getattr(_state, "size_reads", None)
+    if reads is None:
+        return
+    if depth:
+        name = sys._getframe(depth).f_globals.get("__name__", "")
+        if name.startswith("fastlaunch.") or name == "fastlaunch":
+            return
+    reads.append(tuple(what) if isinstance(what, tuple) else (int(what),))
+
+
 def tracing() -> bool:
     """Whether this thread is tracing a function."""
     return getattr(_state, "graph", None) is not None
@@ -310,6 +346,8 @@ class Tracer:
     # ---- array attributes ----
     @property
     def shape(self) -> tuple:
+        if _size_watchers:
+            note_size_read(self.node.shape)
         return self.node.shape
 
     @property
@@ -322,6 +360,8 @@ class Tracer:
 
     @property
     def size(self) -> int:
+        if _size_watchers:
+            note_size_read(self.node.shape)
         return self.node.size
 
     @property
@@ -330,17 +370,23 @@ class Tracer:
 
     @property
     def nbytes(self) -> int:
+        if _size_watchers:
+            note_size_read(self.node.shape)
         return self.node.size * self.node.dtype.itemsize
 
     def __len__(self):
         if self.ndim == 0:
             raise TypeError("len() of unsized object")
-        return self.shape[0]
+        if _size_watchers:
+            note_size_read(self.node.shape, 0)      # len() itself: always Python's
+        return self.node.shape[0]
 
     def __iter__(self):
         if self.ndim == 0:
             raise TypeError("iteration over a 0-d array")
-        return (self[i] for i in range(self.shape[0]))
+        if _size_watchers:
+            note_size_read(self.node.shape, 0)
+        return (self[i] for i in range(self.node.shape[0]))
 
     @property
     def __class__(self):
