@@ -284,7 +284,7 @@ def build(compiled, call, enc, has_kwargs: bool, base_entry, base_reads: list):
     def probe(x):
         """The sample at symbol values x (None for a symbol: its base value)."""
         objs = list(leaf_objs)
-        for j, (v, places) in enumerate(syms):
+        for j, (_, places) in enumerate(syms):
             if x[j] is None:
                 continue
             for i, _ in {p[0]: 0 for p in places}.items():
