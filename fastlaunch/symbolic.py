@@ -44,7 +44,6 @@ import numpy as np
 
 from . import bytecode
 from .backends.base import CallLayout
-from .leaves import LeafSpec
 from .link import link_entry
 
 # A symbolic build traces 2^k + 2 times for k symbols: beyond MAX_SYMBOLS the class stays static
@@ -145,6 +144,77 @@ def _build(skel, it):
     return skel
 
 
+def _fold(skel, built, ints: list, at: int, live: set):
+    """The skeleton with every subtree that holds no templated integer (positions in
+    `live`) replaced by ("K", its built object, how many integers it spans): an instance
+    shares those objects with the base and rebuilds only what changes.  Returns (tree, at)."""
+    start = at
+    if skel is _INT:
+        return skel, at + 1
+    if not isinstance(skel, tuple) or not skel:
+        return skel, at
+    head = skel[0]
+    if head == "ndarray":
+        at += skel[2]
+        kids = None
+    elif head in (list, tuple):
+        kids = []
+        for x, b in zip(skel[1], built):
+            k, at = _fold(x, b, ints, at, live)
+            kids.append(k)
+        tree = (head, tuple(kids))
+    elif head is dict:
+        kids = []
+        for (key, v) in skel[1]:
+            k, at = _fold(v, built[key], ints, at, live)
+            kids.append((key, k))
+        tree = (dict, tuple(kids))
+    elif isinstance(head, type) and dataclasses.is_dataclass(head):
+        kids = []
+        for name, v in skel[1]:
+            k, at = _fold(v, getattr(built, name), ints, at, live)
+            kids.append((name, k))
+        tree = (head, tuple(kids))
+    else:
+        return skel, at
+    if not any(p in live for p in range(start, at)):
+        return ("K", built, at - start), at
+    if kids is None:
+        return skel, at
+    return tree, at
+
+
+def _rebuild(tree, ints: list, at: int):
+    """(object, next position) from a folded skeleton and the instance's integers."""
+    if tree is _INT:
+        return ints[at], at + 1
+    if not isinstance(tree, tuple) or not tree:
+        return tree, at
+    head = tree[0]
+    if head == "K":
+        return tree[1], at + tree[2]
+    if head == "ndarray":
+        n = tree[2]
+        return np.array(ints[at:at + n], dtype=np.dtype(tree[1])), at + n
+    if head in (list, tuple):
+        out = []
+        for x in tree[1]:
+            v, at = _rebuild(x, ints, at)
+            out.append(v)
+        return head(out), at
+    if head is dict:
+        d = {}
+        for key, x in tree[1]:
+            d[key], at = _rebuild(x, ints, at)
+        return d, at
+    if isinstance(head, type) and dataclasses.is_dataclass(head):
+        kw = {}
+        for name, x in tree[1]:
+            kw[name], at = _rebuild(x, ints, at)
+        return head(**kw), at
+    return tree, at
+
+
 def _parts(sample: Sample, cpu: bool):
     """(skeleton, ints, consts) of a sample: kernel names and the CPU's thread counts left
     out (names are the base's; threads follow from the size at each instance)."""
@@ -206,7 +276,7 @@ class Template:
     key: tuple
     where: list                 # per symbol: [(leaf, axis)] sharing it
     fixed: dict                 # (leaf, axis) -> value: specialised dims
-    skeleton: object
+    skeleton: object            # folded (_fold): what does not change is the base's
     base_ints: list
     exprs: list                 # (position, polynomial, sign of the base value)
     consts: list
@@ -370,7 +440,9 @@ def build(compiled, call, enc, has_kwargs: bool, base_entry, base_reads: list):
     renum = {j: k for k, j in enumerate(live)}
     exprs = [(p, [(c, tuple(renum[j] for j in mono)) for c, mono in poly], sign)
              for p, poly, sign in exprs]
-    return Template(key, where, fixed, base_parts[0], list(base_parts[1]), exprs,
+    built = _build(base_parts[0], iter(base_parts[1]))
+    tree, _ = _fold(base_parts[0], built, base_parts[1], 0, {p for p, _, _ in exprs})
+    return Template(key, where, fixed, tree, list(base_parts[1]), exprs,
                     base_prog.consts, base_entry, sides, desc)
 
 
@@ -392,7 +464,7 @@ def instantiate(compiled, template: Template, enc, seed):
         if (v > 0) - (v < 0) != sign:
             return None                      # a bound crossed: another trace decides
         ints[p] = v
-    body, results, int_bounds = _build(template.skeleton, iter(ints))
+    (body, results, int_bounds), _ = _rebuild(template.skeleton, ints, 0)
     base = template.base
     backend = compiled.backend
     base_prog = base.info.lowered.program
@@ -416,12 +488,11 @@ def instantiate(compiled, template: Template, enc, seed):
     layout = CallLayout(results, info.out_tree, int_bounds, rng_seed=seed)
     entry = link_entry(backend, program, info.kernels, layout, sig, keys, statics,
                        base.specialized)
-    leaves = [LeafSpec.array(leaf.dtype, leaf.shape) if isinstance(leaf, np.ndarray)
-              else spec for leaf, spec in zip(leaf_objs, info.leaves)]
     lowered = dataclasses.replace(info.lowered, bytecode="(a symbolic instance: "
                                   f"{template.description})", plan=None, program=program,
                                   fused=None)
-    entry.info = dataclasses.replace(info, leaves=leaves, lowered=lowered, results=results,
+    # (info.leaves stay the base's: they only word later traces' reasons)
+    entry.info = dataclasses.replace(info, lowered=lowered, results=results,
                                      int_bounds=int_bounds)
     entry.info.symbolic = template
     template.instances += 1
