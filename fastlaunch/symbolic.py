@@ -369,14 +369,21 @@ def build(compiled, call, enc, has_kwargs: bool, base_entry, base_reads: list):
             s = compiled._trace(fake, fenc, has_kwargs, install=False, sample=True)
         return s, reads
 
-    def same(s, reads):
+    def compare(s, reads):
+        """(the sample's integers, None) where it has the base's structure, else
+        (None, why not)."""
         if reads != base_reads:
-            return None
+            return None, "Python reads it (a shape, size or len() used as a value)"
         parts = _parts(s, cpu)
+        if parts[2][1] != base_parts[2][1]:
+            return None, "the kernels' code depends on it"
         if parts[0] != base_parts[0] or len(parts[1]) != len(base_parts[1]) or \
                 parts[2] != base_parts[2]:
-            return None
-        return parts[1]
+            return None, "the program's structure or constants depend on it"
+        return parts[1], None
+
+    def same(s, reads):
+        return compare(s, reads)[0]
 
     # each symbol alone: symbolic or specialised
     alt = [probe_value(j, 7 + 2 * j) for j in range(len(syms))]
@@ -386,11 +393,9 @@ def build(compiled, call, enc, has_kwargs: bool, base_entry, base_reads: list):
         x: list = [None] * len(syms)
         x[j] = alt[j]
         try:
-            ints = same(*probe(x))
+            ints, detail = compare(*probe(x))
         except Exception as err:            # noqa: BLE001 - any failure specialises the size
             ints, detail = None, f"the trace fails at another size ({type(err).__name__})"
-        else:
-            detail = "its code, program structure or Python's reads of sizes depend on it"
         if ints is None:
             for p in places:
                 fixed[p] = v
