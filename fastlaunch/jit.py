@@ -724,7 +724,9 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
     def stats(self) -> dict[str, Any]:
         """traces: signatures traced and cached (with `history`, why each of the last
         TRACE_HISTORY happened);
-        uncached_traces: calls traced in replay=False mode, which keeps no history."""
+        uncached_traces: calls traced in replay=False mode, which keeps no history;
+        symbolic: the symbolic-size templates (symbolic.py) and how many sizes each served;
+        static_sizes: why size classes that met several sizes stay static."""
         return {"traces": self.trace_count, "entries": len(self._entries_list()),
                 "symbolic": [f"{t.description} ({t.instances} sizes)"
                              for ts in self._templates.values() for t in ts],
