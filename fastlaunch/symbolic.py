@@ -288,6 +288,9 @@ class Template:
 
     def values(self, leaf_objs):
         """The symbols' values in this call, or None where a relation does not hold."""
+        for i, v in self.base.info.specialized.items():     # scalars the trace used as values
+            if type(leaf_objs[i]) is not type(v) or leaf_objs[i] != v:
+                return None
         for (i, ax), v in self.fixed.items():
             if leaf_objs[i].shape[ax] != v:
                 return None

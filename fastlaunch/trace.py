@@ -34,6 +34,7 @@ _state = threading.local()
 # length of a traced array that code outside fastlaunch reads is noted, so that a size the
 # function uses as a Python value (range(n), `if n > 8`) specialises instead of generalising.
 _size_watchers = 0
+_size_watchers_lock = threading.Lock()
 
 
 class watch_sizes:
@@ -44,12 +45,14 @@ class watch_sizes:
         self.reads: list = []
         self.outer = getattr(_state, "size_reads", None)
         _state.size_reads = self.reads
-        _size_watchers += 1
+        with _size_watchers_lock:
+            _size_watchers += 1
         return self.reads
 
     def __exit__(self, *exc):
         global _size_watchers
-        _size_watchers -= 1
+        with _size_watchers_lock:
+            _size_watchers -= 1
         _state.size_reads = self.outer
 
 

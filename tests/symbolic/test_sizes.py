@@ -218,3 +218,15 @@ def test_class_key():
     assert symbolic.class_key([a], [], []) == symbolic.class_key([np.ones((9, 1))], [], [])
     assert symbolic.class_key([a.T], [], []) != symbolic.class_key([a], [], [])
     assert symbolic.class_key([np.ones((4, 3))[:, ::2]], [], []) is None
+
+
+def test_scalar_used_as_value_is_a_relation():
+    def power(x, k):
+        for _ in range(k):
+            x = x * 1.5
+        return x
+    c = fl.compile(power, dynamic=True)
+    for n, k in ((6, 2), (9, 2), (9, 3), (12, 3), (20, 2)):
+        x = _rand(n, np.float64)
+        np.testing.assert_allclose(c(x, k), power(x, k))
+    assert c.stats["traces"] == 2        # k = 2 and k = 3: one template each
