@@ -266,18 +266,19 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         key = symbolic.class_key(enc[1], enc[2], enc[3])
         if key is None:
             return self._trace(call, enc, has_kwargs, install=True)
+        key = (key, symbolic.class_signature(self, call, enc[1]))
         templates = self._templates.get(key, [])
         for t in templates:
             entry = symbolic.instantiate(self, t, enc, self.seed)
             if entry is not None:
                 self._install(entry)
                 return entry
-        seen = key in self._classes
+        seen = key in self._classes        # a trace of this class succeeded before
         if self._classes.get(key) is not None or len(templates) >= symbolic.MAX_TEMPLATES or \
                 not (seen or self.dynamic):
+            entry = self._trace(call, enc, has_kwargs, install=True)
             self._classes.setdefault(key, None)
-            return self._trace(call, enc, has_kwargs, install=True)
-        self._classes[key] = None
+            return entry
         with watch_sizes() as reads:
             entry = self._trace(call, enc, has_kwargs, install=True)
         try:
@@ -290,6 +291,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
             templates.append(template)
             self._templates[key] = templates
             self.traces[-1].reason += f"; {template.description}"
+            self._classes[key] = None
             return entry
         self._classes[key] = why
         self.traces[-1].reason += f"; sizes stay static: {why}"

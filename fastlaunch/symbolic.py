@@ -93,6 +93,16 @@ def class_key(leaf_objs, keys, statics):
     return key
 
 
+def class_signature(compiled, call, leaf_objs) -> bytes | None:
+    """The call's signature words with every dim of 2 or more as 2: the containers' structure
+    (a tuple is not a list), tags and dtypes as the dispatcher encodes them."""
+    from . import _core
+    masked = {i: np.empty(tuple(min(d, 2) for d in leaf.shape), leaf.dtype)
+              for i, leaf in enumerate(leaf_objs) if type(leaf) is np.ndarray}
+    enc = _core.encode(compiled._replace_leaves(call, masked), compiled._static)
+    return None if enc is None else enc[0]
+
+
 def symbols_of(leaf_objs) -> list:
     """[(value, [(leaf, axis), ...])]: each distinct dim >= 2 and where it occurs."""
     found: dict = {}
