@@ -170,7 +170,8 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
                             f"{dynamic!r:.60}")
         self.dynamic = None if dynamic is None else bool(dynamic)
         self._templates: dict = {}       # size class -> [symbolic.Template]
-        self._classes: dict = {}         # size class -> None (seen) or why it stays static
+        # size class -> [why its symbolic builds failed] (empty: met, no failure yet)
+        self._classes: dict = {}
         name = getattr(fn, "__name__", type(fn).__name__)
         try:
             self._signature = inspect.signature(fn)
@@ -274,10 +275,11 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
                 self._install(entry)
                 return entry
         seen = key in self._classes        # a trace of this class succeeded before
-        if self._classes.get(key) is not None or len(templates) >= symbolic.MAX_TEMPLATES or \
+        if len(self._classes.get(key, ())) >= symbolic.MAX_FAILED_BUILDS or \
+                len(templates) >= symbolic.MAX_TEMPLATES or \
                 not (seen or self.dynamic):
             entry = self._trace(call, enc, has_kwargs, install=True)
-            self._classes.setdefault(key, None)
+            self._classes.setdefault(key, [])
             return entry
         with watch_sizes() as reads:
             entry = self._trace(call, enc, has_kwargs, install=True)
@@ -291,10 +293,10 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
             templates.append(template)
             self._templates[key] = templates
             self.traces[-1].reason += f"; {template.description}"
-            self._classes[key] = None
+            self._classes.setdefault(key, [])
             return entry
-        self._classes[key] = why
-        self.traces[-1].reason += f"; sizes stay static: {why}"
+        self._classes.setdefault(key, []).append(why)
+        self.traces[-1].reason += f"; sizes not symbolic: {why}"
         return entry
 
     def _on_aliased(self, args, kwargs, err):
@@ -732,7 +734,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         return {"traces": self.trace_count, "entries": len(self._entries_list()),
                 "symbolic": [f"{t.description} ({t.instances} sizes)"
                              for ts in self._templates.values() for t in ts],
-                "static_sizes": [why for why in self._classes.values() if why is not None],
+                "static_sizes": [why for whys in self._classes.values() for why in whys],
                 "trace_seconds": self.trace_seconds,
                 "uncached_traces": self.retraces, "programs_loaded": self.programs_loaded,
                 "history": list(self.traces)}

@@ -50,6 +50,9 @@ from .link import link_entry
 MAX_SYMBOLS = 3
 # Templates kept per size class (one per schedule regime, or per pattern of specialised dims)
 MAX_TEMPLATES = 4
+# Symbolic builds a class may fail (its sizes stay static after that): a build at sizes that
+# happen to be equal (n == m) specialises both, a later one may not
+MAX_FAILED_BUILDS = 2
 _INT = object()          # the placeholder of an integer in a split structure
 
 
