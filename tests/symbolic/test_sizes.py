@@ -230,3 +230,31 @@ def test_scalar_used_as_value_is_a_relation():
         x = _rand(n, np.float64)
         np.testing.assert_allclose(c(x, k), power(x, k))
     assert c.stats["traces"] == 2        # k = 2 and k = 3: one template each
+
+
+def test_schedule_regime_is_a_relation(monkeypatch):
+    """An instance runs the base's kernel code: past the streaming-store threshold the static
+    schedule would pick other code (non-temporal stores), so such a size takes a trace."""
+    from fastlaunch.backends import cpu_schedule
+    monkeypatch.setattr(cpu_schedule, "STREAM_BYTES", 64 << 10)
+    c = fl.compile(ew, dynamic=True)
+    _check(c, ew, _rand(100, np.float64), _rand(100, np.float64, 1))
+    _check(c, ew, _rand(200, np.float64), _rand(200, np.float64, 1))
+    assert c.stats["traces"] == 1
+    big = 8 << 10                                   # 3 x 64 KiB moved: past the threshold
+    _check(c, ew, _rand(big, np.float64), _rand(big, np.float64, 1))
+    assert c.stats["traces"] == 2
+    assert "stream" in c.lower(_rand(big, np.float64), _rand(big, np.float64)).kernels[0][1]
+
+
+@pytest.mark.filterwarnings("ignore::fastlaunch.jit.RetraceWarning")
+@pytest.mark.parametrize("fn", [lambda x: x[:5] * 2, lambda x: x[-5:] * 2, lambda x: x[2:7] + 1])
+def test_clamped_slice_bounds_take_a_trace(fn):
+    """NumPy clamps a slice bound to the extent: below the bound the template's sizes would be
+    wrong, and the call is traced (sign of a size expression, or the verifier)."""
+    c = fl.compile(fn, dynamic=True)
+    for n in (20, 30, 12, 9, 6, 4, 3, 2):
+        x = _rand(n, np.float64)
+        got, want = c(x), fn(x)
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
