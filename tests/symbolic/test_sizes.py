@@ -258,3 +258,16 @@ def test_clamped_slice_bounds_take_a_trace(fn):
         got, want = c(x), fn(x)
         assert got.shape == want.shape
         np.testing.assert_array_equal(got, want)
+
+
+def test_iterate_a_step_with_symbolic_entries():
+    step = fl.compile(lambda x: x * 0.5 + 1)
+    for n in (10, 20, 30):
+        step(np.ones(n))
+    assert step.stats["symbolic"]
+    x = _rand(30, np.float64)
+    got = fl.iterate(step, 5, x, carry=0, collect=False)
+    want = x
+    for _ in range(5):
+        want = want * 0.5 + 1
+    np.testing.assert_allclose(got, want)
