@@ -197,35 +197,38 @@ def _fold(skel, built, ints: list, at: int, live: set):
     return tree, at
 
 
-def _rebuild(tree, ints: list, at: int):
-    """(object, next position) from a folded skeleton and the instance's integers."""
+def _builder(tree):
+    """A function (ints, at) -> (object, next position) that builds the structure of a folded
+    tree (_fold) with an instance's integers: the tree is walked once, here."""
     if tree is _INT:
-        return ints[at], at + 1
+        return lambda ints, at: (ints[at], at + 1)
     if not isinstance(tree, tuple) or not tree:
-        return tree, at
+        return lambda ints, at: (tree, at)
     head = tree[0]
     if head == "K":
-        return tree[1], at + tree[2]
+        obj, n = tree[1], tree[2]
+        return lambda ints, at: (obj, at + n)
     if head == "ndarray":
-        n = tree[2]
-        return np.array(ints[at:at + n], dtype=np.dtype(tree[1])), at + n
-    if head in (list, tuple):
-        out = []
-        for x in tree[1]:
-            v, at = _rebuild(x, ints, at)
-            out.append(v)
-        return head(out), at
-    if head is dict:
-        d = {}
-        for key, x in tree[1]:
-            d[key], at = _rebuild(x, ints, at)
-        return d, at
-    if isinstance(head, type) and dataclasses.is_dataclass(head):
-        kw = {}
-        for name, x in tree[1]:
-            kw[name], at = _rebuild(x, ints, at)
-        return head(**kw), at
-    return tree, at
+        dt, n = np.dtype(tree[1]), tree[2]
+        return lambda ints, at: (np.array(ints[at:at + n], dtype=dt), at + n)
+    if head in (list, tuple, dict) or (isinstance(head, type) and
+                                       dataclasses.is_dataclass(head)):
+        named = head is dict or head not in (list, tuple)
+        names = [k for k, _ in tree[1]] if named else None
+        kids = [_builder(x) for _, x in tree[1]] if named else [_builder(x) for x in tree[1]]
+
+        def build(ints, at):
+            out = []
+            for kid in kids:
+                v, at = kid(ints, at)
+                out.append(v)
+            if head is dict:
+                return dict(zip(names, out)), at
+            if named:
+                return head(**dict(zip(names, out))), at
+            return head(out), at
+        return build
+    return lambda ints, at: (tree, at)
 
 
 def _parts(sample: Sample, cpu: bool):
@@ -289,7 +292,7 @@ class Template:
     key: tuple
     where: list                 # per symbol: [(leaf, axis)] sharing it
     fixed: dict                 # (leaf, axis) -> value: specialised dims
-    skeleton: object            # folded (_fold): what does not change is the base's
+    skeleton: object            # _builder of the folded tree: what does not change is the base's
     base_ints: list
     exprs: list                 # (position, polynomial, sign of the base value)
     consts: list
@@ -463,7 +466,7 @@ def build(compiled, call, enc, has_kwargs: bool, base_entry, base_reads: list):
              for p, poly, sign in exprs]
     built = _build(base_parts[0], iter(base_parts[1]))
     tree, _ = _fold(base_parts[0], built, base_parts[1], 0, {p for p, _, _ in exprs})
-    return Template(key, where, fixed, tree, list(base_parts[1]), exprs,
+    return Template(key, where, fixed, _builder(tree), list(base_parts[1]), exprs,
                     base_prog.consts, base_entry, sides, desc)
 
 
@@ -485,7 +488,7 @@ def instantiate(compiled, template: Template, enc, seed):
         if (v > 0) - (v < 0) != sign:
             return None                      # a bound crossed: another trace decides
         ints[p] = v
-    (body, results, int_bounds), _ = _rebuild(template.skeleton, ints, 0)
+    (body, results, int_bounds), _ = template.skeleton(ints, 0)
     base = template.base
     backend = compiled.backend
     base_prog = base.info.lowered.program
