@@ -65,7 +65,8 @@ class Artifact:
     effects: tuple = ()         # paths of argument containers the function changes
     rng_seed: int | None = None  # the random numbers' seed (None: fresh at link)
     finish: Mapping | None = None   # fl.iterate's finishing description (a loop), else None
-    origin: str = "trace"       # trace | loop | saved
+    origin: str = "trace"       # trace | loop | saved | symbolic
+    symbolic: object = None     # an instance's symbolic.Template (symbolic sizes), else None
 
     @cached_property
     def lowered(self) -> Lowered:
@@ -166,6 +167,32 @@ def from_trace(traced, result, leaves, leaf_names, backend, *, signature: bytes,
         specialized=tuple(specialized),
         specialized_values=types.MappingProxyType(dict(specialized_values or {})),
         effects=tuple(tuple(p) for p in traced.effects), rng_seed=rng_seed)
+
+
+def probe(traced, result, leaves, backend) -> tuple:
+    """A symbolic build's probe trace at other sizes (symbolic.py) through fuse, the backend's
+    schedule and record, nothing compiled or verified: (program, the kernels' source, result
+    specs, result tree, int bounds), what the build compares with its base artifact."""
+    layouts = {pos: leaf.strides for pos, leaf in enumerate(leaves) if leaf.is_array}
+    plan = backend.schedule(fuse.plan(traced.graph, layouts))
+    sources = [backend.source(k) for k in plan.compiled_kernels()]
+    program = record.record(plan, [f"k{i}" for i in range(len(sources))], leaves,
+                            traced.graph.consts, traced.mutated_leaves, backend.memory, False)
+    return (program, sources, result_specs(traced.outputs), flatten(result)[1],
+            dict(traced.int_bounds))
+
+
+def from_instance(base: Artifact, program: Program, results, int_bounds, template, *,
+                  signature: bytes, keys, statics) -> Artifact:
+    """A symbolic template's instance at a call's sizes: the base artifact's kernels (their
+    code reads no symbolic extent) with the program evaluated at those sizes.  The caller
+    verifies the program (symbolic.instantiate); the plans stay the base's, which fl.iterate,
+    save and lower never use: they trace an instance's sizes afresh."""
+    return dataclasses.replace(
+        base, signature=signature, keys=tuple(keys), statics=tuple(statics),
+        program=program, results=tuple(results),
+        int_bounds=types.MappingProxyType(dict(int_bounds)), symbolic=template,
+        origin="symbolic")
 
 
 # ---- from a loop -------------------------------------------------------------------------

@@ -38,9 +38,9 @@ from .errors import TracingError
 from .leaves import LeafSpec
 from .link import link
 from .pytree import NestingError, flatten, register_method_class
-from . import aliasing, arguments, artifact, roll
+from . import aliasing, arguments, artifact, roll, symbolic
 from .artifact import Artifact, Lowered, effects_text, result_specs  # noqa: F401 (re-exported)
-from .trace import Attr, SpecializeRequest, trace_function
+from .trace import Attr, SpecializeRequest, trace_function, watch_sizes
 
 # Typing (PEP 612): a compiled function keeps its function's parameters P and result type R,
 # so a type checker checks calls of `@fl.compile def f(x: np.ndarray) -> ...` as calls of f.
@@ -118,7 +118,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
     def __init__(self, fn: Callable[P, R], *, static_argnums: int | Sequence[int] = (),
                  static_argnames: str | Sequence[str] = (), backend: str | None = None,
                  replay: bool = True, seed: int | None = None, max_entries: int | None = None,
-                 pickle_programs: bool = False) -> None:
+                 pickle_programs: bool = False, dynamic: bool | None = None) -> None:
         if not callable(fn):
             raise TypeError(f"fastlaunch.compile: expected a function to compile, got "
                             f"{type(fn).__name__} {fn!r:.60}")
@@ -127,6 +127,13 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
                 raise TypeError(f"fastlaunch.compile: {flag} must be True or False, got "
                                 f"{value!r:.60}")
         replay, pickle_programs = bool(replay), bool(pickle_programs)
+        if dynamic is not None and not isinstance(dynamic, (bool, np.bool_)):
+            raise TypeError(f"fastlaunch.compile: dynamic must be None, True or False, got "
+                            f"{dynamic!r:.60}")
+        self.dynamic = None if dynamic is None else bool(dynamic)
+        self._templates: dict = {}       # size class -> [symbolic.Template]
+        # size class -> [why its symbolic builds failed] (empty: met, no failure yet)
+        self._classes: dict = {}
         name = getattr(fn, "__name__", type(fn).__name__)
         try:
             self._signature = inspect.signature(fn)
@@ -204,7 +211,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
             with self._lock:
                 entry = self._find(enc, call)
                 if entry is None:
-                    entry = self._trace(call, enc, bool(kwargs), install=True)
+                    entry = self._sized(call, enc, bool(kwargs))
         try:
             if not copies:
                 result = _core.run_entry(entry, call, self._static)
@@ -215,6 +222,47 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         if entry.post is not None:
             return entry.post(caller, result)
         return result
+
+    def _sized(self, call, enc, has_kwargs: bool):
+        """A new signature: an instance of a symbolic template of its size class (no trace,
+        no compile), else a trace; the trace of a class's second size (or, with dynamic=True,
+        its first) becomes a template's base (symbolic.py)."""
+        if self.dynamic is False:
+            return self._trace(call, enc, has_kwargs, install=True)
+        key = symbolic.class_key(enc[1], enc[2], enc[3])
+        if key is None:
+            return self._trace(call, enc, has_kwargs, install=True)
+        key = (key, symbolic.class_signature(self, call, enc[1]))
+        templates = self._templates.get(key, [])
+        for t in templates:
+            entry = symbolic.instantiate(self, t, enc)
+            if entry is not None:
+                self._install(entry)
+                return entry
+        seen = key in self._classes        # a trace of this class succeeded before
+        if len(self._classes.get(key, ())) >= symbolic.MAX_FAILED_BUILDS or \
+                len(templates) >= symbolic.MAX_TEMPLATES or \
+                not (seen or self.dynamic):
+            entry = self._trace(call, enc, has_kwargs, install=True)
+            self._classes.setdefault(key, [])
+            return entry
+        with watch_sizes() as reads:
+            entry = self._trace(call, enc, has_kwargs, install=True)
+        try:
+            template = symbolic.build(self, call, enc, has_kwargs, entry, reads)
+        except symbolic.Refused as err:
+            why = str(err)
+        except Exception as err:        # noqa: BLE001 - a failed build leaves sizes static
+            why = f"symbolic build failed: {type(err).__name__}: {err}"
+        else:
+            templates.append(template)
+            self._templates[key] = templates
+            self.traces[-1].reason += f"; {template.description}"
+            self._classes.setdefault(key, [])
+            return entry
+        self._classes.setdefault(key, []).append(why)
+        self.traces[-1].reason += f"; sizes not symbolic: {why}"
+        return entry
 
     def _on_aliased(self, args, kwargs, err):
         """A call in which an argument updated in place overlaps another argument in memory:
@@ -427,7 +475,8 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         return f"argument {i}"
 
     # ---- tracing -----------------------------------------------------------------------
-    def _trace(self, call, enc, has_kwargs: bool, install: bool, aliases=None, views=None):
+    def _trace(self, call, enc, has_kwargs: bool, install: bool, aliases=None, views=None,
+               sample: bool = False):
         t0 = time.perf_counter()
         sig_bytes, leaf_objs, keys, statics = enc
         leaves, names = [], []
@@ -536,6 +585,11 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
                     f"overlap one another in memory (a stride-0 or overlapping as_strided view "
                     f"of shape {leaf_objs[pos].shape}, strides {leaf_objs[pos].strides}): "
                     f"pass a copy, np.ascontiguousarray(x)")
+        if sample:
+            # a symbolic build's probe at other sizes: nothing compiled or installed
+            # (symbolic.py compares it with the base trace)
+            return symbolic.Sample(*artifact.probe(traced, result, leaves, self.backend),
+                                   sorted(special), bool(traced.effects))
         static_values = [call[i] for i in self._static if i < len(call)]
         art = artifact.from_trace(
             traced, result, leaves, names, self.backend, signature=sig_bytes, keys=keys,
@@ -601,8 +655,13 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
     def stats(self) -> dict[str, Any]:
         """traces: signatures traced and cached (with `history`, why each of the last
         TRACE_HISTORY happened);
-        uncached_traces: calls traced in replay=False mode, which keeps no history."""
+        uncached_traces: calls traced in replay=False mode, which keeps no history;
+        symbolic: the symbolic-size templates (symbolic.py) and how many sizes each served;
+        static_sizes: why size classes that met several sizes stay static."""
         return {"traces": self.trace_count, "entries": len(self._entries_list()),
+                "symbolic": [f"{t.description} ({t.instances} sizes)"
+                             for ts in self._templates.values() for t in ts],
+                "static_sizes": [why for whys in self._classes.values() for why in whys],
                 "trace_seconds": self.trace_seconds,
                 "uncached_traces": self.retraces, "programs_loaded": self.programs_loaded,
                 "history": list(self.traces)}
@@ -613,6 +672,8 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         with self._lock:
             self._forget()
             self._aliased.clear()
+            self._templates.clear()
+            self._classes.clear()
             self.traces.clear()
             self.trace_count = 0
             self.trace_seconds = 0.0
@@ -676,6 +737,9 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
                             f"compiled function")
         with self._lock:
             entry = self._find(enc, call) if self.replay else None
+            if entry is not None and entry.info.symbolic is not None:
+                entry = None          # a symbolic instance: lower/save/iterate trace its sizes
+                install = False
             if entry is None:
                 entry = self._trace(call, enc, bool(kwargs), install=install and self.replay)
         return entry
@@ -746,7 +810,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
             _REDUCING.active.discard(key)
         options = {"static_argnums": self._static, "backend": self.backend.name,
                    "replay": self.replay, "seed": self.seed, "max_entries": self.max_entries,
-                   "pickle_programs": self.pickle_programs}
+                   "pickle_programs": self.pickle_programs, "dynamic": self.dynamic}
         programs = self._program_bytes() if self.pickle_programs else []
         return (_rebuild, (fn, options, programs))
 
@@ -757,6 +821,8 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         from .saved import dumps_artifact
         out = []
         for entry in self._entries_list():
+            if entry.info.symbolic is not None:
+                continue            # a symbolic instance: the receiver derives it again
             try:
                 out.append(dumps_artifact(entry.info, self.backend, self._static))
             except TypeError:
@@ -803,21 +869,21 @@ class CompileDecorator(Protocol):
 def compile(fn: Callable[P, R], *, static_argnums: int | Sequence[int] = (),
             static_argnames: str | Sequence[str] = (), backend: str | None = None,
             replay: bool = True, seed: int | None = None, max_entries: int | None = None,
-            pickle_programs: bool = False) -> Compiled[P, R]: ...
+            pickle_programs: bool = False, dynamic: bool | None = None) -> Compiled[P, R]: ...
 
 
 @overload
 def compile(fn: None = None, *, static_argnums: int | Sequence[int] = (),
             static_argnames: str | Sequence[str] = (), backend: str | None = None,
             replay: bool = True, seed: int | None = None, max_entries: int | None = None,
-            pickle_programs: bool = False) -> CompileDecorator: ...
+            pickle_programs: bool = False, dynamic: bool | None = None) -> CompileDecorator: ...
 
 
 def compile(fn: Callable | None = None, *, static_argnums: int | Sequence[int] = (),
             static_argnames: str | Sequence[str] = (), backend: str | None = None,
             replay: bool = True, seed: int | None = None,
             max_entries: int | None = None,
-            pickle_programs: bool = False) -> Any:
+            pickle_programs: bool = False, dynamic: bool | None = None) -> Any:
     """Compile a NumPy function: traced once per signature, then replayed from bytecode.
 
     Use it as `@fl.compile`, as `@fl.compile(static_argnames="n", ...)`, or as
@@ -836,6 +902,10 @@ def compile(fn: Callable | None = None, *, static_argnums: int | Sequence[int] =
     max_entries: signatures kept (least recently used dropped past it); default 512.
     pickle_programs: a pickled copy carries the programs traced so far (see
         Compiled.with_programs), so that the receiving process neither traces nor compiles them.
+    dynamic: sizes (symbolic.py). None (default): the first call of a size class is traced for
+        its sizes; a second size of the class (same dtypes, ranks, layouts; dims 0 and 1 apart)
+        traces once more with symbolic sizes, and later sizes replay without tracing or
+        compiling. True: symbolic from the first call. False: every new size traces.
 
     Example:
         >>> import numpy as np, fastlaunch as fl
@@ -857,7 +927,7 @@ def compile(fn: Callable | None = None, *, static_argnums: int | Sequence[int] =
     def wrap(f):
         return Compiled(f, static_argnums=static_argnums, static_argnames=static_argnames,
                         backend=backend, replay=replay, seed=seed, max_entries=max_entries,
-                        pickle_programs=pickle_programs)
+                        pickle_programs=pickle_programs, dynamic=dynamic)
     if fn is None:
         return wrap
     return wrap(fn)

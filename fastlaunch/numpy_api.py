@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from . import complexops, naming, ops, pytree, small_linalg
+from . import complexops, naming, ops, pytree, small_linalg, trace
 from .errors import TracingError
 from .ir import Node, Op, check_shape
 from .trace import (Storage, Tracer, Unreturnable, current_graph, frame, new_tracer,
@@ -1396,6 +1396,8 @@ def atleast_2d(*arys):
 
 @implements(np.shape)
 def shape_(a):
+    if trace._size_watchers:
+        trace.note_size_read(node_of(a).shape, 0)
     return node_of(a).shape
 
 
@@ -1407,6 +1409,8 @@ def ndim_(a):
 @implements(np.size)
 def size_(a, axis=None):
     n = node_of(a)
+    if trace._size_watchers:
+        trace.note_size_read(n.shape, 0)
     return n.size if axis is None else n.shape[axis]
 
 

@@ -5,6 +5,9 @@ A Tracer stands for an array while `fn` runs.  It implements NumPy's protocols
 into graph nodes (see numpy_api.py).  Views share a `Storage` with their base, so that writes
 through a view (`x[1:] = v`, `x += v`) update the base, and every view of it sees the update,
 as in NumPy.  Nothing here knows about kernels or backends.
+
+Size: just over 1,000 lines since the sizes Python reads are noted here for symbolic sizes
+(`watch_sizes`, symbolic.py); the Tracer and its storage and views are one unit.
 """
 from __future__ import annotations
 
@@ -25,6 +28,45 @@ from .errors import TracingError, caught_where, noting_errors
 from .ir import Graph, Node, Op
 
 _state = threading.local()
+
+
+# Sizes read by Python (symbolic.py): while a symbolic build traces, every shape, size or
+# length of a traced array that code outside fastlaunch reads is noted, so that a size the
+# function uses as a Python value (range(n), `if n > 8`) specialises instead of generalising.
+_size_watchers = 0
+_size_watchers_lock = threading.Lock()
+
+
+class watch_sizes:
+    """Collects, on this thread, the sizes user code reads from tracers (a list of tuples)."""
+
+    def __enter__(self) -> list:
+        global _size_watchers
+        self.reads: list = []
+        self.outer = getattr(_state, "size_reads", None)
+        _state.size_reads = self.reads
+        with _size_watchers_lock:
+            _size_watchers += 1
+        return self.reads
+
+    def __exit__(self, *exc):
+        global _size_watchers
+        with _size_watchers_lock:
+            _size_watchers -= 1
+        _state.size_reads = self.outer
+
+
+def note_size_read(what, depth: int = 2) -> None:
+    """Record a size read unless the reader is fastlaunch's own code (depth: the reader's
+    frame, counted from the caller of this function)."""
+    reads = getattr(_state, "size_reads", None)
+    if reads is None:
+        return
+    if depth:
+        name = sys._getframe(depth).f_globals.get("__name__", "")
+        if name.startswith("fastlaunch.") or name == "fastlaunch":
+            return
+    reads.append(tuple(what) if isinstance(what, tuple) else (int(what),))
 
 
 def tracing() -> bool:
@@ -310,6 +352,8 @@ class Tracer:
     # ---- array attributes ----
     @property
     def shape(self) -> tuple:
+        if _size_watchers:
+            note_size_read(self.node.shape)
         return self.node.shape
 
     @property
@@ -322,6 +366,8 @@ class Tracer:
 
     @property
     def size(self) -> int:
+        if _size_watchers:
+            note_size_read(self.node.shape)
         return self.node.size
 
     @property
@@ -330,17 +376,23 @@ class Tracer:
 
     @property
     def nbytes(self) -> int:
+        if _size_watchers:
+            note_size_read(self.node.shape)
         return self.node.size * self.node.dtype.itemsize
 
     def __len__(self):
         if self.ndim == 0:
             raise TypeError("len() of unsized object")
-        return self.shape[0]
+        if _size_watchers:
+            note_size_read(self.node.shape, 0)      # len() itself: always Python's
+        return self.node.shape[0]
 
     def __iter__(self):
         if self.ndim == 0:
             raise TypeError("iteration over a 0-d array")
-        return (self[i] for i in range(self.shape[0]))
+        if _size_watchers:
+            note_size_read(self.node.shape, 0)
+        return (self[i] for i in range(self.node.shape[0]))
 
     @property
     def __class__(self):

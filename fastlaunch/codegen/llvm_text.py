@@ -110,9 +110,13 @@ class FunctionWriter:
         jend = self.op(f"call i64 @llvm.umin.i64(i64 {jend}, i64 {inner})")
         outer = []
         rest = row
-        for size in reversed(sizes[:-1]):
+        for size in reversed(sizes[1:-1]):
             outer.append(self.op(f"urem i64 {rest}, {size}"))
             rest = self.op(f"udiv i64 {rest}, {size}")
+        # the outermost index is the rest as it is (positions stay below the space's size):
+        # no code reads the outermost extent, so one kernel serves every size of it
+        # (symbolic.py)
+        outer.append(rest)
         outer.reverse()
         vals = self.counted_loop(j0, jend, list(zip(types(carried), [p for p, _ in phis])),
                                  lambda j, v: body(outer + [j], v))

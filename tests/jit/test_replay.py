@@ -51,7 +51,8 @@ def test_replay_sees_new_input_values():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
 def test_new_shape_traces_again(dtype):
-    cf, count = counted(lambda x: x * 3 + 1)
+    # dynamic=False: every new size traces (the default makes sizes symbolic: tests/symbolic)
+    cf, count = counted(lambda x: x * 3 + 1, dynamic=False)
     for n, expected in [(10, 1), (10, 1), (11, 2), (10, 2), (11, 2), (3, 3)]:
         x = np.arange(n, dtype=dtype)
         out = cf(x)
@@ -297,7 +298,7 @@ def test_clear_forgets():
 
 
 def test_retrace_warning_after_many_retraces():
-    cf = fl.compile(lambda x: x + 1)
+    cf = fl.compile(lambda x: x + 1, dynamic=False)    # the default: one symbolic trace
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for n in range(1, 4):
@@ -518,3 +519,11 @@ def test_lower_and_dis_show_graph_kernels_and_bytecode():
     buf = io.StringIO()
     cf.dis(x, file=buf, source=True)                # the kernels' source only on request
     assert buf.getvalue().strip() == text.strip()
+
+
+def test_new_sizes_of_one_class_trace_twice_by_default():
+    cf, count = counted(lambda x: x * 3 + 1)
+    for n in (10, 11, 12, 40, 3):
+        x = np.arange(n, dtype=np.float64)
+        np.testing.assert_array_equal(cf(x), x * 3 + 1)
+    assert cf.stats["traces"] == 2 and cf.stats["entries"] == 5

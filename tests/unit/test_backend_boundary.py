@@ -89,9 +89,9 @@ def test_the_interface_declares_every_member_the_pipeline_uses():
     declared = set(INTERFACE_ATTRIBUTES + INTERFACE_METHODS + OPTIONAL_METHODS)
     undeclared = {m: where for m, where in uses.items() if m not in declared}
     assert not undeclared, f"backend members used but not declared in base.py: {undeclared}"
-    # source(kernel) is for tools and tests (a kernel's text without compiling it); the
-    # pipeline shows CompiledKernel.source
-    assert declared - set(uses) == {"source"}, sorted(declared - set(uses))
+    # source(kernel) (a kernel's text without compiling it) is also what a symbolic build
+    # compares between its probe traces (symbolic.py)
+    assert declared - set(uses) == set(), sorted(declared - set(uses))
 
 
 def test_backends_do_not_call_back_into_link():
