@@ -37,6 +37,13 @@ class TreeDef:
         # function (a display of the leaves) instead of a recursive walk
         builder = self._builder
         if builder is None:
+            if self.kind == "leaf":
+                return next(iter(leaves))
+            # generated at the second use: a tree unflattened once (a call's arguments
+            # rebuilt by the slow path) is not worth compiling an expression for
+            self._builder = _walk
+            return self._build(iter(leaves))
+        if builder is _walk:
             builder = self._builder = _make_builder(self)
         if type(leaves) is not list:
             leaves = list(leaves)
@@ -129,6 +136,11 @@ class TreeDef:
 # generated expression would be long, and Python's compiler limits nesting.
 _BUILDER_MAX_NODES = 512
 _BUILDER_MAX_DEPTH = 32
+
+
+def _walk(leaves):
+    """The builder of a tree unflattened once so far (TreeDef.unflatten)."""
+    raise AssertionError("a placeholder, never called")
 
 
 def _make_builder(tree: TreeDef):

@@ -78,3 +78,59 @@ def test_distributed_local_cluster_pipeline_matches_numpy():
     np.testing.assert_allclose(got_z, want_z, rtol=1e-12)
     np.testing.assert_allclose(got_total, fl_pipelines.scale_and_shift(want_z, 2.0, 1).sum(),
                                rtol=1e-10)
+
+
+def _soft_clip(x, lo):
+    return np.where(x > lo, np.tanh(x) * 2.0 + 1.0, lo * np.exp(x - lo))
+
+
+def test_short_last_chunks_trace_once_per_chunk_shape_class():
+    """Issue 29: arrays whose last chunk is shorter (and other chunkings) reach the function at
+    many sizes of one size class: the first size is traced, the second traces once more with
+    symbolic sizes, and every later size is an instance (no trace, no compile)."""
+    f = fl.compile(_soft_clip)
+    rng = np.random.default_rng(5)
+    sizes = set()
+    for n, chunk in ((10_000, 1_500), (7_000, 3_000), (4_321, 1_000), (2_000, 2_000),
+                     (999, 250)):
+        x = rng.standard_normal(n)
+        dx = da.from_array(x, chunks=chunk)
+        sizes |= set(dx.chunks[0])
+        y = da.map_blocks(f, dx, -0.5, dtype=np.float64, meta=np.empty((0,), np.float64))
+        np.testing.assert_allclose(y.compute(scheduler="threads", num_workers=2),
+                                   _soft_clip(x, -0.5), rtol=1e-13)
+    assert len(sizes) >= 7
+    assert f.stats["traces"] == 2, f.stats["history"]
+    assert f.stats["symbolic"] and "symbolic sizes" in f.stats["history"][1].reason
+
+
+def test_short_last_row_chunks_2d():
+    """2-D blocks of (rows, 1000) whose last row-chunk is short: the rows are a symbol."""
+    f = fl.compile(lambda b: np.tanh(b) * 0.5 + b * b)
+    rng = np.random.default_rng(6)
+    for rows, chunk in ((70, 16), (45, 20), (35, 8)):
+        x = rng.standard_normal((rows, 1000))
+        dx = da.from_array(x, chunks=(chunk, 1000))
+        y = da.map_blocks(f, dx, dtype=np.float64, meta=np.empty((0, 0)))
+        np.testing.assert_allclose(y.compute(scheduler="threads"), np.tanh(x) * 0.5 + x * x,
+                                   rtol=1e-13)
+    assert f.stats["traces"] == 2, f.stats["history"]
+
+
+def test_distributed_short_last_chunks_trace_at_most_twice_per_worker():
+    """Each worker process keeps its own copy of a module-level compiled function: it traces
+    at most twice for the chunk sizes of one class, however many sizes it meets."""
+    distributed = pytest.importorskip("distributed")
+    rng = np.random.default_rng(7)
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
+                                  dashboard_address=None, host="127.0.0.1") as cluster, \
+            distributed.Client(cluster) as client:
+        for n, chunk in ((9_000, 2_000), (5_500, 1_200), (3_333, 700)):
+            x = rng.standard_normal(n)
+            dx = da.from_array(x, chunks=chunk)
+            y = da.map_blocks(fl_pipelines.soft_clip, dx, 0.25, dtype=np.float64,
+                              meta=np.empty((0,), np.float64))
+            np.testing.assert_allclose(client.compute(y, sync=True), _soft_clip(x, 0.25),
+                                       rtol=1e-13)
+        traces = client.run(fl_pipelines.worker_traces, "soft_clip")
+    assert traces and all(1 <= t <= 2 for t in traces.values()), traces
