@@ -255,6 +255,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         except Exception as err:        # noqa: BLE001 - a failed build leaves sizes static
             why = f"symbolic build failed: {type(err).__name__}: {err}"
         else:
+            template.key = key          # the dispatcher's class key (what a receiver looks up)
             templates.append(template)
             self._templates[key] = templates
             self.traces[-1].reason += f"; {template.description}"
@@ -740,8 +741,10 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
             if entry is not None and entry.info.symbolic is not None:
                 entry = None          # a symbolic instance: lower/save/iterate trace its sizes
                 install = False
-            if entry is None:
-                entry = self._trace(call, enc, bool(kwargs), install=install and self.replay)
+            if entry is None and install and self.replay:
+                entry = self._sized(call, enc, bool(kwargs))    # with_programs: as a call would
+            elif entry is None:
+                entry = self._trace(call, enc, bool(kwargs), install=False)
         return entry
 
     def dis(self, *args: Any, file: TextIO | None = None, source: bool = False,
@@ -811,15 +814,18 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         options = {"static_argnums": self._static, "backend": self.backend.name,
                    "replay": self.replay, "seed": self.seed, "max_entries": self.max_entries,
                    "pickle_programs": self.pickle_programs, "dynamic": self.dynamic}
-        programs = self._program_bytes() if self.pickle_programs else []
-        return (_rebuild, (fn, options, programs))
+        if not self.pickle_programs:
+            return (_rebuild, (fn, options, []))
+        programs, templates = self._program_bytes()
+        return (_rebuild, (fn, options, programs, templates))
 
-    def _program_bytes(self) -> list:
-        """Each cached entry as saved-program bytes; entries a saved program cannot hold
-        (namedtuple arguments, static values other than scalars and strings) are left to be
-        traced again by the receiving process."""
+    def _program_bytes(self) -> tuple[list, list]:
+        """Each cached entry as saved-program bytes, and each symbolic template as
+        (the index of its base entry's bytes, symbolic.shipped record); entries a saved program
+        cannot hold (namedtuple arguments, static values other than scalars and strings) are
+        left to be traced again by the receiving process."""
         from .saved import dumps_artifact
-        out = []
+        out, at = [], {}
         for entry in self._entries_list():
             if entry.info.symbolic is not None:
                 continue            # a symbolic instance: the receiver derives it again
@@ -827,11 +833,14 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
                 out.append(dumps_artifact(entry.info, self.backend, self._static))
             except TypeError:
                 continue
-        return out
+            at[id(entry)] = len(out) - 1
+        templates = [(at[id(t.base)], symbolic.shipped(t))
+                     for ts in self._templates.values() for t in ts if id(t.base) in at]
+        return out, templates
 
-    def _install_program(self, data: bytes) -> None:
+    def _install_program(self, data: bytes):
         """Install an entry from saved-program bytes (verified as fastlaunch.load verifies a
-        file): the artifact they hold, linked."""
+        file): the artifact they hold, linked.  Returns the entry."""
         from . import saved
         where = f"{self.__qualname__}: shipped program"
         meta, art = saved.loads_artifact(data, self.backend.name, where)
@@ -843,6 +852,20 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         with self._lock:
             self._install(entry)
             self.programs_loaded += 1
+        return entry
+
+    def _install_template(self, base_entry, shipped: dict) -> None:
+        """Install a shipped symbolic template over an installed shipped entry: later sizes
+        of its class are instances here too, with no trace."""
+        from . import saved
+        try:
+            template = symbolic.restore(self, base_entry, shipped)
+        except symbolic.Refused as err:
+            raise saved.SavedProgramError(f"{self.__qualname__}: shipped symbolic template: "
+                                          f"{err}") from None
+        with self._lock:
+            self._templates.setdefault(template.key, []).append(template)
+            self._classes.setdefault(template.key, [])
 
     def __dask_tokenize__(self):
         """A token that is the same in every process for the same function and options: an
@@ -987,7 +1010,7 @@ _REBUILT_LOCK = forking.lock(forking.TABLE)
 KEEP_REBUILT = 32
 
 
-def _rebuild(fn, options, programs=()):
+def _rebuild(fn, options, programs=(), templates=()):
     """Unpickle: a compiled function with the same options (and the shipped entries).
 
     The same pickled bytes unpickled again in this process give the same object, as a
@@ -998,7 +1021,8 @@ def _rebuild(fn, options, programs=()):
     kind, payload = fn
     key = None
     if kind == "cloudpickle":
-        key = (payload, tuple(sorted(options.items())), tuple(programs))
+        key = (payload, tuple(sorted(options.items())), tuple(programs),
+               pickle.dumps(templates))
         with _REBUILT_LOCK:
             found = _REBUILT.get(key)
             if found is not None:
@@ -1006,8 +1030,13 @@ def _rebuild(fn, options, programs=()):
                 return found
         payload = pickle.loads(payload)
     compiled = Compiled(payload, **options)
-    for data in programs:
-        compiled._install_program(data)
+    entries = [compiled._install_program(data) for data in programs]
+    for at, shipped in templates:
+        if type(at) is not int or not 0 <= at < len(entries):
+            from .saved import SavedProgramError
+            raise SavedProgramError(f"{compiled.__qualname__}: a shipped symbolic template "
+                                    f"names program {at!r} of {len(entries)}")
+        compiled._install_template(entries[at], shipped)
     if key is not None:
         with _REBUILT_LOCK:
             compiled = _REBUILT.setdefault(key, compiled)

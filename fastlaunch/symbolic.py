@@ -352,12 +352,7 @@ def build(compiled, call, enc, has_kwargs: bool, base_entry, base_reads: list):
         raise Refused(f"more than {MAX_SYMBOLS} distinct sizes")
     backend = compiled.backend
     cpu = backend.name == "cpu"
-    art = base_entry.info
-    base_prog = art.program
-    base_sample = Sample(base_prog, [backend.source(k) for k in art.plan.compiled_kernels()],
-                         list(art.results), art.out_tree, dict(art.int_bounds),
-                         sorted(art.specialized_values), False)
-    base_parts = _parts(base_sample, cpu)
+    base_parts = _parts(_base_sample(base_entry.info, backend), cpu)
     base_vals = [v for v, _ in syms]
     used = set(base_vals)
 
@@ -449,8 +444,6 @@ def build(compiled, call, enc, has_kwargs: bool, base_entry, base_reads: list):
         for p in range(len(ints)):
             if p not in positions and ints[p] != base_parts[1][p]:
                 raise Refused("a size that changes only away from the probes")
-    stream = _stream_bytes(backend)
-    sides = [(_moved(k) > stream) if stream is not None else False for k in base_prog.kernels]
     where = [places for j, (_, places) in enumerate(syms) if j in live]
     names = ", ".join(f"n{k} = leaf {pl[0][0]} dim {pl[0][1]}" + (
         f" (= {', '.join(f'leaf {i} dim {a}' for i, a in pl[1:])})" if len(pl) > 1 else "")
@@ -462,10 +455,75 @@ def build(compiled, call, enc, has_kwargs: bool, base_entry, base_reads: list):
     renum = {j: k for k, j in enumerate(live)}
     exprs = [(p, [(c, tuple(renum[j] for j in mono)) for c, mono in poly], sign)
              for p, poly, sign in exprs]
+    return _assemble(backend, key, where, fixed, exprs, base_entry, base_parts, desc)
+
+
+def _assemble(backend, key, where, fixed, exprs, base_entry, base_parts, desc) -> Template:
+    """The Template of a base entry and its fitted size expressions: the program's
+    unchanging parts folded once (an instance rebuilds only what its sizes change)."""
+    base_prog = base_entry.info.program
+    stream = _stream_bytes(backend)
+    sides = [(_moved(k) > stream) if stream is not None else False for k in base_prog.kernels]
     built = _build(base_parts[0], iter(base_parts[1]))
     tree, _ = _fold(base_parts[0], built, base_parts[1], 0, {p for p, _, _ in exprs})
     return Template(key, where, fixed, _builder(tree), list(base_parts[1]), exprs,
                     base_prog.consts, base_entry, sides, desc)
+
+
+def _base_sample(art, backend) -> Sample:
+    return Sample(art.program, [backend.source(k) for k in art.plan.compiled_kernels()],
+                  list(art.results), art.out_tree, dict(art.int_bounds),
+                  sorted(art.specialized_values), False)
+
+
+# ---- shipped templates (Compiled pickled with its programs) ---------------------------------
+def shipped(template: Template) -> dict:
+    """What a template's receiver needs besides its base entry's program (which travels as
+    saved-program bytes): plain data, checked again by `restore`."""
+    return {"key": template.key, "where": [list(pl) for pl in template.where],
+            "fixed": dict(template.fixed), "exprs": list(template.exprs),
+            "base_ints": list(template.base_ints), "description": template.description}
+
+
+def _int(v) -> bool:
+    return type(v) is int
+
+
+def restore(compiled, base_entry, record) -> Template:
+    """A shipped template over `base_entry` (the receiver's entry of the shipped base
+    program), or raise Refused: the base program split here must give the sender's integers,
+    so that every size expression addresses the same place; instances are verified as any."""
+    try:
+        key, where, fixed, exprs = (record["key"], record["where"], record["fixed"],
+                                    record["exprs"])
+        base_ints, desc = record["base_ints"], record["description"]
+    except (TypeError, KeyError) as err:
+        raise Refused(f"a shipped template without {err}") from None
+    nsym = len(where)
+    ok = (isinstance(where, list) and 0 < nsym <= MAX_SYMBOLS and isinstance(desc, str) and
+          all(isinstance(pl, list) and pl and all(
+              isinstance(p, tuple) and len(p) == 2 and all(map(_int, p)) for p in pl)
+              for pl in where) and
+          isinstance(fixed, dict) and all(
+              isinstance(k, tuple) and len(k) == 2 and all(map(_int, k)) and _int(v)
+              for k, v in fixed.items()) and
+          isinstance(exprs, list) and all(
+              isinstance(e, tuple) and len(e) == 3 and _int(e[0]) and e[2] in (-1, 0, 1) and
+              isinstance(e[1], list) and all(
+                  isinstance(m, tuple) and len(m) == 2 and _int(m[0]) and
+                  isinstance(m[1], tuple) and all(_int(j) and 0 <= j < nsym for j in m[1])
+                  for m in e[1])
+              for e in exprs))
+    if not ok:
+        raise Refused("a shipped template of the wrong form")
+    backend = compiled.backend
+    base_parts = _parts(_base_sample(base_entry.info, backend), backend.name == "cpu")
+    if base_parts[1] != base_ints:
+        raise Refused("a shipped template whose base program differs here")
+    if any(not 0 <= p < len(base_ints) for p, _, _ in exprs):
+        raise Refused("a shipped template's size expression outside its program")
+    return _assemble(backend, key, [[tuple(p) for p in pl] for pl in where], dict(fixed),
+                     exprs, base_entry, base_parts, desc)
 
 
 def _replace_leaves(compiled, call, objs):

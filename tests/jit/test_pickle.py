@@ -122,7 +122,7 @@ def test_shipped_entry_serves_keyword_and_container_calls():
 def test_corrupted_shipped_program_is_a_clear_error():
     f = fl.compile(fl_pipelines.scale_and_shift, static_argnums=2, backend="cpu").with_programs(
         np.zeros(3), 1.0, 1)
-    fn, options, programs = f.__reduce__()[1]
+    fn, options, programs = f.__reduce__()[1][:3]
     bad = bytearray(programs[0])
     bad[-1] ^= 0xFF
     with pytest.raises(fl.SavedProgramError, match="corrupted"):
@@ -309,3 +309,21 @@ def test_a_shipped_program_that_its_plan_does_not_record_is_refused():
                                 hashlib.sha256(payload).digest()) + payload
     with pytest.raises(saved.SavedProgramError, match="not one its kernels' plan records"):
         saved.loads_artifact(forged, "cpu")
+
+
+def test_shipped_symbolic_template_worker_traces_no_new_size(monkeypatch):
+    """Issue 29: a function pickled with its programs carries its symbolic templates: a fresh
+    worker calls it at sizes nobody traced, with no trace and no compile."""
+    monkeypatch.setenv("FASTLAUNCH_CACHE_DIR", "")
+    f = fl.compile(fl_pipelines.scale_and_shift, backend="cpu", dynamic=True,
+                   pickle_programs=True)
+    f(np.ones(100), 2.0, 1.0)
+    assert f.stats["symbolic"]
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=SPAWN) as ex:
+        for n in (7, 1000, 4097):
+            x = np.linspace(-3, 3, n)
+            got, report = ex.submit(fl_pipelines.call_and_report, f, x, 2.0, 1.0).result(
+                timeout=120)
+            np.testing.assert_allclose(got, fl_pipelines.scale_and_shift(x, 2.0, 1.0),
+                                       rtol=1e-12)
+            assert report["traces"] == 0 and report["compiled_kernels"] == 0, report

@@ -207,10 +207,59 @@ def test_save_and_pickle_with_symbolic_entries(tmp_path):
     c.save(tmp_path / "p.flp", x, y)
     loaded = fl.load(tmp_path / "p.flp")
     np.testing.assert_allclose(loaded(x, y), ew(x, y), rtol=1e-6)
-    # pickled: the base entry's program travels; instances are derived again
+    # pickled: the base entry's program and the template travel; instances are derived
+    # again, and the receiver traces no size of the class
     d = pickle.loads(pickle.dumps(c))
+    for n in (20, 10, 7, 333):
+        _check(d, ew, _rand(n, np.float32, n), _rand(n, np.float32, n + 1))
+    assert d.stats["traces"] == 0 and d.stats["programs_loaded"] == 1, d.stats
+    assert d.stats["symbolic"] == [c.stats["symbolic"][0].replace("(2 sizes)", "(3 sizes)")]
+
+
+def _rows(a, b):
+    return np.tanh(a) * b - a
+
+
+def test_shipped_template_from_with_programs():
+    """with_programs on a dynamic function builds the template as a call would; the receiver
+    instantiates it for new row counts (the row length, compiled into the kernel, stays
+    specialised)."""
+    c = fl.compile(_rows, dynamic=True).with_programs(_rand((5, 8), np.float64),
+                                                       _rand((1, 8), np.float64))
+    _check(c, _rows, _rand((6, 8), np.float64), _rand((1, 8), np.float64))
+    assert c.stats["traces"] == 1 and c.stats["symbolic"]
+    d = pickle.loads(pickle.dumps(c))
+    for r in (3, 40, 2, 1000):
+        _check(d, _rows, _rand((r, 8), np.float64, r), _rand((1, 8), np.float64, r + 1))
+    assert d.stats["traces"] == 0, d.stats["history"]
+    # a size of another class (a dim of 1 where the template has a symbol) is traced
+    _check(d, _rows, _rand((1, 8), np.float64), _rand((1, 8), np.float64, 2))
+    assert d.stats["traces"] == 1, d.stats["history"]
+
+
+def test_tampered_shipped_template_is_refused():
+    from fastlaunch import jit, saved
+    c = fl.compile(ew, pickle_programs=True, dynamic=True)
+    _check(c, ew, _rand(10, np.float64), _rand(10, np.float64, 1))
+    fn, options, programs, templates = c.__reduce__()[1]
+    (at, good), = templates
+    bad = [dict(good, exprs=[(10 ** 6, [(1, (0,))], 1)]),        # a position past the program
+           dict(good, base_ints=good["base_ints"][:-1]),         # another base program
+           dict(good, exprs=[(0, [(1, (5,))], 1)]),               # a symbol it does not have
+           dict(good, where="n"), {"key": good["key"]}]
+    for record in bad:
+        with pytest.raises(saved.SavedProgramError, match="shipped symbolic template"):
+            jit._rebuild(fn, options, programs, [(at, record)])
+    with pytest.raises(saved.SavedProgramError, match="names program"):
+        jit._rebuild(fn, options, programs, [(len(programs), good)])
+    # a template whose expressions give an out-of-bounds program: every instance is
+    # verified, so it is never installed; the call is traced instead
+    p, poly, sign = good["exprs"][0]
+    skewed = dict(good, exprs=[(p, [(c * 2 + 1, m) for c, m in poly], sign)]
+                  + good["exprs"][1:])
+    d = jit._rebuild(fn, options, programs, [(at, skewed)])
+    x, y = _rand(50, np.float64), _rand(50, np.float64, 1)
     _check(d, ew, x, y)
-    _check(d, ew, _rand(10, np.float32), _rand(10, np.float32, 1))
 
 
 def test_class_key():
