@@ -320,3 +320,34 @@ def test_iterate_a_step_with_symbolic_entries():
     for _ in range(5):
         want = want * 0.5 + 1
     np.testing.assert_allclose(got, want)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_devsim_instances_match_numpy(dtype):
+    """The device paths (devsim: the CUDA bytecode simulated on the host, with its copies in
+    and out) take symbolic instances too: every size of the class after the second is an
+    instance, equal to NumPy's result, with in-place updates copied back."""
+    def upd(p, g, lr):
+        p -= lr * np.tanh(g)
+        return p * 2.0
+    c = fl.compile(upd, backend="devsim")
+    for n in (10, 20, 33, 7, 128, 1000):
+        p, g = _rand(n, dtype, n), _rand(n, dtype, n + 1)
+        want_p = p.copy()
+        want = upd(want_p, g, 0.5)
+        got = c(p, g, 0.5)
+        tol = dict(rtol=1e-5, atol=1e-6) if dtype == np.float32 else dict(rtol=1e-12)
+        np.testing.assert_allclose(got, want, **tol)
+        np.testing.assert_allclose(p, want_p, **tol)
+    assert c.stats["traces"] == 2, c.stats["history"]
+    assert c.stats["symbolic"]
+
+
+def test_null_backend_sizes_stay_static_with_reason():
+    """The null backend's kernels are their descriptions (sizes included), so its sizes are
+    specialised, and stats say why."""
+    c = fl.compile(ew, backend="null")
+    for n in (10, 20):
+        c(_rand(n, np.float64), _rand(n, np.float64, 1))
+    assert c.stats["traces"] == 2
+    assert "the kernels' code depends on it" in c.stats["static_sizes"][0]
