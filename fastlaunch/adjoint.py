@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import threading
 import weakref
 from typing import Callable
 
 import numpy as np
 
-from . import ops
+from . import forking, ops
 from .errors import TracingError
 from .ir import Graph, Node, Op
 
@@ -36,7 +35,7 @@ __all__ = ["backward", "mark", "new_tag", "CustomRule", "register_custom", "NO_G
            "differentiable"]
 
 _tags = itertools.count(1)
-_tags_lock = threading.Lock()
+_tags_lock = forking.lock(forking.TABLE)     # a fork never finds it held
 
 
 def new_tag() -> int:

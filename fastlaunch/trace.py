@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import naming, ops
+from . import forking, naming, ops
 from .errors import TracingError, caught_where, noting_errors
 from .ir import Graph, Node, Op
 
@@ -34,7 +34,7 @@ _state = threading.local()
 # length of a traced array that code outside fastlaunch reads is noted, so that a size the
 # function uses as a Python value (range(n), `if n > 8`) specialises instead of generalising.
 _size_watchers = 0
-_size_watchers_lock = threading.Lock()
+_size_watchers_lock = forking.lock(forking.TABLE)   # a fork never finds it held
 
 
 class watch_sizes:

@@ -161,7 +161,7 @@ FORK_WHILE_A_LOCK_IS_HELD = r"""
 import os, pickle, signal, sys, threading, time
 import numpy as np
 import fastlaunch as fl
-from fastlaunch import backends, creation, jit, pytree
+from fastlaunch import adjoint, backends, creation, jit, pytree, trace
 from fastlaunch.backends import get_backend, library
 import llvmlite.binding
 iterate = sys.modules["fastlaunch.iterate"]         # (fl.iterate is the function)
@@ -181,6 +181,8 @@ LOCKS = {
     "library routines": lambda: library._lock,
     "interception": lambda: creation.intercepting.__self__._lock,
     "a function's trace": lambda: warm._lock,
+    "size watchers": lambda: trace._size_watchers_lock,     # symbolic sizes' probe traces
+    "gradient tags": lambda: adjoint._tags_lock,
 }
 
 def in_child(k):
@@ -196,6 +198,9 @@ def in_child(k):
     m = np.eye(3) + 1.0
     ok = ok and np.allclose(fl.compile(lambda a: a @ a)(m), m @ m)     # a BLAS library call
     pytree.register_class(type("Box", (), {}))
+    # a second size: a symbolic build (probe traces watch the sizes Python reads)
+    ok = ok and np.allclose(g(np.ones(9)), np.sin(np.ones(9)) * (3.0 + k))
+    ok = ok and np.allclose(fl.grad(lambda x: np.sum(np.sin(x)))(np.zeros(3)), np.ones(3))
     return ok
 
 def wait(pid, seconds):
