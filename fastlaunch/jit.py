@@ -246,10 +246,10 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
             entry = self._trace(call, enc, has_kwargs, install=True)
             self._classes.setdefault(key, [])
             return entry
-        with watch_sizes() as reads:
+        with watch_sizes() as watch:
             entry = self._trace(call, enc, has_kwargs, install=True)
         try:
-            template = symbolic.build(self, call, enc, has_kwargs, entry, reads)
+            template = symbolic.build(self, call, enc, has_kwargs, entry, watch)
         except symbolic.Refused as err:
             why = str(err)
         except Exception as err:        # noqa: BLE001 - a failed build leaves sizes static

@@ -65,6 +65,7 @@ class Sample:
     int_bounds: dict
     special: list
     effects: bool
+    guards: tuple = ()      # basic indexing's guards (trace.watch_sizes): their signs are kept
 
 
 class Refused(Exception):
@@ -239,7 +240,7 @@ def _parts(sample: Sample, cpu: bool):
     consts = [(slot, arr.dtype.str, arr.shape, arr.tobytes()) for slot, arr in p.consts]
     body = dataclasses.replace(p, kernels=kernels, consts=[])
     ints: list = []
-    skel = _split((body, sample.results, sample.int_bounds), ints)
+    skel = _split((body, sample.results, sample.int_bounds, tuple(sample.guards)), ints)
     return skel, ints, (consts, sample.sources, sample.out_tree, sample.special, sample.effects)
 
 
@@ -298,6 +299,7 @@ class Template:
     base: object                # the base entry (its info: the base artifact)
     stream_side: list           # CPU: per kernel, whether it moved more than STREAM_BYTES
     description: str
+    guards: tuple = ()          # the base trace's indexing guards (their signs are kept)
     instances: int = 0
     refusals: dict = field(default_factory=dict)
 
@@ -335,9 +337,10 @@ def _stream_bytes(backend):
     return cpu_schedule.STREAM_BYTES
 
 
-def build(compiled, call, enc, has_kwargs: bool, base_entry, base_reads: list):
-    """A Template for the class of `call`, whose trace gave `base_entry` (reads: the sizes
-    its trace read in Python), or raise Refused saying why not."""
+def build(compiled, call, enc, has_kwargs: bool, base_entry, base_watch):
+    """A Template for the class of `call`, whose trace gave `base_entry` (base_watch: the
+    trace.watch_sizes of that trace: the sizes it read in Python, its indexing guards), or
+    raise Refused saying why not."""
     from .trace import watch_sizes
     _, leaf_objs, keys, statics = enc
     key = class_key(leaf_objs, keys, statics)
@@ -352,7 +355,8 @@ def build(compiled, call, enc, has_kwargs: bool, base_entry, base_reads: list):
         raise Refused(f"more than {MAX_SYMBOLS} distinct sizes")
     backend = compiled.backend
     cpu = backend.name == "cpu"
-    base_parts = _parts(_base_sample(base_entry.info, backend), cpu)
+    base_reads, base_guards = base_watch.reads, tuple(base_watch.guards)
+    base_parts = _parts(_base_sample(base_entry.info, backend, base_guards), cpu)
     base_vals = [v for v, _ in syms]
     used = set(base_vals)
 
@@ -377,9 +381,9 @@ def build(compiled, call, enc, has_kwargs: bool, base_entry, base_reads: list):
                 objs[i] = np.empty(shape, objs[i].dtype)
         fake = _replace_leaves(compiled, call, objs)
         fenc = (enc[0], objs, keys, statics)
-        with watch_sizes() as reads:
+        with watch_sizes() as w:
             s = compiled._trace(fake, fenc, has_kwargs, install=False, sample=True)
-        return s, reads
+        return dataclasses.replace(s, guards=tuple(w.guards)), w.reads
 
     def compare(s, reads):
         """(the sample's integers, None) where it has the base's structure, else
@@ -455,10 +459,12 @@ def build(compiled, call, enc, has_kwargs: bool, base_entry, base_reads: list):
     renum = {j: k for k, j in enumerate(live)}
     exprs = [(p, [(c, tuple(renum[j] for j in mono)) for c, mono in poly], sign)
              for p, poly, sign in exprs]
-    return _assemble(backend, key, where, fixed, exprs, base_entry, base_parts, desc)
+    return _assemble(backend, key, where, fixed, exprs, base_entry, base_parts, desc,
+                     base_guards)
 
 
-def _assemble(backend, key, where, fixed, exprs, base_entry, base_parts, desc) -> Template:
+def _assemble(backend, key, where, fixed, exprs, base_entry, base_parts, desc,
+              guards: tuple) -> Template:
     """The Template of a base entry and its fitted size expressions: the program's
     unchanging parts folded once (an instance rebuilds only what its sizes change)."""
     base_prog = base_entry.info.program
@@ -467,13 +473,13 @@ def _assemble(backend, key, where, fixed, exprs, base_entry, base_parts, desc) -
     built = _build(base_parts[0], iter(base_parts[1]))
     tree, _ = _fold(base_parts[0], built, base_parts[1], 0, {p for p, _, _ in exprs})
     return Template(key, where, fixed, _builder(tree), list(base_parts[1]), exprs,
-                    base_prog.consts, base_entry, sides, desc)
+                    base_prog.consts, base_entry, sides, desc, guards)
 
 
-def _base_sample(art, backend) -> Sample:
+def _base_sample(art, backend, guards: tuple) -> Sample:
     return Sample(art.program, [backend.source(k) for k in art.plan.compiled_kernels()],
                   list(art.results), art.out_tree, dict(art.int_bounds),
-                  sorted(art.specialized_values), False)
+                  sorted(art.specialized_values), False, guards)
 
 
 # ---- shipped templates (Compiled pickled with its programs) ---------------------------------
@@ -482,7 +488,8 @@ def shipped(template: Template) -> dict:
     saved-program bytes): plain data, checked again by `restore`."""
     return {"key": template.key, "where": [list(pl) for pl in template.where],
             "fixed": dict(template.fixed), "exprs": list(template.exprs),
-            "base_ints": list(template.base_ints), "description": template.description}
+            "base_ints": list(template.base_ints), "guards": list(template.guards),
+            "description": template.description}
 
 
 def _int(v) -> bool:
@@ -497,6 +504,7 @@ def restore(compiled, base_entry, record) -> Template:
         key, where, fixed, exprs = (record["key"], record["where"], record["fixed"],
                                     record["exprs"])
         base_ints, desc = record["base_ints"], record["description"]
+        guards = record["guards"]
     except (TypeError, KeyError) as err:
         raise Refused(f"a shipped template without {err}") from None
     nsym = len(where)
@@ -514,16 +522,17 @@ def restore(compiled, base_entry, record) -> Template:
                   isinstance(m[1], tuple) and all(_int(j) and 0 <= j < nsym for j in m[1])
                   for m in e[1])
               for e in exprs))
-    if not ok:
+    if not ok or not isinstance(guards, list) or not all(map(_int, guards)):
         raise Refused("a shipped template of the wrong form")
     backend = compiled.backend
-    base_parts = _parts(_base_sample(base_entry.info, backend), backend.name == "cpu")
+    base_parts = _parts(_base_sample(base_entry.info, backend, tuple(guards)),
+                        backend.name == "cpu")
     if base_parts[1] != base_ints:
         raise Refused("a shipped template whose base program differs here")
     if any(not 0 <= p < len(base_ints) for p, _, _ in exprs):
         raise Refused("a shipped template's size expression outside its program")
     return _assemble(backend, key, [[tuple(p) for p in pl] for pl in where], dict(fixed),
-                     exprs, base_entry, base_parts, desc)
+                     exprs, base_entry, base_parts, desc, tuple(guards))
 
 
 def _replace_leaves(compiled, call, objs):
@@ -544,7 +553,7 @@ def instantiate(compiled, template: Template, enc):
         if (v > 0) - (v < 0) != sign:
             return None                      # a bound crossed: another trace decides
         ints[p] = v
-    (body, results, int_bounds), _ = template.skeleton(ints, 0)
+    (body, results, int_bounds, _guards), _ = template.skeleton(ints, 0)
     base = template.base
     backend = compiled.backend
     base_prog = base.info.program

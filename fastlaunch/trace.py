@@ -38,22 +38,43 @@ _size_watchers_lock = forking.lock(forking.TABLE)   # a fork never finds it held
 
 
 class watch_sizes:
-    """Collects, on this thread, the sizes user code reads from tracers (a list of tuples)."""
+    """Collects, on this thread, the sizes user code reads from tracers (`reads`, a list of
+    tuples) and the *guards* of basic indexing (`guards`): for every explicit slice bound or
+    integer index b on an extent n, the differences n - b and n - b - 1 (n + b and n + b + 1
+    for a negative b) whose signs decide how NumPy clamps or whether the index is in range.
+    A symbolic template keeps every guard's sign (symbolic.py): x[:100000] traced at n = 10
+    clamps, so no instance may serve an n past the bound."""
 
-    def __enter__(self) -> list:
+    def __enter__(self) -> "watch_sizes":
         global _size_watchers
         self.reads: list = []
-        self.outer = getattr(_state, "size_reads", None)
-        _state.size_reads = self.reads
+        self.guards: list = []
+        self.outer = (getattr(_state, "size_reads", None), getattr(_state, "size_guards", None))
+        _state.size_reads, _state.size_guards = self.reads, self.guards
         with _size_watchers_lock:
             _size_watchers += 1
-        return self.reads
+        return self
 
     def __exit__(self, *exc):
         global _size_watchers
         with _size_watchers_lock:
             _size_watchers -= 1
-        _state.size_reads = self.outer
+        _state.size_reads, _state.size_guards = self.outer
+
+
+def note_index_guards(size: int, key) -> None:
+    """Record the guards of one dim's basic index `key` (a slice or an int) on extent `size`
+    (see watch_sizes)."""
+    guards = getattr(_state, "size_guards", None)
+    if guards is None:
+        return
+    bounds = (key.start, key.stop) if isinstance(key, slice) else (key,)
+    for b in bounds:
+        if b is not None:
+            b = int(b)
+            g = size - b if b >= 0 else size + b
+            guards.append(g)
+            guards.append(g - 1 if b >= 0 else g + 1)
 
 
 def note_size_read(what, depth: int = 2) -> None:
@@ -115,6 +136,8 @@ class ViewMap:
                 dims.append((-1, 1, 1))
                 continue
             base, step, size = next(it)
+            if _size_watchers:
+                note_index_guards(size, k)
             if isinstance(k, slice):
                 s0, _, st = k.indices(size)
                 n = len(range(*k.indices(size)))

@@ -351,3 +351,33 @@ def test_null_backend_sizes_stay_static_with_reason():
         c(_rand(n, np.float64), _rand(n, np.float64, 1))
     assert c.stats["traces"] == 2
     assert "the kernels' code depends on it" in c.stats["static_sizes"][0]
+
+
+@pytest.mark.filterwarnings("ignore::fastlaunch.jit.RetraceWarning")
+@pytest.mark.parametrize("fn", [lambda x: x[:5000] * 2, lambda x: x[-5000:] + 1,
+                                lambda x: x[5:5000] * 3, lambda x: x[:, :3000].T + 1,
+                                lambda x: np.concatenate([x[1:], x[:4000]])],
+                         ids=["head", "tail", "mid", "2d", "concat"])
+def test_slice_bounds_past_the_probes_are_guarded(fn):
+    """A slice bound far past every probe size (x[:5000] traced at 10, 20, probed up to about
+    400) clamps in the base trace: the template keeps the sign of extent - bound, so a size
+    past the bound takes another trace instead of an instance of the wrong size (before:
+    x[:100000] at n = 150000 gave 150000 elements, NumPy 100000)."""
+    c = fl.compile(fn)
+    two_d = "T" in fn.__code__.co_names
+    for n in (10, 20, 30, 6000, 7001, 12, 4999, 5000, 5001, 3000, 2999, 60):
+        x = _rand((4, n) if two_d else n, np.float64)
+        got, want = c(x), fn(x)
+        assert got.shape == want.shape, (n, got.shape, want.shape)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_index_guards_recorded():
+    from fastlaunch import trace
+    with trace.watch_sizes() as w:
+        trace.note_index_guards(10, slice(2, 100))
+        trace.note_index_guards(10, slice(-3, None))
+        trace.note_index_guards(10, 4)
+    assert w.guards == [8, 7, -90, -91, 7, 8, 6, 5]
+    trace.note_index_guards(10, 4)          # outside a watch: nothing kept
+    assert w.guards == [8, 7, -90, -91, 7, 8, 6, 5]
