@@ -133,3 +133,28 @@ def test_cuda_array_interface_follows_the_registry():
     # a cuda DeviceArray (no memory is touched: the interface only describes it)
     y = _core.DeviceArray(4096, (4,), np.float64, "cuda", None)
     assert y.__cuda_array_interface__["data"] == (4096, False)
+
+
+def test_cython_refuses_the_dispatcher_tables_in_a_backend(tmp_path, capfd):
+    # what a backend module sees is what Cython compiles for it: the dispatcher's tables are
+    # an incomplete type there, while the backend's own view compiles
+    pytest.importorskip("Cython")
+    from Cython.Build import cythonize
+    from Cython.Compiler.Errors import CompileError
+
+    def compile_backend(body: str):
+        src = tmp_path / f"backend_{abs(hash(body))}.pyx"
+        src.write_text("# cython: language_level=3\n"
+                       "from libc.stdint cimport int64_t\n"
+                       "from fastlaunch._core cimport Executable\n\n"
+                       "cdef class Probe(Executable):\n"
+                       "    cdef int64_t peek(self):\n"
+                       f"        {body}\n")
+        cythonize([str(src)], include_path=[str(PKG.parent)], quiet=True, force=True)
+
+    compile_backend("return self.owned.status + self.owned.ntemps")
+    capfd.readouterr()
+    with pytest.raises(CompileError):
+        compile_backend("return self.call.nslots")
+    captured = capfd.readouterr()
+    assert "incomplete type 'CallTables'" in captured.out + captured.err
