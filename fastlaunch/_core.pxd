@@ -43,59 +43,53 @@ cdef DeviceArray device_array_like(DeviceArray like, int64_t ptr, object memory)
 cdef fl_library_fn *library_table(object program, object library_addresses) except NULL
 
 
+# What the shared dispatch loop reads (_interp.pxi's run_loop).  A backend passes
+# &self.bytecode on to run_loop and reads none of it.
+cdef struct Bytecode:
+    const int64_t *code
+    Py_ssize_t ncode
+    const int64_t *lists
+
+
+# The slots whose memory a backend owns: it puts the call's error word in `status`, frees
+# what a failed run left in `temps` (release), and binds its own results to `outputs` when
+# they stay in its memory (bind_outputs).
+cdef struct BackendSlots:
+    Py_ssize_t status              # the error word's slot, or -1
+    const int64_t *temps
+    Py_ssize_t ntemps
+    const int64_t *outputs         # one per program output
+    Py_ssize_t noutputs
+
+
+# The dispatcher's own tables (argument checks, constants, random key, result packing):
+# defined and read in _core.pyx alone, an incomplete type to every other module.
+cdef struct CallTables
+
+
 cdef class Executable:
     """A verified program bound to a backend's kernels and memory: one call's work.
 
     The base class does what is the same on every backend: argument checks, the slot table,
-    host result arrays and the packing of results.  A backend implements `execute` (the
-    bytecode run from state.start, without the GIL, returning a Status; a run that stopped at
-    a POLL may be resumed just after it with its slots as it left them), `release` (memory a
-    failed run left allocated) and `read_status` (the KernelError bits, wherever the status
-    word lives)."""
-    cdef int64_t *code
-    cdef Py_ssize_t ncode
-    cdef int64_t *lists
-    cdef Py_ssize_t nslots, nargwords, nleaves
-    cdef int64_t *const_slots
-    cdef int64_t *const_ptrs
-    cdef Py_ssize_t nconsts
-    cdef int64_t *temp_slots
-    cdef Py_ssize_t ntemps
-    cdef int64_t *out_slots
-    cdef OutputLayout outputs
-    cdef int64_t *int_checks           # (leaf, lo, hi) triples: weak Python ints cast narrower
-    cdef Py_ssize_t nint_checks
-    cdef int64_t *mutated              # leaves written in place
-    cdef Py_ssize_t nmutated
-    cdef int64_t *leaf_lo              # per leaf: byte range [lo, hi) it addresses relative
-    cdef int64_t *leaf_hi              # to its pointer (hi <= lo: not an array)
-    cdef Py_ssize_t status_slot        # slot pointing at the call's error word, or -1
-    cdef Py_ssize_t rng_slot           # slot of the call's random key, or -1
-    cdef uint64_t rng_seed             # the executable's random seed...
-    cdef uint64_t rng_calls            # ...and the calls made: each call's key hashes both
-    cdef Py_ssize_t nresults
-    cdef int *res_kind                 # ResultKind per result leaf
-    cdef int64_t *res_index            # output index, argument leaf, or index in res_values
-    cdef bint *res_scalar              # hand a 0-d output back as a NumPy scalar
-    cdef list res_values
-    cdef int structure                 # ResultStructure
-    cdef object unflatten
+    host result arrays and the packing of results (`call`, _core's own).  A backend sees the
+    bytecode (to hand to run_loop), the slots whose memory it owns and the program, and
+    implements `execute` (the bytecode run from state.start, without the GIL, returning a
+    Status; a run that stopped at a POLL may be resumed just after it with its slots as it
+    left them), `release` (memory a failed run left allocated), `read_status` (the
+    KernelError bits, wherever the status word lives), and may override `bind_outputs`
+    (results in its memory) and `error` (its own error codes; `kernel_error` maps a status
+    word's bits to the exception the program defines)."""
+    cdef Bytecode bytecode
+    cdef BackendSlots owned
     cdef readonly object program       # the bytecode.Program (disassembly for error messages)
-    cdef object kernel_errors          # [(KernelError bit, exception class, message)]
-    cdef object keepalive
-    cdef bint polls                    # the code has POLL instructions
-    cdef bint copies_back              # arguments updated in place are copied back whole
+    cdef CallTables *call
 
-    cdef object invoke(self, int64_t *leaf_words, PyObject **leaf_objs)
     cdef int execute(self, int64_t *slots, int64_t *argwords, RunState *state) except -1 nogil
     cdef int release(self, int64_t *slots) except -1
     cdef int64_t read_status(self, int64_t *slots) except? -1
     cdef int bind_outputs(self, PyObject **outs, int64_t *slots) except -1
     cdef object error(self, int status, RunState *state, int64_t *slots)
-    cdef int _check_ints(self, int64_t *leaf_words) except -1
-    cdef int _check_mutated(self, int64_t *leaf_words, PyObject **leaf_objs) except -1
-    cdef object _pack(self, PyObject **outs, PyObject **leaf_objs)
-    cdef object _take(self, Py_ssize_t i, PyObject **outs, PyObject **leaf_objs)
+    cdef object kernel_error(self, int64_t word, str where)
 
 
 # The host runtime's services other backends' executables share (one process-wide instance:

@@ -18,7 +18,7 @@ loop is `_interp.pxi`'s, shared with every interpreter; this file has only its h
 from cpython.ref cimport PyObject, Py_INCREF
 from cpython.tuple cimport PyTuple_New
 from libc.stdint cimport int64_t, uint64_t, intptr_t
-from libc.stdlib cimport malloc, free, realloc
+from libc.stdlib cimport calloc, malloc, free, realloc
 from libc.string cimport memcmp, memcpy, memmove, memset
 
 cimport numpy as cnp
@@ -823,9 +823,25 @@ cdef class OutputLayout:
 
 # ---- device arrays -------------------------------------------------------------------------
 # The backends whose memory a DeviceArray can be in, as numbered in its signature words: an
-# array of one backend never matches a program of another.
-DEVICE_KINDS = {"cuda": 1, "devsim": 2}
-DEVICE_NAMES = {v: k for k, v in DEVICE_KINDS.items()}
+# array of one backend never matches a program of another.  Each device backend registers its
+# number (backends/__init__.py, where the numbers are fixed: signatures hold them); this
+# module names no backend.
+DEVICE_KINDS = {}
+DEVICE_NAMES = {}
+_CUDA_INTERFACE = set()     # the kinds whose arrays are CUDA memory (__cuda_array_interface__)
+
+
+def register_device_kind(str name, int kind, bint cuda_array_interface=False):
+    """Number `name`'s device memory `kind` (1..15) in signature words, for good."""
+    if not 1 <= kind <= SIG_DEVICE_MASK:
+        raise ValueError(f"device kind {kind} of {name!r} not in 1..{SIG_DEVICE_MASK}")
+    if DEVICE_KINDS.get(name, kind) != kind or DEVICE_NAMES.get(kind, name) != name:
+        raise ValueError(f"device kind {kind} of {name!r} conflicts with the registered "
+                         f"{DEVICE_KINDS}")
+    DEVICE_KINDS[name] = kind
+    DEVICE_NAMES[kind] = name
+    if cuda_array_interface:
+        _CUDA_INTERFACE.add(kind)
 DEF MAX_DEVICE_DIMS = 32
 
 
@@ -923,7 +939,7 @@ cdef class DeviceArray:
 
     @property
     def __cuda_array_interface__(self):
-        if self.device != "cuda":
+        if sig_device(self.sig[0]) not in _CUDA_INTERFACE:
             raise AttributeError(f"a {self.device} DeviceArray is not CUDA memory")
         contiguous = sig_contiguous(self.sig[0])
         # every call of a compiled function synchronises its stream before it returns
@@ -969,70 +985,117 @@ DEF LOCAL_SLOTS = 64
 DEF LOCAL_ARGWORDS = 128
 
 
+cdef struct CallTables:
+    # _core.pxd: the dispatcher's own tables, read by invoke; no backend sees them
+    Py_ssize_t nslots, nargwords, nleaves
+    int64_t *const_slots
+    int64_t *const_ptrs
+    Py_ssize_t nconsts
+    int64_t *int_checks                # (leaf, lo, hi) triples: weak Python ints cast narrower
+    Py_ssize_t nint_checks
+    int64_t *mutated                   # leaves written in place
+    Py_ssize_t nmutated
+    int64_t *leaf_lo                   # per leaf: byte range [lo, hi) it addresses relative
+    int64_t *leaf_hi                   # to its pointer (hi <= lo: not an array)
+    Py_ssize_t rng_slot                # slot of the call's random key, or -1
+    uint64_t rng_seed                  # the executable's random seed...
+    uint64_t rng_calls                 # ...and the calls made: each call's key hashes both
+    Py_ssize_t nresults
+    int *res_kind                      # ResultKind per result leaf
+    int64_t *res_index                 # output index, argument leaf, or index in res_values
+    bint *res_scalar                   # hand a 0-d output back as a NumPy scalar
+    int structure                      # ResultStructure
+    bint polls                         # the code has POLL instructions
+    bint copies_back                   # arguments updated in place are copied back whole
+    # owned references (Executable.__dealloc__ drops them)
+    PyObject *outputs                  # OutputLayout: the host result arrays
+    PyObject *res_values               # list
+    PyObject *unflatten
+    PyObject *kernel_errors            # [(KernelError bit, exception class, message)]
+    PyObject *keepalive
+
+
+cdef inline PyObject *_owned(object obj):
+    Py_INCREF(obj)
+    return <PyObject *>obj
+
+
 cdef class Executable:
     """See _core.pxd.  `layout` (link.ExecutableLayout) carries the verified tables."""
 
     def __cinit__(self, *args, **kwargs):
-        self.code = NULL
+        self.call = <CallTables *>calloc(1, sizeof(CallTables))
+        if self.call == NULL:
+            raise MemoryError()
 
     def __init__(self, layout):
         cdef Py_ssize_t i
+        cdef CallTables *t = self.call
+        if t.outputs != NULL:
+            raise RuntimeError("Executable.__init__ called twice")
         program = layout.program
         self.program = program
-        self.ncode = len(program.code)
-        self.code = _copy_words(program.code)
-        self.lists = _copy_words(program.arg_lists)
-        self.nslots, self.nargwords, self.nleaves = len(program.slots), program.nargwords, \
+        self.bytecode.ncode = len(program.code)
+        self.bytecode.code = _copy_words(program.code)
+        self.bytecode.lists = _copy_words(program.arg_lists)
+        t.nslots, t.nargwords, t.nleaves = len(program.slots), program.nargwords, \
             program.nleaves
-        self.nconsts = len(layout.const_slots)
-        self.const_slots = _copy_words(layout.const_slots)
-        self.const_ptrs = _copy_words(layout.const_ptrs)
-        self.ntemps = len(layout.temp_slots)
-        self.temp_slots = _copy_words(layout.temp_slots)
-        self.out_slots = _copy_words([slot for slot, _, _ in program.outputs])
-        self.outputs = OutputLayout([(dtype, shape) for _, dtype, shape in program.outputs])
-        self.nint_checks = len(layout.int_checks)
-        self.int_checks = _copy_words([x for t in layout.int_checks for x in t])
-        self.nmutated = len(program.mutated_leaves)
-        self.mutated = _copy_words(program.mutated_leaves)
-        self.leaf_lo = _copy_words([lo for lo, _ in layout.leaf_bytes])
-        self.leaf_hi = _copy_words([hi for _, hi in layout.leaf_bytes])
-        self.nresults = len(layout.results)
-        self.res_kind = <int *>malloc(max(1, self.nresults) * sizeof(int))
-        self.res_index = <int64_t *>malloc(max(1, self.nresults) * sizeof(int64_t))
-        self.res_scalar = <bint *>malloc(max(1, self.nresults) * sizeof(bint))
-        if self.res_kind == NULL or self.res_index == NULL or self.res_scalar == NULL:
+        t.nconsts = len(layout.const_slots)
+        t.const_slots = _copy_words(layout.const_slots)
+        t.const_ptrs = _copy_words(layout.const_ptrs)
+        self.owned.status = program.status_slot
+        self.owned.ntemps = len(layout.temp_slots)
+        self.owned.temps = _copy_words(layout.temp_slots)
+        self.owned.noutputs = len(program.outputs)
+        self.owned.outputs = _copy_words([slot for slot, _, _ in program.outputs])
+        t.outputs = _owned(OutputLayout([(dtype, shape) for _, dtype, shape in program.outputs]))
+        t.nint_checks = len(layout.int_checks)
+        t.int_checks = _copy_words([x for c in layout.int_checks for x in c])
+        t.nmutated = len(program.mutated_leaves)
+        t.mutated = _copy_words(program.mutated_leaves)
+        t.leaf_lo = _copy_words([lo for lo, _ in layout.leaf_bytes])
+        t.leaf_hi = _copy_words([hi for _, hi in layout.leaf_bytes])
+        t.nresults = len(layout.results)
+        t.res_kind = <int *>malloc(max(1, t.nresults) * sizeof(int))
+        t.res_index = <int64_t *>malloc(max(1, t.nresults) * sizeof(int64_t))
+        t.res_scalar = <bint *>malloc(max(1, t.nresults) * sizeof(bint))
+        if t.res_kind == NULL or t.res_index == NULL or t.res_scalar == NULL:
             raise MemoryError()
-        self.res_values = []
+        res_values = []
         for i, (kind, index, as_scalar) in enumerate(layout.results):
-            self.res_kind[i] = kind
-            self.res_scalar[i] = as_scalar
+            t.res_kind[i] = kind
+            t.res_scalar[i] = as_scalar
             if kind == RESULT_VALUE:
-                self.res_index[i] = len(self.res_values)
-                self.res_values.append(index)
+                t.res_index[i] = len(res_values)
+                res_values.append(index)
             else:
-                self.res_index[i] = index
-        if self.outputs.n > MAX_OUTPUTS:
+                t.res_index[i] = index
+        t.res_values = _owned(res_values)
+        if self.owned.noutputs > MAX_OUTPUTS:
             raise ValueError(f"fastlaunch: more than {MAX_OUTPUTS} result arrays are not "
                              f"supported")
-        self.status_slot = program.status_slot
-        self.rng_slot = program.rng_slot
-        self.rng_seed = <uint64_t>(int(layout.rng_seed) & 0xFFFFFFFFFFFFFFFF)
-        self.rng_calls = 0
-        self.structure = layout.structure
-        self.unflatten = layout.unflatten
-        self.kernel_errors = list(layout.kernel_errors)
-        self.polls = layout.polls
-        self.copies_back = layout.copies_back
-        self.keepalive = layout.keepalive
+        t.rng_slot = program.rng_slot
+        t.rng_seed = <uint64_t>(int(layout.rng_seed) & 0xFFFFFFFFFFFFFFFF)
+        t.rng_calls = 0
+        t.structure = layout.structure
+        t.unflatten = _owned(layout.unflatten)
+        t.kernel_errors = _owned(list(layout.kernel_errors))
+        t.polls = layout.polls
+        t.copies_back = layout.copies_back
+        t.keepalive = _owned(layout.keepalive)
 
     def __dealloc__(self):
-        if self.code != NULL:
-            free(self.code); free(self.lists)
-            free(self.const_slots); free(self.const_ptrs); free(self.temp_slots)
-            free(self.out_slots); free(self.int_checks); free(self.mutated)
-            free(self.leaf_lo); free(self.leaf_hi)
-            free(self.res_kind); free(self.res_index); free(self.res_scalar)
+        cdef CallTables *t = self.call
+        free(<void *>self.bytecode.code); free(<void *>self.bytecode.lists)
+        free(<void *>self.owned.temps); free(<void *>self.owned.outputs)
+        if t != NULL:
+            free(t.const_slots); free(t.const_ptrs)
+            free(t.int_checks); free(t.mutated)
+            free(t.leaf_lo); free(t.leaf_hi)
+            free(t.res_kind); free(t.res_index); free(t.res_scalar)
+            Py_XDECREF(t.outputs); Py_XDECREF(t.res_values); Py_XDECREF(t.unflatten)
+            Py_XDECREF(t.kernel_errors); Py_XDECREF(t.keepalive)
+            free(t)
 
     # ---- what a backend implements -------------------------------------------------------
     cdef int execute(self, int64_t *slots, int64_t *argwords, RunState *state) except -1 nogil:
@@ -1042,76 +1105,10 @@ cdef class Executable:
         return 0
 
     cdef int64_t read_status(self, int64_t *slots) except? -1:
-        return (<int64_t *><intptr_t>slots[self.status_slot])[0]
+        return (<int64_t *><intptr_t>slots[self.owned.status])[0]
 
     cdef int bind_outputs(self, PyObject **outs, int64_t *slots) except -1:
-        return self.outputs.allocate(outs, slots, self.out_slots)
-
-    # ---- the call ------------------------------------------------------------------------
-    cdef object invoke(self, int64_t *leaf_words, PyObject **leaf_objs):
-        cdef int64_t local_slots[LOCAL_SLOTS]
-        cdef int64_t local_args[LOCAL_ARGWORDS]
-        cdef PyObject *outs[MAX_OUTPUTS]
-        cdef int64_t *slots = local_slots
-        cdef int64_t *argwords = local_args
-        cdef int64_t error_word = 0
-        cdef RunState state
-        cdef Py_ssize_t i
-        cdef int status
-        if self.nint_checks:
-            self._check_ints(leaf_words)
-        if self.nmutated:
-            self._check_mutated(leaf_words, leaf_objs)
-        if self.nslots > LOCAL_SLOTS:
-            slots = <int64_t *>malloc(self.nslots * sizeof(int64_t))
-        if self.nargwords > LOCAL_ARGWORDS:
-            argwords = <int64_t *>malloc(self.nargwords * sizeof(int64_t))
-        if slots == NULL or argwords == NULL:
-            _release(slots, local_slots, argwords, local_args)
-            raise MemoryError()
-        memset(outs, 0, self.outputs.n * sizeof(PyObject *))
-        try:
-            memcpy(slots, leaf_words, self.nleaves * sizeof(int64_t))
-            for i in range(self.nconsts):
-                slots[self.const_slots[i]] = self.const_ptrs[i]
-            if self.status_slot >= 0:
-                slots[self.status_slot] = <int64_t><intptr_t>&error_word
-            if self.rng_slot >= 0:
-                slots[self.rng_slot] = <int64_t>fl_rng_key(self.rng_seed, &self.rng_calls)
-            self.bind_outputs(outs, slots)
-            for i in range(self.ntemps):
-                slots[self.temp_slots[i]] = 0
-            state.start = 0
-            if self.polls and fl_interrupt_arm(_handles_signals()) == 0:
-                cpython_check_signals()     # a Ctrl-C from just before the arm: raise it now
-            while True:
-                state.pc = -1
-                state.backend_code = 0
-                with nogil:
-                    status = self.execute(slots, argwords, &state)
-                if status == STATUS_OK:
-                    break
-                if status == STATUS_INTERRUPTED:
-                    # Python's own handler was chained: it raises (KeyboardInterrupt) here,
-                    # before any argument was written (POLLs come before the first in-place
-                    # write).  A handler that returns means the signal is survived: resume
-                    # after the POLL, with the slots as the run left them.
-                    fl_interrupt_clear()
-                    try:
-                        cpython_check_signals()
-                    except BaseException:
-                        self.release(slots)
-                        raise
-                    state.start = state.pc + (POLL & 0xFF)
-                    continue
-                err = self.error(status, &state, slots)    # reads the status word first
-                self.release(slots)
-                raise err
-            return self._pack(outs, leaf_objs)
-        finally:
-            for i in range(self.outputs.n):
-                Py_XDECREF(outs[i])
-            _release(slots, local_slots, argwords, local_args)
+        return (<OutputLayout>self.call.outputs).allocate(outs, slots, self.owned.outputs)
 
     cdef object error(self, int status, RunState *state, int64_t *slots):
         """The exception of a failed run, naming the instruction it stopped at."""
@@ -1121,99 +1118,174 @@ cdef class Executable:
         if status == STATUS_NO_MEMORY:
             return MemoryError(f"fastlaunch: out of memory for a temporary buffer{where}")
         if status == STATUS_KERNEL_ERROR:
-            word = self.read_status(slots)
-            for bit, exc, message in self.kernel_errors:
-                if word & bit:
-                    return exc(f"{message}{where}")
-            return RuntimeError(f"fastlaunch: a kernel reported error bits {word:#x}{where}")
+            return self.kernel_error(self.read_status(slots), where)
         if status == STATUS_BACKEND_ERROR:
             return RuntimeError(f"fastlaunch: backend error {state.backend_code}{where}")
         if status == STATUS_LIBRARY_ERROR:
             return self.program.library_error(state.pc, state.backend_code, where)
         return RuntimeError(f"fastlaunch: program failed with status {status}{where}")
 
-    cdef object _pack(self, PyObject **outs, PyObject **leaf_objs):
-        """The call's result (outs keep their references; the caller drops them)."""
-        cdef Py_ssize_t i
-        cdef tuple result
-        if self.structure == STRUCT_LEAF:
-            return self._take(0, outs, leaf_objs)
-        if self.structure == STRUCT_TUPLE:
-            result = PyTuple_New(self.nresults)
-            for i in range(self.nresults):
-                item = self._take(i, outs, leaf_objs)
-                Py_INCREF(item)
-                tuple_set_item(result, i, <PyObject *>item)
-            return result
-        return self.unflatten([self._take(i, outs, leaf_objs) for i in range(self.nresults)])
+    cdef object kernel_error(self, int64_t word, str where):
+        """The exception of a status word's KernelError bits (the lowest defined bit wins)."""
+        for bit, exc, message in <list>self.call.kernel_errors:
+            if word & bit:
+                return exc(f"{message}{where}")
+        return RuntimeError(f"fastlaunch: a kernel reported error bits {word:#x}{where}")
 
-    cdef object _take(self, Py_ssize_t i, PyObject **outs, PyObject **leaf_objs):
-        cdef PyObject *ref
-        cdef Py_ssize_t k = self.res_index[i]
-        if self.res_kind[i] == RESULT_NEW:
-            if not self.res_scalar[i]:
-                return <object>outs[k]
-            Py_INCREF(<object>outs[k])         # PyArray_Return steals one reference...
-            ref = array_return(<PyArrayObject *>outs[k])   # ...and returns a new one to the scalar
-            result = <object>ref
-            Py_XDECREF(ref)
-            return result
-        if self.res_kind[i] == RESULT_INPUT:
-            return <object>leaf_objs[k]
-        return self.res_values[k]
 
-    cdef int _check_ints(self, int64_t *leaf_words) except -1:
-        cdef Py_ssize_t i
-        cdef int64_t v
-        for i in range(self.nint_checks):
-            v = leaf_words[self.int_checks[3 * i]]
-            if v < self.int_checks[3 * i + 1] or v > self.int_checks[3 * i + 2]:
-                raise OverflowError(
-                    f"Python integer {v} (argument leaf {self.int_checks[3 * i]}) out of bounds "
-                    f"[{self.int_checks[3 * i + 1]}, {self.int_checks[3 * i + 2]}] for the "
-                    f"dtype it is combined with")
-        return 0
+# ---- the call ------------------------------------------------------------------------------
+cdef object invoke(Executable self, int64_t *leaf_words, PyObject **leaf_objs):
+    cdef int64_t local_slots[LOCAL_SLOTS]
+    cdef int64_t local_args[LOCAL_ARGWORDS]
+    cdef PyObject *outs[MAX_OUTPUTS]
+    cdef int64_t *slots = local_slots
+    cdef int64_t *argwords = local_args
+    cdef int64_t error_word = 0
+    cdef CallTables *t = self.call
+    cdef RunState state
+    cdef Py_ssize_t i
+    cdef int status
+    if t.nint_checks:
+        _check_ints(t, leaf_words)
+    if t.nmutated:
+        _check_mutated(t, leaf_words, leaf_objs)
+    if t.nslots > LOCAL_SLOTS:
+        slots = <int64_t *>malloc(t.nslots * sizeof(int64_t))
+    if t.nargwords > LOCAL_ARGWORDS:
+        argwords = <int64_t *>malloc(t.nargwords * sizeof(int64_t))
+    if slots == NULL or argwords == NULL:
+        _release(slots, local_slots, argwords, local_args)
+        raise MemoryError()
+    memset(outs, 0, self.owned.noutputs * sizeof(PyObject *))
+    try:
+        memcpy(slots, leaf_words, t.nleaves * sizeof(int64_t))
+        for i in range(t.nconsts):
+            slots[t.const_slots[i]] = t.const_ptrs[i]
+        if self.owned.status >= 0:
+            slots[self.owned.status] = <int64_t><intptr_t>&error_word
+        if t.rng_slot >= 0:
+            slots[t.rng_slot] = <int64_t>fl_rng_key(t.rng_seed, &t.rng_calls)
+        self.bind_outputs(outs, slots)
+        for i in range(self.owned.ntemps):
+            slots[self.owned.temps[i]] = 0
+        state.start = 0
+        if t.polls and fl_interrupt_arm(_handles_signals()) == 0:
+            cpython_check_signals()     # a Ctrl-C from just before the arm: raise it now
+        while True:
+            state.pc = -1
+            state.backend_code = 0
+            with nogil:
+                status = self.execute(slots, argwords, &state)
+            if status == STATUS_OK:
+                break
+            if status == STATUS_INTERRUPTED:
+                # Python's own handler was chained: it raises (KeyboardInterrupt) here,
+                # before any argument was written (POLLs come before the first in-place
+                # write).  A handler that returns means the signal is survived: resume
+                # after the POLL, with the slots as the run left them.
+                fl_interrupt_clear()
+                try:
+                    cpython_check_signals()
+                except BaseException:
+                    self.release(slots)
+                    raise
+                state.start = state.pc + (POLL & 0xFF)
+                continue
+            err = self.error(status, &state, slots)    # reads the status word first
+            self.release(slots)
+            raise err
+        return _pack(t, outs, leaf_objs)
+    finally:
+        for i in range(self.owned.noutputs):
+            Py_XDECREF(outs[i])
+        _release(slots, local_slots, argwords, local_args)
 
-    cdef int _check_mutated(self, int64_t *leaf_words, PyObject **leaf_objs) except -1:
-        """Arguments written in place must be writeable and distinct from the others: the
-        byte ranges the recorder knows are compared here; only where two ranges meet does
-        np.shares_memory decide (x[::2] and x[1::2] interleave without sharing), except
-        between two arguments that the program copies back whole (copies_back: a crossing
-        backend's TO_HOST of each one's byte span), where the second copy would undo the
-        first one's writes: those are aliased, and get a program of their own (one span)."""
-        cdef Py_ssize_t i, j, k, m
-        cdef int64_t a0, a1, b0, b1
-        cdef bint both_copied
-        for i in range(self.nmutated):
-            m = self.mutated[i]
-            leaf = <object>leaf_objs[m]
-            if (not leaf.writeable if type(leaf) is DeviceArray else
-                    not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>leaf)):
-                raise ValueError(f"argument leaf {m} is updated in place but is read-only")
-            a0 = leaf_words[m] + self.leaf_lo[m]
-            a1 = leaf_words[m] + self.leaf_hi[m]
-            for j in range(self.nleaves):
-                if j == m or self.leaf_hi[j] <= self.leaf_lo[j]:
-                    continue
-                b0 = leaf_words[j] + self.leaf_lo[j]
-                b1 = leaf_words[j] + self.leaf_hi[j]
-                if not (a0 < b1 and b0 < a1):
-                    continue
-                both_copied = False
-                if self.copies_back and type(leaf) is not DeviceArray and \
-                        type(<object>leaf_objs[j]) is not DeviceArray:
-                    for k in range(self.nmutated):
-                        if self.mutated[k] == j:
-                            both_copied = True
-                # device arrays: their byte ranges decide (NumPy cannot look at them)
-                if (both_copied or type(leaf) is DeviceArray or
-                        type(<object>leaf_objs[j]) is DeviceArray or
-                        np.shares_memory(leaf, <object>leaf_objs[j])):
-                    raise AliasedArgumentsError(
-                        f"argument leaf {m} is updated in place and overlaps argument leaf "
-                        f"{j}; fastlaunch treats arguments as distinct arrays: pass a copy",
-                        m, j)
-        return 0
+
+cdef object _pack(CallTables *t, PyObject **outs, PyObject **leaf_objs):
+    """The call's result (outs keep their references; the caller drops them)."""
+    cdef Py_ssize_t i
+    cdef tuple result
+    if t.structure == STRUCT_LEAF:
+        return _take(t, 0, outs, leaf_objs)
+    if t.structure == STRUCT_TUPLE:
+        result = PyTuple_New(t.nresults)
+        for i in range(t.nresults):
+            item = _take(t, i, outs, leaf_objs)
+            Py_INCREF(item)
+            tuple_set_item(result, i, <PyObject *>item)
+        return result
+    return (<object>t.unflatten)([_take(t, i, outs, leaf_objs) for i in range(t.nresults)])
+
+
+cdef object _take(CallTables *t, Py_ssize_t i, PyObject **outs, PyObject **leaf_objs):
+    cdef PyObject *ref
+    cdef Py_ssize_t k = t.res_index[i]
+    if t.res_kind[i] == RESULT_NEW:
+        if not t.res_scalar[i]:
+            return <object>outs[k]
+        Py_INCREF(<object>outs[k])         # PyArray_Return steals one reference...
+        ref = array_return(<PyArrayObject *>outs[k])   # ...and returns a new one to the scalar
+        result = <object>ref
+        Py_XDECREF(ref)
+        return result
+    if t.res_kind[i] == RESULT_INPUT:
+        return <object>leaf_objs[k]
+    return (<list>t.res_values)[k]
+
+
+cdef int _check_ints(CallTables *t, int64_t *leaf_words) except -1:
+    cdef Py_ssize_t i
+    cdef int64_t v
+    for i in range(t.nint_checks):
+        v = leaf_words[t.int_checks[3 * i]]
+        if v < t.int_checks[3 * i + 1] or v > t.int_checks[3 * i + 2]:
+            raise OverflowError(
+                f"Python integer {v} (argument leaf {t.int_checks[3 * i]}) out of bounds "
+                f"[{t.int_checks[3 * i + 1]}, {t.int_checks[3 * i + 2]}] for the "
+                f"dtype it is combined with")
+    return 0
+
+
+cdef int _check_mutated(CallTables *t, int64_t *leaf_words, PyObject **leaf_objs) except -1:
+    """Arguments written in place must be writeable and distinct from the others: the
+    byte ranges the recorder knows are compared here; only where two ranges meet does
+    np.shares_memory decide (x[::2] and x[1::2] interleave without sharing), except
+    between two arguments that the program copies back whole (copies_back: a crossing
+    backend's TO_HOST of each one's byte span), where the second copy would undo the
+    first one's writes: those are aliased, and get a program of their own (one span)."""
+    cdef Py_ssize_t i, j, k, m
+    cdef int64_t a0, a1, b0, b1
+    cdef bint both_copied
+    for i in range(t.nmutated):
+        m = t.mutated[i]
+        leaf = <object>leaf_objs[m]
+        if (not leaf.writeable if type(leaf) is DeviceArray else
+                not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>leaf)):
+            raise ValueError(f"argument leaf {m} is updated in place but is read-only")
+        a0 = leaf_words[m] + t.leaf_lo[m]
+        a1 = leaf_words[m] + t.leaf_hi[m]
+        for j in range(t.nleaves):
+            if j == m or t.leaf_hi[j] <= t.leaf_lo[j]:
+                continue
+            b0 = leaf_words[j] + t.leaf_lo[j]
+            b1 = leaf_words[j] + t.leaf_hi[j]
+            if not (a0 < b1 and b0 < a1):
+                continue
+            both_copied = False
+            if t.copies_back and type(leaf) is not DeviceArray and \
+                    type(<object>leaf_objs[j]) is not DeviceArray:
+                for k in range(t.nmutated):
+                    if t.mutated[k] == j:
+                        both_copied = True
+            # device arrays: their byte ranges decide (NumPy cannot look at them)
+            if (both_copied or type(leaf) is DeviceArray or
+                    type(<object>leaf_objs[j]) is DeviceArray or
+                    np.shares_memory(leaf, <object>leaf_objs[j])):
+                raise AliasedArgumentsError(
+                    f"argument leaf {m} is updated in place and overlaps argument leaf "
+                    f"{j}; fastlaunch treats arguments as distinct arrays: pass a copy",
+                    m, j)
+    return 0
 
 
 cdef extern from "Python.h":
@@ -1290,14 +1362,14 @@ cdef class HostExecutable(Executable):
         free(self.libs)
 
     cdef int execute(self, int64_t *slots, int64_t *argwords, RunState *state) except -1 nogil:
-        return run_loop(self.code, self.ncode, self.lists, slots, argwords, &self.hooks, state)
+        return run_loop(&self.bytecode, slots, argwords, &self.hooks, state)
 
     cdef int release(self, int64_t *slots) except -1:
         cdef Py_ssize_t i
-        for i in range(self.ntemps):
-            if slots[self.temp_slots[i]] != 0:
-                fl_mem_free(<void *><intptr_t>slots[self.temp_slots[i]])
-                slots[self.temp_slots[i]] = 0
+        for i in range(self.owned.ntemps):
+            if slots[self.owned.temps[i]] != 0:
+                fl_mem_free(<void *><intptr_t>slots[self.owned.temps[i]])
+                slots[self.owned.temps[i]] = 0
         return 0
 
 
@@ -1390,8 +1462,8 @@ cdef class Entry:
         specialized = list(specialized)
         for leaf, _ in specialized:
             # values_match indexes the call's leaf words with these
-            if not 0 <= leaf < executable.nleaves:
-                raise ValueError(f"specialised leaf {leaf} of {executable.nleaves}")
+            if not 0 <= leaf < executable.call.nleaves:
+                raise ValueError(f"specialised leaf {leaf} of {executable.call.nleaves}")
         self.nspec = len(specialized)
         self.spec_leaf = _copy_words([leaf for leaf, _ in specialized])
         self.spec_word = _copy_words([word for _, word in specialized])
@@ -1509,15 +1581,15 @@ cdef class Dispatcher:
         self._tick += 1
         entry.last_used = self._tick
         self._mru = entry
-        if entry.executable.nmutated or entry.post is not None:
+        if entry.executable.call.nmutated or entry.post is not None:
             return self._hit_mutating(entry, vals, objs, args)
-        return entry.executable.invoke(vals, objs)
+        return invoke(entry.executable, vals, objs)
 
     cdef object _hit_mutating(self, Entry entry, int64_t *vals, PyObject **objs, tuple args):
         # arguments updated in place may alias others: such a call has programs of its own;
         # an entry with a post (fl.iterate's loops that put their results together) runs it
         try:
-            result = entry.executable.invoke(vals, objs)
+            result = invoke(entry.executable, vals, objs)
         except AliasedArgumentsError as err:
             return self._on_aliased(args, {}, err)
         if entry.post is not None:
@@ -1650,7 +1722,7 @@ cdef object invoke_with_leaves(Executable executable, int64_t *vals, list leaves
     try:
         for i in range(n):
             objs[i] = <PyObject *>leaves[i]
-        return executable.invoke(vals, objs)
+        return invoke(executable, vals, objs)
     finally:
         if objs != objs_local:
             free(objs)
@@ -1708,7 +1780,7 @@ def null_kernel_address():
 
 
 def null_library_address():
-    """The null backend's library routine: does nothing (fl_library_null)."""
+    """A library routine that does nothing (fl_library_null)."""
     return <intptr_t>fl_library_null
 
 def start_threads(int n=0):

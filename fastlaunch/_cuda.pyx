@@ -30,7 +30,8 @@ from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
 from cpython.pycapsule cimport (PyCapsule_Destructor, PyCapsule_GetPointer, PyCapsule_IsValid,
                                 PyCapsule_New)
 
-from fastlaunch._core cimport DeviceArray, Executable, device_array_like, interrupt_pending
+from fastlaunch._core cimport (Bytecode, DeviceArray, Executable, device_array_like,
+                               interrupt_pending)
 from fastlaunch._launch cimport *
 
 cimport numpy as cnp
@@ -672,7 +673,7 @@ cdef class CUDAExecutable(Executable):
         self.grid = <unsigned *>malloc(n * sizeof(unsigned))
         self.block = <unsigned *>malloc(n * sizeof(unsigned))
         self.nargs = <int *>malloc(n * sizeof(int))
-        self.slot_bytes = <int64_t *>malloc(max(1, self.nslots) * sizeof(int64_t))
+        self.slot_bytes = <int64_t *>malloc(max(1, len(layout.program.slots)) * sizeof(int64_t))
         if (self.functions == NULL or self.grid == NULL or self.block == NULL
                 or self.nargs == NULL or self.slot_bytes == NULL):
             raise MemoryError()
@@ -700,7 +701,7 @@ cdef class CUDAExecutable(Executable):
                 (DeviceArray(0, shape, dt, "cuda", None),
                  int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize)
                 for _, dt, shape in program.outputs]
-        if unavailable is None and self.status_slot >= 0:
+        if unavailable is None and self.owned.status >= 0:
             # one status word per executable, zero between calls; calls of one executable
             # take turns (they share one stream anyway)
             with InContext():
@@ -780,7 +781,7 @@ cdef class CUDAExecutable(Executable):
             return STATUS_BACKEND_ERROR
         pthread_mutex_lock(&self.lock)
         status = self.run(slots, argwords, state)
-        if status != STATUS_OK and self.status_slot >= 0:
+        if status != STATUS_OK and self.owned.status >= 0:
             # leave the word zero for the next call, whatever stopped this one
             if fl_cu_zero(self.status_dev, 8) == 0:
                 fl_cu_sync()
@@ -800,9 +801,9 @@ cdef class CUDAExecutable(Executable):
         h.slot_bytes = self.slot_bytes
         h.status_host = self.status_host
         h.flag_host = self.flag_host
-        if self.status_slot >= 0:
-            slots[self.status_slot] = <int64_t>self.status_dev
-        status = run_loop(self.code, self.ncode, self.lists, slots, argwords, &h, state)
+        if self.owned.status >= 0:
+            slots[self.owned.status] = <int64_t>self.status_dev
+        status = run_loop(&self.bytecode, slots, argwords, &h, state)
         if status != STATUS_OK:
             return status
         # the results are host arrays: the copies (and any fault of a kernel) end here
@@ -825,7 +826,7 @@ cdef class CUDAExecutable(Executable):
                 mem = DeviceMemory.__new__(DeviceMemory)
                 _allocate(mem, nbytes)
                 arr = device_array_like(like, <int64_t>mem.address, mem)
-                slots[self.out_slots[i]] = <int64_t>mem.address
+                slots[self.owned.outputs[i]] = <int64_t>mem.address
                 Py_INCREF(arr)
                 outs[i] = <PyObject *>arr
         return 0
@@ -840,8 +841,8 @@ cdef class CUDAExecutable(Executable):
         if not self.ready:
             return 0
         entered = fl_cu_enter(&saved) == 0
-        for i in range(self.ntemps):
-            s = self.temp_slots[i]
+        for i in range(self.owned.ntemps):
+            s = self.owned.temps[i]
             if slots[s] != 0:
                 if fl_cu_free_async(<uint64_t>slots[s]) == 0:
                     fl_cu_count(-self.slot_bytes[s])
@@ -857,7 +858,7 @@ cdef class CUDAExecutable(Executable):
     cdef int64_t read_status(self, int64_t *slots) except? -1:
         cdef int64_t word = 0
         cdef void *saved
-        if not self.ready or self.status_slot < 0:
+        if not self.ready or self.owned.status < 0:
             return 0
         with nogil:
             if fl_cu_enter(&saved) == 0:
@@ -878,11 +879,7 @@ cdef class CUDAExecutable(Executable):
             desc = (<bytes>fl_cu_error_string(code)).decode()
             return CUDAError(f"fastlaunch: CUDA error {name} ({code}): {desc}{where}", code, name)
         if status == STATUS_KERNEL_ERROR:
-            word = state.backend_code        # read back by CHECK before the word was reset
-            for bit, exc, message in self.kernel_errors:
-                if word & bit:
-                    return exc(f"{message}{where}")
-            return RuntimeError(f"fastlaunch: a kernel reported error bits {word:#x}{where}")
+            return self.kernel_error(state.backend_code, where)   # read by CHECK, then reset
         return Executable.error(self, status, state, slots)
 
 
@@ -914,17 +911,20 @@ def _launch_floor(CUDAExecutable exe, int iters, double scalar):
     cdef int64_t *slots
     cdef int64_t *launches           # (kernel, args_at) pairs
     cdef void *params[MAX_PARAMS]
-    cdef const int64_t *c = exe.code
     if not exe.ready:
         raise BackendUnavailableError(f"fastlaunch: backend 'cuda' cannot run here: "
                                       f"{exe.unavailable}")
-    program = exe.program
+    program = exe.program        # its own tables: the executable's bytecode is run_loop's
+    cdef int64_t[::1] code_words = np.ascontiguousarray(program.code, np.int64)
+    cdef int64_t[::1] list_words = np.append(np.asarray(program.arg_lists, np.int64), 0)
+    cdef const int64_t *c = &code_words[0]
+    cdef Py_ssize_t ncode = code_words.shape[0], nslots = len(program.slots)
     buffers = []
-    slots = <int64_t *>malloc(max(1, exe.nslots) * sizeof(int64_t))
-    argwords = <int64_t *>malloc(max(1, exe.nargwords) * sizeof(int64_t))
-    launches = <int64_t *>malloc(max(1, exe.ncode) * sizeof(int64_t))
+    slots = <int64_t *>malloc(max(1, nslots) * sizeof(int64_t))
+    argwords = <int64_t *>malloc(max(1, program.nargwords) * sizeof(int64_t))
+    launches = <int64_t *>malloc(max(1, ncode) * sizeof(int64_t))
     try:
-        memset(slots, 0, max(1, exe.nslots) * sizeof(int64_t))
+        memset(slots, 0, max(1, nslots) * sizeof(int64_t))
         for i, s in enumerate(program.slots):
             if s.role == "param":
                 memcpy(&slots[i], &scalar, 8)      # the word of a float64 parameter
@@ -936,12 +936,12 @@ def _launch_floor(CUDAExecutable exe, int iters, double scalar):
                 buffers.append(buf)
                 slots[i] = <int64_t>buf.address
                 check(fl_cu_zero(buf.address, buf.nbytes), "cuMemsetD8Async")
-        for i in range(exe.nconsts):
-            slots[exe.const_slots[i]] = exe.const_ptrs[i]
-        while pc < exe.ncode:
+        for (slot, _), buf in zip(program.consts, exe.device_objects):
+            slots[slot] = <int64_t>buf.address       # the executable's copies of the constants
+        while pc < ncode:
             op = c[pc]
             if op == BIND:
-                fl_op_bind(&c[pc], exe.lists, slots, argwords)
+                fl_op_bind(&c[pc], &list_words[0], slots, argwords)
             elif op == LAUNCH and c[pc + 2] > 0:
                 launches[2 * nl] = c[pc + 1]
                 launches[2 * nl + 1] = c[pc + 3]

@@ -14,8 +14,8 @@ from libc.string cimport memcpy, memmove, memset
 
 from cpython.ref cimport PyObject, Py_INCREF
 
-from fastlaunch._core cimport (DeviceArray, Executable, device_array_like, interrupt_pending,
-                               library_table)
+from fastlaunch._core cimport (Bytecode, DeviceArray, Executable, device_array_like,
+                               interrupt_pending, library_table)
 from fastlaunch._launch cimport *
 
 cimport numpy as cnp
@@ -244,20 +244,20 @@ cdef class DevSimExecutable(Executable):
         cdef Hooks h
         h.kernels = self.kernels
         h.libs = self.libs
-        if self.status_slot >= 0 and state.start == 0:    # (a resumed run has its word already)
+        if self.owned.status >= 0 and state.start == 0:    # (a resumed run has its word already)
             # the status word is device memory, one per call (calls may run concurrently);
             # release() frees it when the run fails, the end of the run when it succeeds
             p = device_alloc(8)
             if p == NULL:
                 return STATUS_NO_MEMORY
             memset(p, 0, 8)
-            slots[self.status_slot] = <int64_t><intptr_t>p
-        status = run_loop(self.code, self.ncode, self.lists, slots, argwords, &h, state)
+            slots[self.owned.status] = <int64_t><intptr_t>p
+        status = run_loop(&self.bytecode, slots, argwords, &h, state)
         if status != STATUS_OK:
             return status
-        if self.status_slot >= 0:
-            device_free(<void *><intptr_t>slots[self.status_slot])
-            slots[self.status_slot] = 0
+        if self.owned.status >= 0:
+            device_free(<void *><intptr_t>slots[self.owned.status])
+            slots[self.owned.status] = 0
         return STATUS_OK
 
     cdef int bind_outputs(self, PyObject **outs, int64_t *slots) except -1:
@@ -269,24 +269,24 @@ cdef class DevSimExecutable(Executable):
         for i, (like, nbytes) in enumerate(self.device_outputs):
             buf = DeviceBuffer(nbytes)
             arr = device_array_like(like, <int64_t><intptr_t>buf.ptr, buf)
-            slots[self.out_slots[i]] = <int64_t><intptr_t>buf.ptr
+            slots[self.owned.outputs[i]] = <int64_t><intptr_t>buf.ptr
             Py_INCREF(arr)
             outs[i] = <PyObject *>arr
         return 0
 
     cdef int release(self, int64_t *slots) except -1:
         cdef Py_ssize_t i
-        if self.status_slot >= 0 and slots[self.status_slot] != 0:
-            device_free(<void *><intptr_t>slots[self.status_slot])
-            slots[self.status_slot] = 0
-        for i in range(self.ntemps):
-            if slots[self.temp_slots[i]] != 0:
-                device_free(<void *><intptr_t>slots[self.temp_slots[i]])
-                slots[self.temp_slots[i]] = 0
+        if self.owned.status >= 0 and slots[self.owned.status] != 0:
+            device_free(<void *><intptr_t>slots[self.owned.status])
+            slots[self.owned.status] = 0
+        for i in range(self.owned.ntemps):
+            if slots[self.owned.temps[i]] != 0:
+                device_free(<void *><intptr_t>slots[self.owned.temps[i]])
+                slots[self.owned.temps[i]] = 0
         return 0
 
     cdef int64_t read_status(self, int64_t *slots) except? -1:
         cdef int64_t word = 0
-        if self.status_slot >= 0 and slots[self.status_slot] != 0:
-            memcpy(&word, <void *><intptr_t>slots[self.status_slot], 8)   # a device read
+        if self.owned.status >= 0 and slots[self.owned.status] != 0:
+            memcpy(&word, <void *><intptr_t>slots[self.owned.status], 8)   # a device read
         return word

@@ -6,7 +6,8 @@
 # The instructions that only move words between slots (BIND, MOVE, ROTATE, ROW, SET, LOOP,
 # NEXT, JUMP) are the same everywhere (csrc/slotops.h).  What differs is a backend's own, in
 # hooks the including module defines before the include, together with `ctypedef struct
-# Hooks` (the state they read: kernel tables, pinned host words...):
+# Hooks` (the state they read: kernel tables, pinned host words...); the module cimports
+# `Bytecode` from _core (an executable hands `&self.bytecode` to run_loop):
 #
 #   hook_launch(h, ins, argwords, state)   LAUNCH: run kernel ins[1] over [0, ins[2])
 #   hook_alloc(h, ins, slots, state)       ALLOC: slots[ins[1]] <- ins[2] bytes of the space
@@ -28,13 +29,14 @@
 #
 # HOOKS: launch alloc free to_device to_host copy check flag libcall poll
 
-cdef int run_loop(const int64_t *code, Py_ssize_t ncode, const int64_t *lists,
-                  int64_t *slots, int64_t *argwords, const Hooks *h,
+cdef int run_loop(const Bytecode *bc, int64_t *slots, int64_t *argwords, const Hooks *h,
                   RunState *state) noexcept nogil:
-    """Execute the bytecode from state.start.  Returns a Status (state.pc: where it
-    stopped); never touches Python objects."""
+    """Execute the bytecode (an executable's, _core.pxd) from state.start.  Returns a Status
+    (state.pc: where it stopped); never touches Python objects."""
+    cdef const int64_t *code = bc.code
+    cdef const int64_t *lists = bc.lists
     cdef const int64_t *ins = code + state.start    # the instruction (pc: ins - code)
-    cdef const int64_t *stop = code + ncode
+    cdef const int64_t *stop = code + bc.ncode
     cdef int64_t op
     cdef int rc
     cdef char flag
