@@ -264,3 +264,26 @@ def test_power_by_a_scalar_exponent_has_numpys_bits(dtype, e):
             np.testing.assert_allclose(traced(x, dtype(3.0)), np.power(x, dtype(3.0)),
                                        rtol=2e-6 if dtype == np.float32 else 1e-14)
     assert " pow " not in literal.lower(x).graph          # the graph as text
+
+
+# ---- scipy.linalg.svd (a covariance ellipse's axes) ----------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape, full", [((2, 2), True), ((5, 3), True), ((3, 6), False)])
+def test_scipy_linalg_svd_is_traced(dtype, shape, full):
+    linalg = pytest.importorskip("scipy.linalg")
+
+    def axes(P):
+        U, s, Vt = linalg.svd(P, full_matrices=full)
+        return U, s, Vt, linalg.svd(P, compute_uv=False)
+    rng = np.random.default_rng(8)
+    f = fl.compile(axes)
+    for _ in range(2):
+        P = rng.standard_normal(shape).astype(dtype)
+        got, want = f(P), axes(P)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            # the same LAPACK routine (gesdd): the same signs
+            np.testing.assert_allclose(g, w, rtol=1e-4 if dtype == np.float32 else 1e-12,
+                                       atol=1e-5 if dtype == np.float32 else 1e-12)
+    with pytest.raises(fl.TracingError, match="lapack_driver='gesvd'"):
+        fl.compile(lambda P: linalg.svd(P, lapack_driver="gesvd"))(np.eye(2, dtype=dtype))
