@@ -287,3 +287,36 @@ def test_scipy_linalg_svd_is_traced(dtype, shape, full):
                                        atol=1e-5 if dtype == np.float32 else 1e-12)
     with pytest.raises(fl.TracingError, match="lapack_driver='gesvd'"):
         fl.compile(lambda P: linalg.svd(P, lapack_driver="gesvd"))(np.eye(2, dtype=dtype))
+
+
+# ---- what a data-dependent `if` inside a `while` loop should become --------------------------------
+def merge_resample(weights, positions):
+    """Systematic resampling's merge: a `while` loop whose `if` on traced values moves its
+    counters, so the number of iterations depends on the data."""
+    edges = np.cumsum(weights)
+    picked = np.zeros(len(weights), dtype=int)
+    i = j = 0
+    while i < len(weights):
+        if positions[i] < edges[j]:
+            picked[i] = j
+            i += 1
+        else:
+            j += 1
+    return picked
+
+
+def zero_positive(x):
+    out = x.copy()
+    for i in range(len(x)):
+        if x[i] > 0:
+            out[i] = 0.0
+    return out
+
+
+def test_an_if_that_steers_a_while_loop_points_to_iterate():
+    with pytest.raises(fl.TracingError, match=r"np\.where.*inside a `while` loop.*"
+                                              r"fastlaunch\.iterate\(step, n, \.\.\., until="):
+        fl.compile(merge_resample)(np.full(4, 0.25), np.array([0.1, 0.3, 0.6, 0.9]))
+    with pytest.raises(fl.TracingError, match=r"np\.where\(cond, a, b\)") as err:
+        fl.compile(zero_positive)(np.ones(3))
+    assert "iterate" not in str(err.value)         # a `for` loop's `if`: np.where is the fix
