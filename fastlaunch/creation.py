@@ -177,7 +177,8 @@ class TraceBuffer(np.ndarray):
     def __getitem__(self, key):
         t = self._fl_get(_any_traced(key))
         if t is not None:
-            return t[_traced(key, promote=True)]
+            # a key still constant stays a NumPy value: a constant mask's count is known
+            return t[_traced(key, promote=False)]
         result = super().__getitem__(key)
         if isinstance(result, TraceBuffer):
             if result._fl_alias is self:       # basic indexing: a view that follows us
@@ -189,7 +190,7 @@ class TraceBuffer(np.ndarray):
     def __setitem__(self, key, value):
         if self._fl_get(False) is not None or _any_traced(key) or _any_traced(value):
             t = self._fl_get(True)
-            t[_traced(key, promote=True)] = _traced(value, promote=True)
+            t[_traced(key, promote=False)] = _traced(value, promote=True)
             return
         super().__setitem__(key, value)
 

@@ -14,6 +14,7 @@ of arguments in arguments.py.
 from __future__ import annotations
 
 import collections
+import dis
 import inspect
 import os
 import pickle
@@ -948,6 +949,21 @@ def compile(fn: Callable | None = None, *, static_argnums: int | Sequence[int] =
         array([9., 9.])
     """
     def wrap(f):
+        if _rebinds_own_attributes(f):
+            # obj.method keeps its state in obj (an optimiser's moments, a layer's cached
+            # input): compiled for obj alone, its attributes would be frozen at the trace and
+            # its rebinds lost.  So obj becomes the first argument, as for a method compiled
+            # in its class: its array attributes are read on every call and the attributes
+            # the method rebinds are rebound after each call.
+            obj = f.__self__
+            register_method_class(type(obj))
+            nums = (static_argnums,) if isinstance(static_argnums, int) else static_argnums
+            inner = Compiled(f.__func__, static_argnums=tuple(n + 1 if n >= 0 else n
+                                                               for n in nums),
+                             static_argnames=static_argnames, backend=backend, replay=replay,
+                             seed=seed, max_entries=max_entries,
+                             pickle_programs=pickle_programs)
+            return types.MethodType(inner, obj)
         return Compiled(f, static_argnums=static_argnums, static_argnames=static_argnames,
                         backend=backend, replay=replay, seed=seed, max_entries=max_entries,
                         pickle_programs=pickle_programs, dynamic=dynamic)
@@ -957,6 +973,38 @@ def compile(fn: Callable | None = None, *, static_argnums: int | Sequence[int] =
 
 
 # ---- helpers -----------------------------------------------------------------------------
+def _rebinds_own_attributes(fn) -> bool:
+    """Whether fn is a method bound to an instance (not a class or module) whose own code
+    assigns or deletes attributes of its first argument (`self.m = ...`, `self.G += ...`).
+    Read from the bytecode, so that it is known before any call; a rebind made by a helper
+    method it calls is still found while tracing (trace.py refuses it, saying what to do)."""
+    obj = getattr(fn, "__self__", None)
+    func = getattr(fn, "__func__", None)
+    if not isinstance(fn, types.MethodType) or not isinstance(func, types.FunctionType) or \
+            isinstance(obj, (type, types.ModuleType)) or \
+            getattr(type(obj), "__dictoffset__", 0) == 0:
+        return False
+    code = func.__code__
+    if code.co_argcount == 0:
+        return False
+    me = code.co_varnames[0]
+    ins = list(dis.get_instructions(code))
+    for i, op in enumerate(ins):
+        if op.opname not in ("STORE_ATTR", "DELETE_ATTR") or i == 0:
+            continue
+        before = ins[i - 1]
+        if before.opname == "LOAD_FAST" and before.argval == me:
+            return True               # self.x = value  /  del self.x
+        if before.opname == "SWAP":
+            # self.x op= value: LOAD_FAST self, COPY 1, LOAD_ATTR x, ..., SWAP 2, STORE_ATTR x
+            for j in range(i - 1, 1, -1):
+                if ins[j].opname == "LOAD_ATTR" and ins[j].argval == op.argval and \
+                        ins[j - 1].opname == "COPY" and ins[j - 2].opname == "LOAD_FAST" and \
+                        ins[j - 2].argval == me:
+                    return True
+    return False
+
+
 class _Reducing(threading.local):
     def __init__(self):
         self.active = set()

@@ -1814,7 +1814,9 @@ class WhereIndices(Unreturnable):
     def _refuse(self, *args, **kwargs):
         raise TracingError(self.why)
 
+    # indexing them (candidates[:, None]) is the same data-dependent count
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __iter__ = _refuse
+    __getitem__ = __setitem__ = _refuse
     __array_ufunc__ = None
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import naming
 from .errors import TracingError
-from .ir import FIRST_CHECK_BIT, LAST_CHECK_BIT, MAX_INTP, SUPPORTED_DTYPES, Graph, Node, Op
+from .ir import FIRST_CHECK_BIT, LAST_CHECK_BIT, MAX_INTP, SUPPORTED_DTYPES, Graph, Kind, Node, Op
 
 # The NumPy ufunc each elementwise op means.  Ops absent here are built from these.
 UFUNC_OF_OP = {
@@ -329,22 +329,37 @@ def apply_ufunc(g: Graph, ufunc, operands: list[tuple[Node, type | None]],
         add_check(g, elementwise(g, Op.GE, np.bool_, [cast_in[1], literal(g, 0, loop[1])]),
                   ValueError, "Integers to negative integer powers are not allowed.")
     if op is Op.POW and loop[nin] in (np.float32, np.float64) and cast_in[1].size == 1:
-        # NumPy's float32/64 power loop takes a scalar (stride-0) exponent of 0.5 as sqrt,
-        # which differs from pow at -inf (NaN) and -0.0 (-0.0); an exponent array of
-        # several elements is pow's throughout
+        # NumPy's float32/64 power loop computes a scalar (stride-0) exponent of -1, 0, 0.5,
+        # 1 or 2 as 1/x, 1, sqrt(x), x and x*x, not with pow: faster, and not always pow's
+        # bits (pow(x, 2) and x*x differ in the last place for some x; sqrt differs from pow
+        # at -inf and -0.0); an exponent array of several elements is pow's throughout
         x, e = cast_in
-        value = literal_value(e)
-        root = elementwise(g, Op.SQRT, loop[nin], [x])
-        if value is not None:
-            return root if value == 0.5 else elementwise(g, op, loop[nin], cast_in)
-        half = elementwise(g, Op.EQ, np.bool_, [e, literal(g, 0.5, loop[1])])
-        return elementwise(g, Op.WHERE, loop[nin], [half, root, elementwise(g, op, loop[nin],
-                                                                            cast_in)])
+        return _scalar_power(g, x, e, loop[nin])
     if rewrite is not None:
         shape = broadcast_shapes(*(o.shape for o in cast_in))
         cast_in = [o if o.ndim == 0 else broadcast_to(g, o, shape) for o in cast_in]
         return broadcast_to(g, cast(g, rewrite(g, loop[nin], *cast_in), loop[nin]), shape)
     return elementwise(g, op, loop[nin], cast_in, checked=python_ints)
+
+
+def _scalar_power(g: Graph, x: Node, e: Node, dt) -> Node:
+    """x ** e for a one-element float exponent, as NumPy's float power loop computes it."""
+    shape = broadcast_shapes(x.shape, e.shape)
+    x = broadcast_to(g, x, shape)
+    fast = {-1.0: lambda: elementwise(g, Op.DIV, dt, [literal(g, 1.0, dt), x]),
+            0.0: lambda: broadcast_to(g, literal(g, 1.0, dt), shape),
+            0.5: lambda: elementwise(g, Op.SQRT, dt, [x]),
+            1.0: lambda: x,
+            2.0: lambda: elementwise(g, Op.MUL, dt, [x, x])}
+    value = literal_value(e)
+    if value is not None:
+        make = fast.get(float(value))
+        return make() if make is not None else elementwise(g, Op.POW, dt, [x, e])
+    out = elementwise(g, Op.POW, dt, [x, e])      # a traced exponent: NumPy's choice, made
+    for v, make in fast.items():                  # when the function runs
+        hit = elementwise(g, Op.EQ, np.bool_, [e, literal(g, v, e.dtype)])
+        out = elementwise(g, Op.WHERE, dt, [hit, make(), out])
+    return out
 
 
 def result_type(operands: list[tuple[Node, type | None]]) -> np.dtype:
@@ -464,7 +479,36 @@ def transpose(g: Graph, n: Node, perm) -> Node:
     if n.op is Op.TRANSPOSE:  # compose
         inner = n.attrs["perm"]
         return transpose(g, n.inputs[0], tuple(inner[p] for p in perm))
+    if n.op is Op.SETSLICE and n.inputs[0].op is Op.TRANSPOSE:
+        # a region update of a transposed array, transposed (`sweep(sweep(q).T).T`): the
+        # update of the array itself, over the transposed region.  The transposes cancel, so
+        # the kernel stores and loads in memory order instead of writing a transposed
+        # temporary and copying it back through a strided transpose.
+        base, value = n.inputs
+        start, step = n.attrs["start"], n.attrs["step"]
+        return g.add(Op.SETSLICE, n.dtype, shape,
+                     (transpose(g, base, perm), _transposed_expression(g, value, perm, {})),
+                     start=tuple(start[p] for p in perm), step=tuple(step[p] for p in perm))
     return g.add(Op.TRANSPOSE, n.dtype, shape, (n,), perm=perm)
+
+
+def _transposed_expression(g: Graph, n: Node, perm, memo: dict) -> Node:
+    """transpose(n, perm) with the transpose moved through n's elementwise operations to the
+    values they read, so that it meets (and cancels) the transposes taken of those: a value
+    computed elementwise is then read in its consumer's order, not materialised in its own
+    order first and copied through a transpose."""
+    if n.ndim == 0:
+        return n
+    done = memo.get(n.index)
+    if done is None:
+        if n.op.kind is Kind.ELEMENTWISE and all(i.ndim in (0, n.ndim) for i in n.inputs):
+            done = g.add(n.op, n.dtype, tuple(n.shape[p] for p in perm),
+                         tuple(_transposed_expression(g, i, perm, memo) for i in n.inputs),
+                         **n.attrs)
+        else:
+            done = transpose(g, n, perm)
+        memo[n.index] = done
+    return done
 
 
 def reshape(g: Graph, n: Node, shape) -> Node:
@@ -805,9 +849,13 @@ def contract(g: Graph, a: Node, a_labels: str, b: Node, b_labels: str, out_label
             raise ValueError(f"einstein sum subscripts string {labels!r} does not match an "
                              f"operand of {n.ndim} dimensions")
         for lab, s in zip(labels, n.shape):
-            if sizes.setdefault(lab, s) != s:
+            # a dimension of size 1 broadcasts against the label's size elsewhere, as in
+            # NumPy's einsum (a batch of one input against a batch of weights)
+            have = sizes.setdefault(lab, s)
+            if have != s and 1 not in (have, s):
                 raise ValueError(f"operands could not be broadcast together: dimension {lab!r} "
-                                 f"is {sizes[lab]} and {s}")
+                                 f"is {have} and {s}")
+            sizes[lab] = max(have, s)
     summed = [lab for lab in sizes if lab not in out_labels]
     order = list(out_labels) + summed
     full = tuple(sizes[lab] for lab in order)
@@ -817,9 +865,10 @@ def contract(g: Graph, a: Node, a_labels: str, b: Node, b_labels: str, out_label
 
     def spread(n, labels):
         n = cast(g, n, dt)
+        own = dict(zip(labels, n.shape))
         mine = [lab for lab in order if lab in labels]
         n = transpose(g, n, [labels.index(lab) for lab in mine])
-        n = reshape(g, n, tuple(sizes[lab] if lab in labels else 1 for lab in order))
+        n = reshape(g, n, tuple(own.get(lab, 1) for lab in order))
         return broadcast_to(g, n, full)
 
     prod = elementwise(g, Op.MUL if dt.kind != "b" else Op.LOGICAL_AND, dt,

@@ -9,7 +9,7 @@ SciPy's semantics: its defaults (scipy.linalg.cholesky is upper triangular), its
 dtypes and shapes.
 
 The list (_REGISTRY): scipy.linalg's inv, solve, cholesky, det, solve_triangular, cho_factor,
-cho_solve, norm, eigh, pinv, block_diag and expm; scipy.special's logsumexp, softmax and
+cho_solve, norm, eigh, pinv, svd, block_diag and expm; scipy.special's logsumexp, softmax and
 log_softmax (its ufuncs go through special.py); scipy.spatial.distance's cdist and pdist;
 scipy.signal's correlate, convolve, fftconvolve, oaconvolve, correlate2d and convolve2d (the
 direct sum, whatever the method); scipy.stats' norm and multivariate_normal densities.
@@ -189,6 +189,22 @@ def linalg_eigh(a, b=None, *, lower=True, eigvals_only=False, overwrite_a=False,
     _finite(t, check_finite)
     w, v = np.linalg.eigh(t, UPLO="L" if lower else "U")
     return w if eigvals_only else (w, v)
+
+
+def linalg_svd(a, full_matrices=True, compute_uv=True, overwrite_a=False, check_finite=True,
+               lapack_driver="gesdd"):
+    if lapack_driver != "gesdd":
+        raise TracingError(f"scipy.linalg.svd(lapack_driver={lapack_driver!r}) is not traced by "
+                           f"fastlaunch; the default driver (gesdd, NumPy's) is")
+    t = numpy_api._as_tracer(a)
+    if t.ndim != 2:
+        raise ValueError("expected matrix")
+    _finite(t, check_finite)
+    t = t if t.dtype.kind == "f" else t.astype(np.float64)
+    if not compute_uv:
+        return np.linalg.svd(t, compute_uv=False)
+    u, s, vh = np.linalg.svd(t, full_matrices=full_matrices)
+    return u, s, vh                  # SciPy's plain tuple, not NumPy's SVDResult
 
 
 def linalg_pinv(a, *, atol=None, rtol=None, return_rank=False, check_finite=True):
@@ -751,6 +767,7 @@ _REGISTRY = [
     ("scipy.linalg", None, "norm", linalg_norm),
     ("scipy.linalg", None, "eigh", linalg_eigh),
     ("scipy.linalg", None, "pinv", linalg_pinv),
+    ("scipy.linalg", None, "svd", linalg_svd),
     ("scipy.linalg", None, "block_diag", linalg_block_diag),
     ("scipy.linalg", None, "expm", linalg_expm),
     ("scipy.linalg", None, "sqrtm", linalg_sqrtm),
