@@ -163,17 +163,23 @@ def _dtype_of(x):
 def roll(a, shift, axis=None):
     t = _as_tracer(a)
     if axis is None:
+        if t.ndim == 1:         # ravel and the reshape back are no-ops: skip their views
+            return roll(t, shift, 0)
         return reshape(roll(ravel(t), shift, 0), t.shape)
-    axes = _axes(axis, t.ndim, allow_duplicate=True)
-    shift_arr = np.asarray(_static_values(shift, "np.roll's shift"))
-    if shift_arr.dtype.kind not in "iub":
-        raise TypeError(f"np.roll's shift must be integers, not {shift_arr.dtype}")
-    pairs = np.broadcast(shift_arr, np.asarray(axes))
-    if pairs.ndim > 1:
-        raise ValueError("'shift' and 'axis' should be scalars or 1D sequences")
     total = dict.fromkeys(range(t.ndim), 0)
-    for sh, ax in pairs:
-        total[int(ax)] += int(sh)
+    if type(shift) is int and type(axis) is int:
+        # the common call (a loop's stencil makes it every step): no arrays to broadcast
+        total[_axis(axis, t.ndim)] = shift
+    else:
+        axes = _axes(axis, t.ndim, allow_duplicate=True)
+        shift_arr = np.asarray(_static_values(shift, "np.roll's shift"))
+        if shift_arr.dtype.kind not in "iub":
+            raise TypeError(f"np.roll's shift must be integers, not {shift_arr.dtype}")
+        pairs = np.broadcast(shift_arr, np.asarray(axes))
+        if pairs.ndim > 1:
+            raise ValueError("'shift' and 'axis' should be scalars or 1D sequences")
+        for sh, ax in pairs:
+            total[int(ax)] += int(sh)
     index_of = {}
     for ax, offset in total.items():
         n = t.shape[ax]

@@ -58,9 +58,15 @@ def check_dtype(dtype, what: str) -> np.dtype:
 
 
 # ---- leaves ------------------------------------------------------------------------------
+# NumPy's own functions, bound once: while a thread traces, np's attributes are looked up
+# through interception.py (a call each) and np.array is creation.py's entry point
+_array = np.array
+_dtype = np.dtype
+
+
 def literal(g: Graph, value, dtype) -> Node:
-    dt = np.dtype(dtype)
-    return g.add(Op.LITERAL, dt, (), value=np.array(value, dtype=dt)[()])
+    dt = dtype if isinstance(dtype, _dtype) else _dtype(dtype)
+    return g.add(Op.LITERAL, dt, (), value=_array(value, dtype=dt)[()])
 
 
 def literal_value(n: Node):
@@ -175,7 +181,12 @@ CHECKABLE = {Op.ADD, Op.SUB, Op.MUL, Op.NEG, Op.ABS, Op.FLOORDIV, Op.POW, Op.LEF
 def elementwise(g: Graph, op: Op, loop_out, operands: list[Node], checked: bool = False) -> Node:
     """`op` over operands already cast to the loop dtypes; broadcasting made explicit.
     checked: Python-int arithmetic, exact or an OverflowError (never a wrapped value)."""
-    shape = broadcast_shapes(*(o.shape for o in operands))
+    shapes = {o.shape for o in operands if o.shape}
+    if len(shapes) == 1:
+        # one shape besides scalars' (the common case): nodes' shapes are checked already
+        shape = shapes.pop()
+    else:
+        shape = broadcast_shapes(*(o.shape for o in operands))
     operands = [o if o.ndim == 0 else broadcast_to(g, o, shape) for o in operands]
     values = [literal_value(o) for o in operands]
     if operands and all(v is not None for v in values):
@@ -292,6 +303,10 @@ def _wide_compare_loop(operands, loop):
     return tuple(wide) + tuple(loop[len(operands):])
 
 
+# (ufunc, operand types) -> its loop's dtypes, resolved and found supported before
+_LOOPS: dict = {}
+
+
 def apply_ufunc(g: Graph, ufunc, operands: list[tuple[Node, type | None]],
                 python_ints: bool = False) -> Node:
     """`ufunc(*operands)` with NumPy's dtype resolution; operands are (node, weak python type).
@@ -314,10 +329,14 @@ def apply_ufunc(g: Graph, ufunc, operands: list[tuple[Node, type | None]],
         types = [n.dtype for n, _ in operands]
     else:
         types = [w if w is not None else n.dtype for n, w in operands]
-    loop = resolve_loop(ufunc, types)
+    loop = _LOOPS.get((ufunc, tuple(types)))
+    if loop is None:
+        loop = resolve_loop(ufunc, types)
+        for dt in loop:
+            check_dtype(dt, f"np.{ufunc.__name__}")
+        if len(_LOOPS) < 4096:
+            _LOOPS[(ufunc, tuple(types))] = loop
     nin = len(operands)
-    for dt in loop:
-        check_dtype(dt, f"np.{ufunc.__name__}")
     if op in _COMPARISONS:
         exact = _compare_out_of_range(g, op, operands, loop)
         if exact is not None:

@@ -63,38 +63,46 @@ def _segments(g: Graph, start: int = 0) -> list:
 
 
 def _key(n: Node):
+    if n.key is not None:       # Graph.add's key: its attributes' part is the same comparison
+        return (n.op, n.dtype.str, n.shape, n.key[4], len(n.inputs))
     attrs = tuple(sorted((k, v.tobytes() if isinstance(v, np.generic) else
                           (id(v) if isinstance(v, (np.ndarray, Graph)) else v))
                          for k, v in n.attrs.items()))
     return (n.op, n.dtype.str, n.shape, attrs, len(n.inputs))
 
 
-def _same(g: Graph, a: tuple, b: tuple, strict: bool):
+def _keys(g: Graph) -> list:
+    """Per node, its _key and its operands' indices, computed once per search (comparing
+    iterations reads each node's key several times: once per grouping tried)."""
+    return [(_key(n), tuple(u.index for u in n.inputs)) for n in g.nodes]
+
+
+def _same(g: Graph, a: tuple, b: tuple, strict: bool, keys: list):
     """Whether iteration b repeats iteration a; returns the carried local positions (a's
     nodes that b reads at b's own place), or None.  strict: a's reads of the iteration
-    before it must be at the same places too (a is not the run's first iteration)."""
+    before it must be at the same places too (a is not the run's first iteration).
+    keys: `_keys(g)`."""
     (a0, a1), (b0, b1) = a, b
     if a1 - a0 != b1 - b0:
         return None
-    nodes = g.nodes
     width = a1 - a0
     carried = set()
     for j in range(width):
-        x, y = nodes[a0 + j], nodes[b0 + j]
-        if _key(x) != _key(y):
+        (kx, xin), (ky, yin) = keys[a0 + j], keys[b0 + j]
+        if kx != ky:
             return None
-        for u, v in zip(x.inputs, y.inputs):
-            if b0 <= v.index < b1:                       # b reads its own: so must a
-                if u.index != a0 + (v.index - b0):
+        for u, v in zip(xin, yin):
+            if b0 <= v < b1:                             # b reads its own: so must a
+                if u != a0 + (v - b0):
                     return None
-            elif a0 <= v.index < a1:                     # b reads a: a reads the one before
-                p = v.index - a0
-                if u.index >= a0 or (strict and u.index != a0 - width + p):
+            elif a0 <= v < a1:                           # b reads a: a reads the one before
+                p = v - a0
+                if u >= a0 or (strict and u != a0 - width + p):
                     return None
-                if _key(u)[1:3] != _key(nodes[a0 + p])[1:3]:
+                if keys[u][0][1:3] != keys[a0 + p][0][1:3]:
                     return None
                 carried.add(p)
-            elif u is not v:                             # an invariant: the same node
+            elif u != v:                                 # an invariant: the same node
                 return None
     return carried
 
@@ -103,6 +111,7 @@ def _find_runs(g: Graph, start: int, min_iterations: int) -> list:
     """The runs of at least `min_iterations` identical iterations among nodes start.. of g:
     (iteration ranges, first rolled, last rolled, carried positions) each, in node order."""
     pieces = [(a, b) for a, b in _segments(g, start)]
+    keys = _keys(g) if len(pieces) > 2 else []
     runs = []
     i = 1
     while i < len(pieces) - 1:
@@ -118,7 +127,7 @@ def _find_runs(g: Graph, start: int, min_iterations: int) -> list:
             j = first
             carried: set = set()
             while j + 1 < len(segs):
-                c = _same(g, segs[j], segs[j + 1], strict=j > first)
+                c = _same(g, segs[j], segs[j + 1], j > first, keys)
                 if c is None:
                     break
                 carried |= c
