@@ -65,6 +65,9 @@ class Op(enum.Enum):
     kind: Kind
     arity: int
 
+    # Enum's __hash__ is a Python call (hash of the name); every node's key hashes its op
+    __hash__ = object.__hash__
+
     def __new__(cls, name, kind, arity):
         member = object.__new__(cls)
         member._value_ = name
@@ -290,15 +293,16 @@ class Node:
         return f"<Node #{self.index} {self.op.value}:{dtype_short(self.dtype)}{list(self.shape)}>"
 
 
-_DTYPE = np.dtype          # bound once: np's attributes cost a call while a thread traces
+# bound once: np's attributes cost a call while a thread traces (interception.py)
+_DTYPE, _GENERIC, _NDARRAY = np.dtype, np.generic, np.ndarray
 _CHECKED: dict = {}        # (shape, itemsize) -> the shape check_shape made of it
 
 
 def _attr_key(value):
     # literal values are NumPy scalars: key on their bytes so that NaN equals NaN
-    if isinstance(value, np.generic):
+    if isinstance(value, _GENERIC):
         return ("np", value.dtype.str, value.tobytes())
-    if isinstance(value, np.ndarray):
+    if isinstance(value, _NDARRAY):
         return ("arr", id(value))
     return value
 

@@ -107,7 +107,7 @@ def bitcast(g: Graph, n: Node, dtype) -> Node:
 def cast(g: Graph, n: Node, dtype, weak: type | None = None, wraps: bool = False) -> Node:
     """n as dtype.  A weak Python int must fit the dtype (NumPy raises OverflowError: literals
     are checked here, parameters at every call), unless `wraps` (np.where casts unsafely)."""
-    dt = np.dtype(dtype)
+    dt = dtype if isinstance(dtype, _dtype) else _dtype(dtype)
     if n.dtype == dt:
         return n
     if "c" in (dt.kind, n.dtype.kind):
@@ -195,7 +195,7 @@ def elementwise(g: Graph, op: Op, loop_out, operands: list[Node], checked: bool 
             if not -2**63 <= exact < 2**63:
                 raise OverflowError(f"Python integer {exact} does not fit in 64 bits")
         return broadcast_to(g, literal(g, _fold_elementwise(op, values, loop_out), loop_out), shape)
-    if np.dtype(loop_out).kind == "c" or any(o.dtype.kind == "c" for o in operands):
+    if _dtype(loop_out).kind == "c" or any(o.dtype.kind == "c" for o in operands):
         return COMPLEX["elementwise"](g, op, np.dtype(loop_out), operands)
     if checked and op in CHECKABLE:
         return g.add(op, loop_out, shape, operands, checked=True)

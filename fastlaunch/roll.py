@@ -136,6 +136,8 @@ def _find_runs(g: Graph, start: int, min_iterations: int) -> list:
             if first == 1 and count >= min_iterations and \
                     (best is None or count * k > best[0]):
                 best = (count * k, segs, first, j, carried, k)
+                if k == 1 and j + 1 == len(segs):
+                    break       # every piece to the end: no grouping rolls more
         if best is not None:
             _, segs, first, last, carried, k = best
             runs.append((segs, first, last, sorted(carried)))
