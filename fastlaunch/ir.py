@@ -357,8 +357,13 @@ class Graph:
             if ck is not None and len(_CHECKED) < 4096:
                 _CHECKED[ck] = known
         shape = known
-        key = (op, dtype.str, shape, tuple([n.index for n in inputs]),
-               tuple(sorted((k, _attr_key(v)) for k, v in attrs.items())) if attrs else ())
+        if not attrs:
+            akey: tuple = ()
+        elif len(attrs) == 1:
+            akey = tuple([(k, _attr_key(v)) for k, v in attrs.items()])
+        else:
+            akey = tuple(sorted([(k, _attr_key(v)) for k, v in attrs.items()]))
+        key = (op, dtype.str, shape, tuple([n.index for n in inputs]), akey)
         node = self._interned.get(key)
         if node is None:
             node = Node(op, dtype, shape, inputs, attrs, len(self.nodes), key)

@@ -153,6 +153,8 @@ def broadcast_shapes(*shapes) -> tuple:
 
 
 def broadcast_to(g: Graph, n: Node, shape) -> Node:
+    if n.shape == shape:        # a node's own shape (a tuple of ints): nothing to do
+        return n
     shape = tuple(int(s) for s in shape)
     if n.shape == shape:
         return n
@@ -187,15 +189,15 @@ def elementwise(g: Graph, op: Op, loop_out, operands: list[Node], checked: bool 
         shape = shapes.pop()
     else:
         shape = broadcast_shapes(*(o.shape for o in operands))
-    operands = [o if o.ndim == 0 else broadcast_to(g, o, shape) for o in operands]
+    operands = [o if not o.shape else broadcast_to(g, o, shape) for o in operands]
     values = [literal_value(o) for o in operands]
-    if operands and all(v is not None for v in values):
+    if operands and None not in values:
         if checked:
             exact = _python_int_op(op, [int(v) for v in values])
             if not -2**63 <= exact < 2**63:
                 raise OverflowError(f"Python integer {exact} does not fit in 64 bits")
         return broadcast_to(g, literal(g, _fold_elementwise(op, values, loop_out), loop_out), shape)
-    if _dtype(loop_out).kind == "c" or any(o.dtype.kind == "c" for o in operands):
+    if _dtype(loop_out).kind == "c" or "c" in [o.dtype.kind for o in operands]:
         return COMPLEX["elementwise"](g, op, np.dtype(loop_out), operands)
     if checked and op in CHECKABLE:
         return g.add(op, loop_out, shape, operands, checked=True)
@@ -324,7 +326,7 @@ def apply_ufunc(g: Graph, ufunc, operands: list[tuple[Node, type | None]],
         op, rewrite = _found_ufunc(ufunc)
     if op is None and rewrite is None:
         raise TracingError(naming.unsupported(ufunc))
-    if all(w is not None for _, w in operands):
+    if None not in [w for _, w in operands]:
         # only Python scalars: NumPy makes them int64/float64 arrays first
         types = [n.dtype for n, _ in operands]
     else:
