@@ -62,6 +62,7 @@ def check_dtype(dtype, what: str) -> np.dtype:
 # through interception.py (a call each) and np.array is creation.py's entry point
 _array = np.array
 _dtype = np.dtype
+_can_cast = np.can_cast
 
 
 def literal(g: Graph, value, dtype) -> Node:
@@ -122,8 +123,11 @@ def cast(g: Graph, n: Node, dtype, weak: type | None = None, wraps: bool = False
             info = np.iinfo(dt)
             if not info.min <= int(value) <= info.max:
                 raise OverflowError(f"Python integer {int(value)} out of bounds for {dt}")
-        with np.errstate(all="ignore"):
+        if _can_cast(value.dtype, dt):      # (no floating-point error to silence)
             folded = literal(g, value.astype(dt), dt)
+        else:
+            with np.errstate(all="ignore"):
+                folded = literal(g, value.astype(dt), dt)
         return broadcast_to(g, folded, n.shape)
     if n.op is Op.BROADCAST:  # cast the 0-d or small source, not the broadcast view
         return broadcast_to(g, cast(g, n.inputs[0], dt, weak, wraps), n.shape)

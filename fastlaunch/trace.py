@@ -769,7 +769,8 @@ class _Sites:
             code = f.f_code
             if code is _TRACE_CODE:
                 return None
-            if _is_user(f, code):
+            user = _user_code.get(code)
+            if user or (user is None and _is_user(f, code)):
                 break
             below = f
             f = f.f_back
