@@ -162,7 +162,8 @@ def _dtype_of(x):
 @implements(np.roll)
 def roll(a, shift, axis=None):
     t = _as_tracer(a)
-    if t.ndim == 1 and type(shift) is int and axis in (None, 0, -1):
+    if t.ndim == 1 and type(shift) is int and (axis is None or type(axis) is int and
+                                                 axis in (0, -1)):
         # a 1-D stencil's shift, made every step of a time loop: the nodes the general path
         # below makes (iota - offset, gathered; ravel and reshape are no-ops), directly
         return wrap(_roll_1d(t.node, shift), scalar=False)

@@ -66,6 +66,10 @@ def test_roll_of_a_vector_builds_the_general_paths_nodes(n):
             np.testing.assert_array_equal(fast(x), np.roll(x, shift, axis=axis))
     b = np.arange(n) % 3 == 0
     np.testing.assert_array_equal(fl.compile(lambda a: np.roll(a, 2))(b), np.roll(b, 2))
+    # axes the short path leaves to the general one: repeated, as an array
+    for axis in ([0, 0], np.array([0, -1])):
+        f = fl.compile(lambda a: np.roll(a, 3, axis=axis))
+        np.testing.assert_array_equal(f(x), np.roll(x, 3, axis=axis))
 
 
 def test_fewer_collections_while_tracing_and_restored_after():
