@@ -24,8 +24,6 @@ nodes: it appends the loop and the nodes that read it, and leaves the old ones i
 """
 from __future__ import annotations
 
-import numpy as np
-
 from . import loops, ops
 from .ir import Graph, Node, Op
 
@@ -62,19 +60,11 @@ def _segments(g: Graph, start: int = 0) -> list:
     return [(cuts[i], cuts[i + 1]) for i in range(len(cuts) - 1) if cuts[i + 1] > cuts[i]]
 
 
-def _key(n: Node):
-    if n.key is not None:       # Graph.add's key: its attributes' part is the same comparison
-        return (n.op, n.dtype.str, n.shape, n.key[4], len(n.inputs))
-    attrs = tuple(sorted((k, v.tobytes() if isinstance(v, np.generic) else
-                          (id(v) if isinstance(v, (np.ndarray, Graph)) else v))
-                         for k, v in n.attrs.items()))
-    return (n.op, n.dtype.str, n.shape, attrs, len(n.inputs))
-
-
 def _keys(g: Graph) -> list:
-    """Per node, its _key and its operands' indices, computed once per search (comparing
-    iterations reads each node's key several times: once per grouping tried)."""
-    return [(_key(n), tuple(u.index for u in n.inputs)) for n in g.nodes]
+    """Per node, what two iterations' nodes at the same place must share (op, dtype, shape,
+    attributes, operand count) and its operands' indices: from Graph.add's hash-consing key
+    (attributes keyed by value, NumPy scalars by their bytes), read once per search."""
+    return [((k[0], k[1], k[2], k[4], len(k[3])), k[3]) for k in [n.key for n in g.nodes]]
 
 
 def _same(g: Graph, a: tuple, b: tuple, strict: bool, keys: list):
