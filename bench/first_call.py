@@ -2,6 +2,13 @@
 with a warm kernel disk cache, each in a fresh process.  Medians of several processes.
 
     python bench/first_call.py [--repeats 5] [--n 4096]
+
+With --loop: the first call of a Python time loop inside the function (heat1d: 1-D diffusion
+with np.roll, 4096 elements) at several step counts, each in a fresh process with a cold
+kernel cache (issue 29: 1000 steps cost at most 3x 10 steps).  Wall and CPU time of the call
+(the CPU time is the steadier figure on a loaded machine).
+
+    python bench/first_call.py --loop [--steps 10,100,1000,10000] [--repeats 5]
 """
 import argparse
 import json
@@ -37,6 +44,64 @@ print(json.dumps({"first": first, "second": second, "import": t_import,
 """
 
 
+LOOP_CHILD = r"""
+import json, sys, time
+import numpy as np
+import fastlaunch as fl
+from fastlaunch.backends import get_backend
+
+
+def heat1d(u, k, steps):
+    for _ in range(steps):
+        u = u + k * (np.roll(u, 1) - 2 * u + np.roll(u, -1))
+    return u
+
+
+steps = int(sys.argv[1])
+u = np.random.default_rng(0).random(4096)
+f = fl.compile(heat1d, static_argnums=2)
+get_backend("cpu")                      # LLVM initialisation is not part of the first call
+t0, c0 = time.perf_counter(), time.process_time()
+f(u, 0.1, steps)
+wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+print(json.dumps({"wall": wall, "cpu": cpu, "compiled": get_backend("cpu").compile_count,
+                  "reason": f.stats["history"][0].reason}))
+"""
+
+
+def run_loop(steps, repeats):
+    walls, cpus = [], []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as d:
+            env = {**os.environ, "FASTLAUNCH_CACHE_DIR": d}
+            out = subprocess.run([sys.executable, "-c", LOOP_CHILD, str(steps)], env=env,
+                                 capture_output=True, text=True, check=True, timeout=600)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        assert r["compiled"] > 0, r
+        walls.append(r["wall"])
+        cpus.append(r["cpu"])
+    return statistics.median(walls), statistics.median(cpus), r["reason"]
+
+
+def main_loop(args):
+    steps = [int(s) for s in args.steps.split(",")]
+    rows = {}
+    print(f"heat1d first call (trace + roll + compile + run), cold kernel cache, median of "
+          f"{args.repeats} fresh processes:")
+    for n in steps:
+        wall, cpu, reason = run_loop(n, args.repeats)
+        rows[n] = {"wall_ms": wall * 1e3, "cpu_ms": cpu * 1e3}
+        print(f"  {n:6d} steps: wall {wall * 1e3:8.1f} ms   cpu {cpu * 1e3:8.1f} ms   "
+              f"({reason.split(':')[0] if 'rolled' in reason else 'not rolled'})", flush=True)
+    base = steps[0]
+    for n in steps[1:]:
+        print(f"  {n} / {base} steps: wall {rows[n]['wall_ms'] / rows[base]['wall_ms']:.2f}x, "
+              f"cpu {rows[n]['cpu_ms'] / rows[base]['cpu_ms']:.2f}x")
+    os.makedirs(os.path.dirname(args.json), exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump({"loop": rows, "load": os.getloadavg()}, f, indent=1)
+
+
 def run(cache_dir, n):
     env = {**os.environ, "FASTLAUNCH_CACHE_DIR": cache_dir}
     out = subprocess.run([sys.executable, "-c", CHILD, str(n)], env=env, capture_output=True,
@@ -48,8 +113,16 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--n", type=int, default=4096)
-    ap.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results", "first_call.json"))
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--loop", action="store_true", help="the Python loop's first call instead")
+    ap.add_argument("--steps", default="10,100,1000", help="with --loop: step counts")
     args = ap.parse_args(argv)
+    if args.json is None:
+        args.json = os.path.join(os.path.dirname(__file__), "results",
+                                 "first_call_loop.json" if args.loop else "first_call.json")
+    if args.loop:
+        main_loop(args)
+        return
     cold, warm = [], []
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory() as d:

@@ -65,6 +65,9 @@ class Op(enum.Enum):
     kind: Kind
     arity: int
 
+    # Enum's __hash__ is a Python call (hash of the name); every node's key hashes its op
+    __hash__ = object.__hash__
+
     def __new__(cls, name, kind, arity):
         member = object.__new__(cls)
         member._value_ = name
@@ -263,15 +266,17 @@ def dtype_short(dt: np.dtype) -> str:
 class Node:
     """One value of the graph.  Immutable once made; compare by identity."""
 
-    __slots__ = ("op", "dtype", "shape", "inputs", "attrs", "index", "__weakref__")
+    __slots__ = ("op", "dtype", "shape", "inputs", "attrs", "index", "key", "__weakref__")
 
-    def __init__(self, op: Op, dtype, shape, inputs, attrs, index):
+    def __init__(self, op: Op, dtype: np.dtype, shape: tuple, inputs, attrs, index, key=None):
+        # made by Graph.add only, which has normalised the dtype and the shape
         self.op = op
-        self.dtype = np.dtype(dtype)
-        self.shape = tuple(int(s) for s in shape)
+        self.dtype = dtype
+        self.shape = shape
         self.inputs = tuple(inputs)
         self.attrs = dict(attrs)
         self.index = index  # creation order within its graph: a topological order
+        self.key = key      # its hash-consing key in its graph (roll.py compares these)
 
     @property
     def ndim(self) -> int:
@@ -288,11 +293,16 @@ class Node:
         return f"<Node #{self.index} {self.op.value}:{dtype_short(self.dtype)}{list(self.shape)}>"
 
 
+# bound once: np's attributes cost a call while a thread traces (interception.py)
+_DTYPE, _GENERIC, _NDARRAY = np.dtype, np.generic, np.ndarray
+_CHECKED: dict = {}        # (shape, itemsize) -> the shape check_shape made of it
+
+
 def _attr_key(value):
     # literal values are NumPy scalars: key on their bytes so that NaN equals NaN
-    if isinstance(value, np.generic):
+    if isinstance(value, _GENERIC):
         return ("np", value.dtype.str, value.tobytes())
-    if isinstance(value, np.ndarray):
+    if isinstance(value, _NDARRAY):
         return ("arr", id(value))
     return value
 
@@ -334,13 +344,29 @@ class Graph:
         """Make a node, or return the structurally equal node that already exists."""
         if op.arity >= 0 and len(inputs) != op.arity:
             raise ValueError(f"{op.value} takes {op.arity} operands, got {len(inputs)}")
-        dtype = np.dtype(dtype)
-        shape = check_shape(shape, dtype)
-        key = (op, dtype.str, shape, tuple(n.index for n in inputs),
-               tuple(sorted((k, _attr_key(v)) for k, v in attrs.items())))
+        if not isinstance(dtype, _DTYPE):
+            dtype = _DTYPE(dtype)
+        # a shape met before (most are) skips the checks; the cache holds checked shapes only
+        ck = (shape, dtype.itemsize) if type(shape) is tuple else None
+        try:
+            known = _CHECKED.get(ck)
+        except TypeError:           # an unhashable dimension (a 0-d array): checked each time
+            known = ck = None
+        if known is None:
+            known = check_shape(shape, dtype)
+            if ck is not None and len(_CHECKED) < 4096:
+                _CHECKED[ck] = known
+        shape = known
+        if not attrs:
+            akey: tuple = ()
+        elif len(attrs) == 1:
+            akey = tuple([(k, _attr_key(v)) for k, v in attrs.items()])
+        else:
+            akey = tuple(sorted([(k, _attr_key(v)) for k, v in attrs.items()]))
+        key = (op, dtype.str, shape, tuple([n.index for n in inputs]), akey)
         node = self._interned.get(key)
         if node is None:
-            node = Node(op, dtype, shape, inputs, attrs, len(self.nodes))
+            node = Node(op, dtype, shape, inputs, attrs, len(self.nodes), key)
             self.nodes.append(node)
             self._interned[key] = node
             if self.sites is not None:

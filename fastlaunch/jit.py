@@ -41,7 +41,8 @@ from .link import link
 from .pytree import NestingError, flatten, register_method_class
 from . import aliasing, arguments, artifact, roll, symbolic
 from .artifact import Artifact, Lowered, effects_text, result_specs  # noqa: F401 (re-exported)
-from .trace import Attr, SpecializeRequest, trace_function, watch_sizes
+from .trace import (Attr, SpecializeRequest, fewer_collections, trace_function,
+                    watch_sizes)
 
 # Typing (PEP 612): a compiled function keeps its function's parameters P and result type R,
 # so a type checker checks calls of `@fl.compile def f(x: np.ndarray) -> ...` as calls of f.
@@ -533,14 +534,16 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
                 namespace = getattr(self.__wrapped__, "__globals__", None)
                 # a bound method's object holds functions too (self.sqrt = cholesky)
                 held = _bound_namespace(self.__wrapped__)
-                with creation.intercepting(namespace), rng.intercepting(), \
-                        numpy_funcs.intercepting(namespace), scipy_funcs.intercepting(namespace), \
-                        stdlib_calls.intercepting(namespace), \
-                        pymath.intercepting(namespace), scipy_funcs.intercepting(held), \
-                        numpy_funcs.intercepting(held), pymath.intercepting(held):
-                    traced, result = trace_function(self.__wrapped__, build_args, leaves)
-                # Python loops of many identical iterations: one loop body each
-                traced.rolled = roll.roll_loops(traced.graph)
+                with fewer_collections():
+                    with creation.intercepting(namespace), rng.intercepting(), \
+                            numpy_funcs.intercepting(namespace), \
+                            scipy_funcs.intercepting(namespace), \
+                            stdlib_calls.intercepting(namespace), \
+                            pymath.intercepting(namespace), scipy_funcs.intercepting(held), \
+                            numpy_funcs.intercepting(held), pymath.intercepting(held):
+                        traced, result = trace_function(self.__wrapped__, build_args, leaves)
+                    # Python loops of many identical iterations: one loop body each
+                    traced.rolled = roll.roll_loops(traced.graph)
                 traced.graph.sites = None
                 break
             except SpecializeRequest as req:

@@ -215,7 +215,7 @@ def call_ufunc(ufunc, inputs, out=None, dtype=None, casting="same_kind", _operat
     node = _special_power(ufunc, operands) if ufunc is np.power and _operator and array_base \
         else None
     weak = None
-    if _operator and all(w is not None for _, w in operands):
+    if _operator and None not in [w for _, w in operands]:
         weak = _python_result_type(ufunc, [w for _, w in operands])
     if node is None:
         node = ops.apply_ufunc(g, ufunc, operands, python_ints=weak is int and dtype is None)

@@ -162,18 +162,27 @@ def _dtype_of(x):
 @implements(np.roll)
 def roll(a, shift, axis=None):
     t = _as_tracer(a)
+    if t.ndim == 1 and type(shift) is int and (axis is None or type(axis) is int and
+                                                 axis in (0, -1)):
+        # a 1-D stencil's shift, made every step of a time loop: the nodes the general path
+        # below makes (iota - offset, gathered; ravel and reshape are no-ops), directly
+        return wrap(_roll_1d(t.node, shift), scalar=False)
     if axis is None:
         return reshape(roll(ravel(t), shift, 0), t.shape)
-    axes = _axes(axis, t.ndim, allow_duplicate=True)
-    shift_arr = np.asarray(_static_values(shift, "np.roll's shift"))
-    if shift_arr.dtype.kind not in "iub":
-        raise TypeError(f"np.roll's shift must be integers, not {shift_arr.dtype}")
-    pairs = np.broadcast(shift_arr, np.asarray(axes))
-    if pairs.ndim > 1:
-        raise ValueError("'shift' and 'axis' should be scalars or 1D sequences")
     total = dict.fromkeys(range(t.ndim), 0)
-    for sh, ax in pairs:
-        total[int(ax)] += int(sh)
+    if type(shift) is int and type(axis) is int:
+        # the common call (a loop's stencil makes it every step): no arrays to broadcast
+        total[_axis(axis, t.ndim)] = shift
+    else:
+        axes = _axes(axis, t.ndim, allow_duplicate=True)
+        shift_arr = np.asarray(_static_values(shift, "np.roll's shift"))
+        if shift_arr.dtype.kind not in "iub":
+            raise TypeError(f"np.roll's shift must be integers, not {shift_arr.dtype}")
+        pairs = np.broadcast(shift_arr, np.asarray(axes))
+        if pairs.ndim > 1:
+            raise ValueError("'shift' and 'axis' should be scalars or 1D sequences")
+        for sh, ax in pairs:
+            total[int(ax)] += int(sh)
     index_of = {}
     for ax, offset in total.items():
         n = t.shape[ax]
@@ -182,6 +191,18 @@ def roll(a, shift, axis=None):
             # source index i - offset in [-offset, n - offset): the gather wraps negatives
             index_of[ax] = (n, lambda it, o=offset: _ew(Op.SUB, _INTP, it, _lit(o, _INTP)))
     return wrap(_reindex(t.node, index_of), scalar=False)
+
+
+def _roll_1d(src: Node, shift: int) -> Node:
+    n = src.shape[0]
+    offset = shift % (n or 1)
+    if not offset:
+        return src
+    g = current_graph()
+    it = ops.iota(g, (n,), 0, _INTP)
+    index = g.add(Op.SUB, _INTP, (n,), (it, ops.literal(g, offset, _INTP)))
+    # every index lies in [-offset, n - offset): within the gather's bounds, nothing to check
+    return g.add(Op.GATHER, src.dtype, (n,), (src, index), axis=0)
 
 
 def _shifted_pair(t: Tracer, axis: int):

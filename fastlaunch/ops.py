@@ -58,9 +58,16 @@ def check_dtype(dtype, what: str) -> np.dtype:
 
 
 # ---- leaves ------------------------------------------------------------------------------
+# NumPy's own functions, bound once: while a thread traces, np's attributes are looked up
+# through interception.py (a call each) and np.array is creation.py's entry point
+_array = np.array
+_dtype = np.dtype
+_can_cast = np.can_cast
+
+
 def literal(g: Graph, value, dtype) -> Node:
-    dt = np.dtype(dtype)
-    return g.add(Op.LITERAL, dt, (), value=np.array(value, dtype=dt)[()])
+    dt = dtype if isinstance(dtype, _dtype) else _dtype(dtype)
+    return g.add(Op.LITERAL, dt, (), value=_array(value, dtype=dt)[()])
 
 
 def literal_value(n: Node):
@@ -101,7 +108,7 @@ def bitcast(g: Graph, n: Node, dtype) -> Node:
 def cast(g: Graph, n: Node, dtype, weak: type | None = None, wraps: bool = False) -> Node:
     """n as dtype.  A weak Python int must fit the dtype (NumPy raises OverflowError: literals
     are checked here, parameters at every call), unless `wraps` (np.where casts unsafely)."""
-    dt = np.dtype(dtype)
+    dt = dtype if isinstance(dtype, _dtype) else _dtype(dtype)
     if n.dtype == dt:
         return n
     if "c" in (dt.kind, n.dtype.kind):
@@ -116,8 +123,11 @@ def cast(g: Graph, n: Node, dtype, weak: type | None = None, wraps: bool = False
             info = np.iinfo(dt)
             if not info.min <= int(value) <= info.max:
                 raise OverflowError(f"Python integer {int(value)} out of bounds for {dt}")
-        with np.errstate(all="ignore"):
+        if _can_cast(value.dtype, dt):      # (no floating-point error to silence)
             folded = literal(g, value.astype(dt), dt)
+        else:
+            with np.errstate(all="ignore"):
+                folded = literal(g, value.astype(dt), dt)
         return broadcast_to(g, folded, n.shape)
     if n.op is Op.BROADCAST:  # cast the 0-d or small source, not the broadcast view
         return broadcast_to(g, cast(g, n.inputs[0], dt, weak, wraps), n.shape)
@@ -147,6 +157,8 @@ def broadcast_shapes(*shapes) -> tuple:
 
 
 def broadcast_to(g: Graph, n: Node, shape) -> Node:
+    if n.shape == shape:        # a node's own shape (a tuple of ints): nothing to do
+        return n
     shape = tuple(int(s) for s in shape)
     if n.shape == shape:
         return n
@@ -175,16 +187,21 @@ CHECKABLE = {Op.ADD, Op.SUB, Op.MUL, Op.NEG, Op.ABS, Op.FLOORDIV, Op.POW, Op.LEF
 def elementwise(g: Graph, op: Op, loop_out, operands: list[Node], checked: bool = False) -> Node:
     """`op` over operands already cast to the loop dtypes; broadcasting made explicit.
     checked: Python-int arithmetic, exact or an OverflowError (never a wrapped value)."""
-    shape = broadcast_shapes(*(o.shape for o in operands))
-    operands = [o if o.ndim == 0 else broadcast_to(g, o, shape) for o in operands]
+    shapes = {o.shape for o in operands if o.shape}
+    if len(shapes) == 1:
+        # one shape besides scalars' (the common case): nodes' shapes are checked already
+        shape = shapes.pop()
+    else:
+        shape = broadcast_shapes(*(o.shape for o in operands))
+    operands = [o if not o.shape else broadcast_to(g, o, shape) for o in operands]
     values = [literal_value(o) for o in operands]
-    if operands and all(v is not None for v in values):
+    if operands and None not in values:
         if checked:
             exact = _python_int_op(op, [int(v) for v in values])
             if not -2**63 <= exact < 2**63:
                 raise OverflowError(f"Python integer {exact} does not fit in 64 bits")
         return broadcast_to(g, literal(g, _fold_elementwise(op, values, loop_out), loop_out), shape)
-    if np.dtype(loop_out).kind == "c" or any(o.dtype.kind == "c" for o in operands):
+    if _dtype(loop_out).kind == "c" or "c" in [o.dtype.kind for o in operands]:
         return COMPLEX["elementwise"](g, op, np.dtype(loop_out), operands)
     if checked and op in CHECKABLE:
         return g.add(op, loop_out, shape, operands, checked=True)
@@ -292,6 +309,10 @@ def _wide_compare_loop(operands, loop):
     return tuple(wide) + tuple(loop[len(operands):])
 
 
+# (ufunc, operand types) -> its loop's dtypes, resolved and found supported before
+_LOOPS: dict = {}
+
+
 def apply_ufunc(g: Graph, ufunc, operands: list[tuple[Node, type | None]],
                 python_ints: bool = False) -> Node:
     """`ufunc(*operands)` with NumPy's dtype resolution; operands are (node, weak python type).
@@ -309,15 +330,19 @@ def apply_ufunc(g: Graph, ufunc, operands: list[tuple[Node, type | None]],
         op, rewrite = _found_ufunc(ufunc)
     if op is None and rewrite is None:
         raise TracingError(naming.unsupported(ufunc))
-    if all(w is not None for _, w in operands):
+    if None not in [w for _, w in operands]:
         # only Python scalars: NumPy makes them int64/float64 arrays first
         types = [n.dtype for n, _ in operands]
     else:
         types = [w if w is not None else n.dtype for n, w in operands]
-    loop = resolve_loop(ufunc, types)
+    loop = _LOOPS.get((ufunc, tuple(types)))
+    if loop is None:
+        loop = resolve_loop(ufunc, types)
+        for dt in loop:
+            check_dtype(dt, f"np.{ufunc.__name__}")
+        if len(_LOOPS) < 4096:
+            _LOOPS[(ufunc, tuple(types))] = loop
     nin = len(operands)
-    for dt in loop:
-        check_dtype(dt, f"np.{ufunc.__name__}")
     if op in _COMPARISONS:
         exact = _compare_out_of_range(g, op, operands, loop)
         if exact is not None:

@@ -24,8 +24,6 @@ nodes: it appends the loop and the nodes that read it, and leaves the old ones i
 """
 from __future__ import annotations
 
-import numpy as np
-
 from . import loops, ops
 from .ir import Graph, Node, Op
 
@@ -62,39 +60,39 @@ def _segments(g: Graph, start: int = 0) -> list:
     return [(cuts[i], cuts[i + 1]) for i in range(len(cuts) - 1) if cuts[i + 1] > cuts[i]]
 
 
-def _key(n: Node):
-    attrs = tuple(sorted((k, v.tobytes() if isinstance(v, np.generic) else
-                          (id(v) if isinstance(v, (np.ndarray, Graph)) else v))
-                         for k, v in n.attrs.items()))
-    return (n.op, n.dtype.str, n.shape, attrs, len(n.inputs))
+def _keys(g: Graph) -> list:
+    """Per node, what two iterations' nodes at the same place must share (op, dtype, shape,
+    attributes, operand count) and its operands' indices: from Graph.add's hash-consing key
+    (attributes keyed by value, NumPy scalars by their bytes), read once per search."""
+    return [((k[0], k[1], k[2], k[4], len(k[3])), k[3]) for k in [n.key for n in g.nodes]]
 
 
-def _same(g: Graph, a: tuple, b: tuple, strict: bool):
+def _same(g: Graph, a: tuple, b: tuple, strict: bool, keys: list):
     """Whether iteration b repeats iteration a; returns the carried local positions (a's
     nodes that b reads at b's own place), or None.  strict: a's reads of the iteration
-    before it must be at the same places too (a is not the run's first iteration)."""
+    before it must be at the same places too (a is not the run's first iteration).
+    keys: `_keys(g)`."""
     (a0, a1), (b0, b1) = a, b
     if a1 - a0 != b1 - b0:
         return None
-    nodes = g.nodes
     width = a1 - a0
     carried = set()
     for j in range(width):
-        x, y = nodes[a0 + j], nodes[b0 + j]
-        if _key(x) != _key(y):
+        (kx, xin), (ky, yin) = keys[a0 + j], keys[b0 + j]
+        if kx != ky:
             return None
-        for u, v in zip(x.inputs, y.inputs):
-            if b0 <= v.index < b1:                       # b reads its own: so must a
-                if u.index != a0 + (v.index - b0):
+        for u, v in zip(xin, yin):
+            if b0 <= v < b1:                             # b reads its own: so must a
+                if u != a0 + (v - b0):
                     return None
-            elif a0 <= v.index < a1:                     # b reads a: a reads the one before
-                p = v.index - a0
-                if u.index >= a0 or (strict and u.index != a0 - width + p):
+            elif a0 <= v < a1:                           # b reads a: a reads the one before
+                p = v - a0
+                if u >= a0 or (strict and u != a0 - width + p):
                     return None
-                if _key(u)[1:3] != _key(nodes[a0 + p])[1:3]:
+                if keys[u][0][1:3] != keys[a0 + p][0][1:3]:
                     return None
                 carried.add(p)
-            elif u is not v:                             # an invariant: the same node
+            elif u != v:                                 # an invariant: the same node
                 return None
     return carried
 
@@ -103,6 +101,7 @@ def _find_runs(g: Graph, start: int, min_iterations: int) -> list:
     """The runs of at least `min_iterations` identical iterations among nodes start.. of g:
     (iteration ranges, first rolled, last rolled, carried positions) each, in node order."""
     pieces = [(a, b) for a, b in _segments(g, start)]
+    keys = _keys(g) if len(pieces) > 2 else []
     runs = []
     i = 1
     while i < len(pieces) - 1:
@@ -118,7 +117,7 @@ def _find_runs(g: Graph, start: int, min_iterations: int) -> list:
             j = first
             carried: set = set()
             while j + 1 < len(segs):
-                c = _same(g, segs[j], segs[j + 1], strict=j > first)
+                c = _same(g, segs[j], segs[j + 1], j > first, keys)
                 if c is None:
                     break
                 carried |= c
@@ -127,6 +126,8 @@ def _find_runs(g: Graph, start: int, min_iterations: int) -> list:
             if first == 1 and count >= min_iterations and \
                     (best is None or count * k > best[0]):
                 best = (count * k, segs, first, j, carried, k)
+                if k == 1 and j + 1 == len(segs):
+                    break       # every piece to the end: no grouping rolls more
         if best is not None:
             _, segs, first, last, carried, k = best
             runs.append((segs, first, last, sorted(carried)))

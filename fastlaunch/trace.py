@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import dis
 import enum
+import gc
+import inspect
 import linecache
 import re
 import sys
 import threading
 import types
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +31,56 @@ from .errors import TracingError, caught_where, noting_errors
 from .ir import Graph, Node, Op
 
 _state = threading.local()
+
+# ---- fewer garbage collections while tracing -------------------------------------------------
+# A trace allocates a few objects per traced op and frees almost none (the graph keeps its
+# nodes), so Python's young-generation collections, every 700 allocations, find nothing to
+# free and push ever more survivors to the older generations: a quarter of a long loop's trace
+# time.  While any thread traces, the first generation's threshold is raised; the last trace
+# to end restores the thresholds, unless something else changed them meanwhile.
+TRACE_GC_THRESHOLD = 10_000
+_GC_LOCK = forking.lock(forking.TABLE)
+_gc_tracing: dict = {}          # thread ident -> traces it has under way
+_gc_saved: list = []            # [thresholds before, thresholds set] while any trace runs
+
+
+@contextmanager
+def fewer_collections():
+    me = threading.get_ident()
+    with _GC_LOCK:
+        if not _gc_tracing:
+            before = gc.get_threshold()
+            if before[0] and before[0] < TRACE_GC_THRESHOLD:
+                gc.set_threshold(TRACE_GC_THRESHOLD, *before[1:])
+            _gc_saved[:] = [before, gc.get_threshold()]
+        _gc_tracing[me] = _gc_tracing.get(me, 0) + 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _gc_tracing[me] -= 1
+            if not _gc_tracing[me]:
+                del _gc_tracing[me]
+            _restore_collections()
+
+
+def _restore_collections() -> None:
+    if not _gc_tracing and _gc_saved:
+        before, ours = _gc_saved
+        if gc.get_threshold() == ours:
+            gc.set_threshold(*before)
+        _gc_saved.clear()
+
+
+def _gc_in_child() -> None:
+    # the child has only the forking thread: other threads' traces never end there
+    me = threading.get_ident()
+    for ident in [t for t in _gc_tracing if t != me]:
+        del _gc_tracing[ident]
+    _restore_collections()
+
+
+forking.after_in_child(_gc_in_child)
 
 
 # Sizes read by Python (symbolic.py): while a symbolic build traces, every shape, size or
@@ -744,33 +797,71 @@ def _frame_kind(frame) -> int:
 _user_code: "weakref.WeakKeyDictionary | dict" = {}
 
 
-def _site():
-    """Where the traced function's code is as a node is made: the frames of user code on the
-    stack below trace_function, outermost first, each with its bytecode offset, then the
-    library frame the innermost one called (a new frame object for each call).  roll.py
-    finds the iterations of the code's loops from these: an offset that jumps back, or the
-    same instruction calling again.  The frames are held (so that a new one is never taken
-    for an old one by its address) until the trace is rolled."""
-    f = sys._getframe(2)
+# a generator's (or coroutine's) frame is resumed by whoever iterates it: its callers change
+_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | \
+    inspect.CO_ITERABLE_COROUTINE
+
+
+class _Sites:
+    """Where the traced function's code is as a node is made (a trace's `Graph.site`): the
+    frames of user code on the stack below trace_function, outermost first, each with its
+    bytecode offset, then the library frame the innermost one called (a new frame object for
+    each call).  roll.py finds the iterations of the code's loops from these: an offset that
+    jumps back, or the same instruction calling again.  The frames are held (so that a new
+    one is never taken for an old one by its address) until the trace is rolled.
+
+    While a frame runs, the frames above it wait in the calls that led to it, at fixed
+    offsets: the part of the chain above the innermost user frame is computed once per such
+    frame (a generator's excepted) and kept for the trace, so a node costs a walk over the
+    library frames below that frame only."""
+
+    __slots__ = ("above",)
+
+    def __init__(self):
+        self.above: dict = {}    # user frame -> the chain above it
+
+    def __call__(self):
+        f = sys._getframe(2)
+        below = None
+        while f is not None:
+            code = f.f_code
+            if code is _TRACE_CODE:
+                return None
+            user = _user_code.get(code)
+            if user or (user is None and _is_user(f, code)):
+                break
+            below = f
+            f = f.f_back
+        if f is None:
+            return None
+        above = self.above.get(f)
+        if above is None:
+            above = _user_chain(f.f_back)
+            if not code.co_flags & _RESUMABLE:
+                self.above[f] = above
+        return above + ((f, f.f_lasti), (below, -1))
+
+
+def _is_user(f, code) -> bool:
+    user = _user_code.get(code)
+    if user is None:
+        module = f.f_globals.get("__name__", "") or ""
+        user = _user_code[code] = module.split(".", 1)[0] not in _LIBRARY_MODULES
+    return user
+
+
+def _user_chain(f) -> tuple:
+    """The user frames from f up to trace_function, outermost first, with their offsets."""
     chain = []
-    below = None
     while f is not None:
         code = f.f_code
         if code is _TRACE_CODE:
             break
-        user = _user_code.get(code)
-        if user is None:
-            module = f.f_globals.get("__name__", "") or ""
-            user = _user_code[code] = module.split(".", 1)[0] not in _LIBRARY_MODULES
-        if user:
+        if _is_user(f, code):
             chain.append((f, f.f_lasti))
-        elif not chain:
-            below = f
         f = f.f_back
-    if not chain:
-        return None
     chain.reverse()
-    return tuple(chain) + ((below, -1),)
+    return tuple(chain)
 
 
 def trace_function(fn, build_args, leaves: list, roll: bool = True) -> tuple[Traced, object]:
@@ -780,7 +871,7 @@ def trace_function(fn, build_args, leaves: list, roll: bool = True) -> tuple[Tra
     identical iterations become loop nodes (roll.py).  Returns (Traced, result tree)."""
     g = Graph()
     if roll:
-        g.sites, g.site = [], _site
+        g.sites, g.site = [], _Sites()
     g.observer = loops = LoopCounter()
     previous = getattr(_state, "graph", None)
     _state.graph = g
