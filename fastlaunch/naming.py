@@ -1,11 +1,13 @@
 """How error messages name what the user called: the public name of a NumPy or SciPy function
 (`np.linalg.inv`, not `np.inv`; `scipy.special.erf`, not `np.erf`), the library function in
-which a traced array was converted to a NumPy array, and what to use instead.
+which a traced array was converted to a NumPy array, and what to use instead (with the loop
+statement around the user's line, `enclosing_loop`, for advice on a data-dependent `if`).
 
 Suggestions name only what fastlaunch traces at the time: numpy_api registers its predicate
 with `set_supported` (this module imports nothing of the tracer)."""
 from __future__ import annotations
 
+import linecache
 import sys
 from typing import Callable
 
@@ -183,4 +185,32 @@ def library_failure(err: BaseException) -> str:
                     f"the compiled function, or write it with NumPy functions")
         if top not in ("fastlaunch", "numpy") and top not in _FOREIGN:
             caller = frame            # the user's code (the last frame before the library)
+    return ""
+
+
+def enclosing_loop(frame) -> str:
+    """'while' or 'for' for the innermost loop statement around the user's current line in
+    its function (by indentation), else ''."""
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "fastlaunch":
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    try:
+        name, first = frame.f_code.co_filename, frame.f_code.co_firstlineno
+        text = linecache.getline(name, frame.f_lineno)
+        indent = len(text) - len(text.lstrip())
+        for lineno in range(frame.f_lineno - 1, first - 1, -1):
+            text = linecache.getline(name, lineno)
+            code = text.strip()
+            if not code or code.startswith("#"):
+                continue
+            depth = len(text) - len(text.lstrip())
+            if depth < indent:
+                if code.startswith(("while ", "for ")):
+                    return code.split()[0]
+                if code.startswith(("def ", "class ", "async def ")):
+                    return ""
+                indent = depth
+    except Exception:   # noqa: BLE001  (no source)
+        return ""
     return ""

@@ -360,7 +360,7 @@ def _bool_advice(frame) -> str:
         return ("here it decides whether to raise (a check of the inputs): check them before "
                 "calling the compiled function, or write `assert cond, message`, which is "
                 "checked on every call")
-    if _enclosing_loop(frame) == "while":
+    if naming.enclosing_loop(frame) == "while":
         # `while i < n: if x[i] < c[j]: i += 1 else: j += 1`: the choice steers the loop
         return (_CHOICE + "; here the choice is made inside a `while` loop, where it decides "
                 "how the loop goes on (its counters, when it stops): the number of iterations "
@@ -368,34 +368,6 @@ def _bool_advice(frame) -> str:
                 "loop with fastlaunch.iterate(step, n, ..., until=lambda ...: done), or loop a "
                 "fixed number of times with np.where")
     return _CHOICE
-
-
-def _enclosing_loop(frame) -> str:
-    """'while' or 'for' for the innermost loop statement around the user's current line in
-    its function (by indentation), else ''."""
-    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == "fastlaunch":
-        frame = frame.f_back
-    if frame is None:
-        return ""
-    try:
-        name, first = frame.f_code.co_filename, frame.f_code.co_firstlineno
-        text = linecache.getline(name, frame.f_lineno)
-        indent = len(text) - len(text.lstrip())
-        for lineno in range(frame.f_lineno - 1, first - 1, -1):
-            text = linecache.getline(name, lineno)
-            code = text.strip()
-            if not code or code.startswith("#"):
-                continue
-            depth = len(text) - len(text.lstrip())
-            if depth < indent:
-                if code.startswith(("while ", "for ")):
-                    return code.split()[0]
-                if code.startswith(("def ", "class ", "async def ")):
-                    return ""
-                indent = depth
-    except Exception:   # noqa: BLE001  (no source)
-        return ""
-    return ""
 
 
 def _value_advice(frame) -> str:
