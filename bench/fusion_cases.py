@@ -1,5 +1,5 @@
 """Recomputation cliffs (issue 13): where fusing a producer into its consumer would recompute
-it many times per element, the cost model in fuse.py materialises it instead.
+it many times per element, the cost model in ir/fuse.py materialises it instead.
 
     python bench/fusion_cases.py                 # medians of 9 interleaved batches
     python bench/fusion_cases.py --batches 15 --batch-seconds 0.1

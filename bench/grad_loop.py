@@ -6,7 +6,7 @@
 `forward`: the loop alone, `fl.iterate(step, n, u0, k, carry=("u",), collect=False)` and the
 loss after it, compiled (one program); `value_and_grad`: the loss and its gradient with
 respect to the initial state and the diffusivity, one compiled program whose backward pass
-runs checkpointed loops (loops.py).  Times are medians of interleaved batches.  Memory: the
+runs checkpointed loops (frontend/loops.py).  Times are medians of interleaved batches.  Memory: the
 programs' peak temporaries against storing every state (n x points x 8 bytes).
 """
 from __future__ import annotations

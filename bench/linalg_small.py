@@ -1,5 +1,5 @@
 """Small dense linear algebra, batched: fastlaunch (small matrices: elementwise kernels,
-fastlaunch/small_linalg.py; larger: LAPACK library calls, LIBCALL) against NumPy's batched
+fastlaunch/frontend/small_linalg.py; larger: LAPACK library calls, LIBCALL) against NumPy's batched
 np.linalg in the same run.
 
     python bench/linalg_small.py            # 4x4 x 10 000 inv / solve / det (+ 8x8, 16x16,

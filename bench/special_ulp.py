@@ -4,7 +4,7 @@ samples; writes the table of docs/special-functions.md.
     python bench/special_ulp.py                  # print the table (Markdown)
     python bench/special_ulp.py --write          # also rewrite docs/special-functions.md
     python bench/special_ulp.py --coefficients   # recompute the I0 Chebyshev coefficients
-                                                 # (mpmath) that fastlaunch/special.py holds
+                                                 # (mpmath) that fastlaunch/frontend/special.py holds
 
 For each function and dtype: the ULP distance between fastlaunch's compiled result and the
 reference (SciPy's ufunc on the same dtype; NumPy for np.sinc, np.i0, np.logaddexp*), over

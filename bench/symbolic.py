@@ -1,4 +1,4 @@
-"""Symbolic sizes (fastlaunch/symbolic.py): what an instance costs against a static entry.
+"""Symbolic sizes (fastlaunch/program/symbolic.py): what an instance costs against a static entry.
 
     python bench/symbolic.py                 # 4M and 16 elements, new-size cost
     python bench/symbolic.py --big 1000000   # another large size

@@ -6,9 +6,9 @@ from .errors import (BackendUnavailableError, CUDAError, FrozenValueWarning,  # 
 from .device import DeviceArray, to_device  # noqa: E402
 from .jit import (Compiled, Lowered, RetraceWarning, StaticArraysWarning,  # noqa: E402
                   UnrolledLoopWarning, compile)
-from .saved import LoadedIteration, LoadedProgram, SavedProgramError, load  # noqa: E402
-from .numpy_api import asarray  # noqa: E402
-from .pytree import register_class  # noqa: E402
+from .program.saved import LoadedIteration, LoadedProgram, SavedProgramError, load  # noqa: E402
+from .frontend.numpy.creation import asarray  # noqa: E402
+from .frontend.pytree import register_class  # noqa: E402
 from .iterate import Iterated, iterate, iterated  # noqa: E402
 from .grad import (custom_jvp, custom_vjp, grad, jvp, stop_gradient, value_and_grad,  # noqa: E402
                    vjp)

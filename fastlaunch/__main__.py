@@ -231,7 +231,7 @@ def _load():
 
 
 def cache_command(clear: bool):
-    from fastlaunch.cache import DiskCache, default_cache_dir
+    from fastlaunch.backends.cache import DiskCache, default_cache_dir
     disk = DiskCache(default_cache_dir())          # the folder every backend caches kernels in
     if not disk.directory:
         print("the kernel disk cache is disabled (FASTLAUNCH_CACHE_DIR is empty)")

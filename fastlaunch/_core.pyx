@@ -29,7 +29,7 @@ from fastlaunch._launch cimport *
 from fastlaunch import env as _env
 # static_key (re-exported: `_core.static_key`) is pytree's, so that pytree needs nothing of
 # this module: the two would import each other
-from fastlaunch.pytree import object_parts as _object_parts, static_key
+from fastlaunch.frontend.pytree import object_parts as _object_parts, static_key
 
 cnp.import_array()
 
@@ -74,7 +74,7 @@ cdef enum:
     TAG_NAMEDTUPLE = 11
     TAG_BIGINT = 12         # a Python int in [2**63, 2**64): NumPy takes it as uint64
     TAG_DEVARRAY = 13       # a DeviceArray: as TAG_ARRAY, plus its backend kind (bits 44-47)
-    TAG_OBJECT = 14         # a registered object, dataclass or method's self (pytree.py)
+    TAG_OBJECT = 14         # a registered object, dataclass or method's self (frontend/pytree.py)
     TAG_CONST = 15          # a str in the argument tree: compared with the keys, by value
     TAG_COMPLEX = 16        # a complex scalar: two leaves (real, imaginary part), its NumPy
                             # type number << 8 (0: a Python complex, weak)
@@ -254,7 +254,7 @@ cdef int encode_value(object obj, Words *sig, Words *vals, list leaves, list key
             if encode_value(item, sig, vals, leaves, keys, depth + 1) != ENCODED:
                 return NOT_ENCODABLE
     elif t is complex or t is np.complex128 or t is np.complex64:
-        # two leaves, the parts (pytree.py splits it the same way)
+        # two leaves, the parts (frontend/pytree.py splits it the same way)
         words_push(sig, sig_word(TAG_COMPLEX, 0 if t is complex else np.dtype(t).num))
         part = float if t is complex else (np.float64 if t is np.complex128 else np.float32)
         re, im = part(obj.real), part(obj.imag)

@@ -19,7 +19,7 @@ FASTLAUNCH_CACHE_DIR
     when a backend opens its kernel disk cache (cache.default_cache_dir): any folder; ""
     disables the disk cache (the one variable whose empty value is not its default).
 FASTLAUNCH_CACHE_TRUST
-    when the cache folder is checked (cache.py): "shared" trusts a folder other users can
+    when the cache folder is checked (backends/cache.py): "shared" trusts a folder other users can
     write; "private" (the default) refuses one (docs/security.md).
 FASTLAUNCH_MATH
     when the CPU backend is created (the first CPU compile): "auto" (the default: the exp and

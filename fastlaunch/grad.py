@@ -3,7 +3,7 @@
 
 A transformed function is a compiled function (`jit.Compiled`) whose traced body runs the
 user's function on marked variables and then builds the backward pass into the same graph
-(adjoint.py): the first call for a signature traces, fuses and compiles forward and backward
+(ir/adjoint.py): the first call for a signature traces, fuses and compiles forward and backward
 together, every later call replays one program.  Inside another traced function (an Adam step
 that calls `fl.value_and_grad`, a step of `fl.iterate`) the body runs directly in that trace.
 
@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any, Callable, ParamSpec
 
 import numpy as np
 
-from . import adjoint, ops, pytree, roll
-from .ir import Node
-from .trace import Tracer, current_graph, new_tracer, tracing
+from .ir import adjoint, ops
+from .frontend import pytree, roll
+from .ir.graph import Node
+from .frontend.trace import Tracer, current_graph, new_tracer, tracing
 
 if TYPE_CHECKING:
     from .jit import Compiled
@@ -90,7 +91,7 @@ def _leaf_node(leaf, what: str):
 
 
 def _captured(g, arr: np.ndarray) -> Node:
-    from .numpy_api import capture
+    from .frontend.numpy.registry import capture
     return capture(arr)
 
 
@@ -151,7 +152,7 @@ class _Vars:
 
 
 def _refuse_static_floats(tree, what: str) -> None:
-    """An object's float attributes are static (keyed by value in the signature, pytree.py),
+    """An object's float attributes are static (keyed by value in the signature, frontend/pytree.py),
     so they cannot be variables: refused rather than given a gradient of zero."""
     if tree.kind == "object" and tree.meta.custom is None:
         for name, value in tree.meta.statics:
@@ -166,7 +167,7 @@ def _refuse_static_floats(tree, what: str) -> None:
 
 
 def _value_node(out, fname: str, what: str = "the function's result") -> Node:
-    from .numpy_api import operand
+    from .frontend.numpy.registry import operand
     try:
         node, _ = operand(out)
     except TypeError:

@@ -19,7 +19,7 @@ are the step's own, run in the same order on the same values, so the results are
 loop's, bit for bit.
 
 This module is the front end only: what the arguments mean, tracing (through jit.Compiled),
-and putting the results together; the loop itself is record.py's and the interpreters'.
+and putting the results together; the loop itself is program/record.py's and the interpreters'.
 """
 from __future__ import annotations
 
@@ -32,18 +32,20 @@ from typing import TYPE_CHECKING, Any, Callable, Generic, Sequence
 
 import numpy as np
 
-from . import _core, bytecode, forking
+from . import _core, forking
+from .program import bytecode
 from ._launch import ResultKind
-from .artifact import Artifact, consts_by_ref, effects_text, from_loop
+from .program.artifact import Artifact, consts_by_ref, effects_text, from_loop
 from .jit import Compiled, Lowered, P
-from .link import link
-from .pytree import TreeDef, flatten
-from .record import Loop, LoopPart
-from .saved import finish_results, save_artifact
-from . import loops, ops
-from .ir import Op
-from .numpy_api import node_of
-from .trace import Tracer, current_graph, new_tracer, tracing
+from .program.link import link
+from .frontend.pytree import TreeDef, flatten
+from .program.record import Loop, LoopPart
+from .program.saved import finish_results, save_artifact
+from .frontend import loops
+from .ir import ops
+from .ir.graph import Op
+from .frontend.numpy.registry import node_of
+from .frontend.trace import Tracer, current_graph, new_tracer, tracing
 
 __all__ = ["iterate", "iterated", "Iterated"]
 
@@ -338,7 +340,7 @@ class Iterated(_core.Dispatcher, Generic[P]):
     # ---- inside a traced function: a loop node of the caller's graph ---------------------
     def _traced(self, args):
         """The loop as part of the enclosing trace (a function that calls fl.iterate, or its
-        gradient): the step traced once into a loop body (loops.py), its results the loop's
+        gradient): the step traced once into a loop body (frontend/loops.py), its results the loop's
         outputs.  The carried values stay as the caller had them (inplace writes back)."""
         g = current_graph()
         positions = self._positions(args)
@@ -896,7 +898,7 @@ def _finish_call(finish, static, args, raw):
 
 
 def _c_strides(shape) -> tuple:
-    from .leaves import contiguous_strides
+    from .ir.leaves import contiguous_strides
     return tuple(contiguous_strides(shape))
 
 

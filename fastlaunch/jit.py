@@ -2,14 +2,14 @@
 
 The per-call fast path lives in `_core.Dispatcher.__call__` (Cython).  This file is the slow
 path it falls back to: binding keyword arguments, tracing a new signature, making its
-artifact (artifact.py: fuse, schedule, compile, record, verify), linking it (link.py) and
-installing it as a cache entry; calls whose arguments overlap (aliasing.py's geometry);
+artifact (program/artifact.py: fuse, schedule, compile, record, verify), linking it (program/link.py) and
+installing it as a cache entry; calls whose arguments overlap (frontend/aliasing.py's geometry);
 introspection, saving and pickling.
 
 Size: just over 1,000 lines: `Compiled` is one object with one role (the slow path of one
 compiled function) whose parts share its state (entries, lock, options); the compile stages
-live in artifact.py, the aliasing geometry in aliasing.py, the description and normalisation
-of arguments in arguments.py.
+live in program/artifact.py, the aliasing geometry in frontend/aliasing.py, the description and
+normalisation of arguments in frontend/arguments.py.
 """
 from __future__ import annotations
 
@@ -30,19 +30,22 @@ from typing import (TYPE_CHECKING, Any, Callable, Concatenate, Generic, ParamSpe
 
 import numpy as np
 
-# numpy_api, numpy_funcs, creation, rng, scipy_funcs, pymath, stdlib_calls: the tracer's NumPy
+# frontend/numpy, frontend/numpy, creation, rng, scipy_funcs, pymath, stdlib_calls: the tracer's NumPy
 # API (registered on import) and the calls intercepted while tracing
-from . import (_core, bytecode, creation, env, forking, fuse, numpy_api,  # noqa: F401
-               numpy_funcs, ops, pymath, record, rng, scipy_funcs, stdlib_calls)
+from . import _core, env, forking  # noqa: F401
+from .program import bytecode, record  # noqa: F401
+from .frontend.numpy import trace_buffers as creation, shaping, random as rng  # noqa: F401
+from .ir import fuse, ops  # noqa: F401
+from .frontend import numpy as numpy_surface, pymath, scipy_funcs, stdlib_calls  # noqa: F401
 from .backends import get_backend
 from .errors import TracingError
-from .leaves import LeafSpec
-from .link import link
-from .pytree import NestingError, flatten, register_method_class
-from . import aliasing, arguments, artifact, roll, symbolic
-from .artifact import Artifact, Lowered, effects_text, result_specs  # noqa: F401 (re-exported)
-from .trace import (Attr, SpecializeRequest, fewer_collections, trace_function,
-                    watch_sizes)
+from .ir.leaves import LeafSpec
+from .program.link import link
+from .frontend.pytree import NestingError, flatten, register_method_class
+from .frontend import aliasing, arguments, roll
+from .program import artifact, symbolic
+from .program.artifact import Artifact, Lowered, effects_text, result_specs  # noqa: F401 (re-exported)
+from .frontend.trace import Attr, SpecializeRequest, fewer_collections, trace_function, watch_sizes
 
 # Typing (PEP 612): a compiled function keeps its function's parameters P and result type R,
 # so a type checker checks calls of `@fl.compile def f(x: np.ndarray) -> ...` as calls of f.
@@ -228,7 +231,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
     def _sized(self, call, enc, has_kwargs: bool):
         """A new signature: an instance of a symbolic template of its size class (no trace,
         no compile), else a trace; the trace of a class's second size (or, with dynamic=True,
-        its first) becomes a template's base (symbolic.py)."""
+        its first) becomes a template's base (program/symbolic.py)."""
         if self.dynamic is False:
             return self._trace(call, enc, has_kwargs, install=True)
         key = symbolic.class_key(enc[1], enc[2], enc[3])
@@ -376,7 +379,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
     def _holds_tracer(self, args, kwargs) -> bool:
         """Whether any argument holds a Tracer (a call from inside another trace); also where
         an argument nests too deeply to be taken apart, the error names it."""
-        from .trace import Tracer
+        from .frontend.trace import Tracer
         named = [(self._arg_name(i, args), a) for i, a in enumerate(args)]
         named += [(f"argument '{k}'", v) for k, v in kwargs.items()]
         found = False
@@ -536,11 +539,11 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
                 held = _bound_namespace(self.__wrapped__)
                 with fewer_collections():
                     with creation.intercepting(namespace), rng.intercepting(), \
-                            numpy_funcs.intercepting(namespace), \
+                            shaping.intercepting(namespace), \
                             scipy_funcs.intercepting(namespace), \
                             stdlib_calls.intercepting(namespace), \
                             pymath.intercepting(namespace), scipy_funcs.intercepting(held), \
-                            numpy_funcs.intercepting(held), pymath.intercepting(held):
+                            shaping.intercepting(held), pymath.intercepting(held):
                         traced, result = trace_function(self.__wrapped__, build_args, leaves)
                     # Python loops of many identical iterations: one loop body each
                     traced.rolled = roll.roll_loops(traced.graph)
@@ -592,7 +595,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
                     f"pass a copy, np.ascontiguousarray(x)")
         if sample:
             # a symbolic build's probe at other sizes: nothing compiled or installed
-            # (symbolic.py compares it with the base trace)
+            # (program/symbolic.py compares it with the base trace)
             return symbolic.Sample(*artifact.probe(traced, result, leaves, self.backend),
                                    sorted(special), bool(traced.effects))
         static_values = [call[i] for i in self._static if i < len(call)]
@@ -661,7 +664,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         """traces: signatures traced and cached (with `history`, why each of the last
         TRACE_HISTORY happened);
         uncached_traces: calls traced in replay=False mode, which keeps no history;
-        symbolic: the symbolic-size templates (symbolic.py) and how many sizes each served;
+        symbolic: the symbolic-size templates (program/symbolic.py) and how many sizes each served;
         static_sizes: why size classes that met several sizes stay static."""
         return {"traces": self.trace_count, "entries": len(self._entries_list()),
                 "symbolic": [f"{t.description} ({t.instances} sizes)"
@@ -725,7 +728,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
     def save(self, path: str | os.PathLike, *args: P.args, **kwargs: P.kwargs) -> None:
         """Write the program traced for these arguments' signature to `path`;
         fastlaunch.load(path) replays it in another process without this function."""
-        from .saved import save_artifact
+        from .program.saved import save_artifact
         if kwargs:
             raise TypeError("save() takes example arguments positionally")
         save_artifact(path, self.artifact_for(*args), self.backend, self._static)
@@ -828,7 +831,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         (the index of its base entry's bytes, symbolic.shipped record); entries a saved program
         cannot hold (namedtuple arguments, static values other than scalars and strings) are
         left to be traced again by the receiving process."""
-        from .saved import dumps_artifact
+        from .program.saved import dumps_artifact
         out, at = [], {}
         for entry in self._entries_list():
             if entry.info.symbolic is not None:
@@ -845,7 +848,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
     def _install_program(self, data: bytes):
         """Install an entry from saved-program bytes (verified as fastlaunch.load verifies a
         file): the artifact they hold, linked.  Returns the entry."""
-        from . import saved
+        from .program import saved
         where = f"{self.__qualname__}: shipped program"
         meta, art = saved.loads_artifact(data, self.backend.name, where)
         if tuple(meta["static_positions"]) != self._static:
@@ -861,7 +864,7 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
     def _install_template(self, base_entry, shipped: dict) -> None:
         """Install a shipped symbolic template over an installed shipped entry: later sizes
         of its class are instances here too, with no trace."""
-        from . import saved
+        from .program import saved
         try:
             template = symbolic.restore(self, base_entry, shipped)
         except symbolic.Refused as err:
@@ -929,7 +932,7 @@ def compile(fn: Callable | None = None, *, static_argnums: int | Sequence[int] =
     max_entries: signatures kept (least recently used dropped past it); default 512.
     pickle_programs: a pickled copy carries the programs traced so far (see
         Compiled.with_programs), so that the receiving process neither traces nor compiles them.
-    dynamic: sizes (symbolic.py). None (default): the first call of a size class is traced for
+    dynamic: sizes (program/symbolic.py). None (default): the first call of a size class is traced for
         its sizes; a second size of the class (same dtypes, ranks, layouts; dims 0 and 1 apart)
         traces once more with symbolic sizes, and later sizes replay without tracing or
         compiling. True: symbolic from the first call. False: every new size traces.
@@ -980,7 +983,7 @@ def _rebinds_own_attributes(fn) -> bool:
     """Whether fn is a method bound to an instance (not a class or module) whose own code
     assigns or deletes attributes of its first argument (`self.m = ...`, `self.G += ...`).
     Read from the bytecode, so that it is known before any call; a rebind made by a helper
-    method it calls is still found while tracing (trace.py refuses it, saying what to do)."""
+    method it calls is still found while tracing (frontend/trace.py refuses it, saying what to do)."""
     obj = getattr(fn, "__self__", None)
     func = getattr(fn, "__func__", None)
     if not isinstance(fn, types.MethodType) or not isinstance(func, types.FunctionType) or \
@@ -1084,7 +1087,7 @@ def _rebuild(fn, options, programs=(), templates=()):
     entries = [compiled._install_program(data) for data in programs]
     for at, shipped in templates:
         if type(at) is not int or not 0 <= at < len(entries):
-            from .saved import SavedProgramError
+            from .program.saved import SavedProgramError
             raise SavedProgramError(f"{compiled.__qualname__}: a shipped symbolic template "
                                     f"names program {at!r} of {len(entries)}")
         compiled._install_template(entries[at], shipped)

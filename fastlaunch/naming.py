@@ -3,7 +3,7 @@
 which a traced array was converted to a NumPy array, and what to use instead (with the loop
 statement around the user's line, `enclosing_loop`, for advice on a data-dependent `if`).
 
-Suggestions name only what fastlaunch traces at the time: numpy_api registers its predicate
+Suggestions name only what fastlaunch traces at the time: frontend/numpy registers its predicate
 with `set_supported` (this module imports nothing of the tracer)."""
 from __future__ import annotations
 

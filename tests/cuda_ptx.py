@@ -71,7 +71,7 @@ def install(every: int = 1, only: str | None = None):
 
 def _lower_for_cuda(compiled, call, has_kwargs):
     from fastlaunch import jit
-    from fastlaunch.link import LinkError
+    from fastlaunch.program.link import LinkError
     where = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]
     _local.busy = True
     try:

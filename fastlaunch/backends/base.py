@@ -19,7 +19,7 @@ everything after that:
                           source when the target differs)
     source(kernel)        the kernel's source text, for introspection
     kernel_text(ck)       the source a CompiledKernel was made from, as compile_source takes it
-    link(layout, kernels) the ExecutableLayout link.py built of a verified bytecode program
+    link(layout, kernels) the ExecutableLayout program/link.py built of a verified bytecode program
                           (layout.program) + its compiled kernels -> an executable (a
                           _core.Executable subclass: the thing the dispatcher calls)
     release()             free the code of kernels no executable uses any more (Compiled.clear()
@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from .._launch import Space
 
 if TYPE_CHECKING:
-    from ..bytecode import Program
+    from ..program.bytecode import Program
 
 
 @dataclass
@@ -102,7 +102,7 @@ class LinkError(ValueError):
 
 @dataclass
 class ExecutableLayout:
-    """What link.py hands `Backend.link`: everything _core.Executable.__init__ reads besides
+    """What program/link.py hands `Backend.link`: everything _core.Executable.__init__ reads besides
     the backend's own kernel tables, checked against the verified program
     (link.executable_layout).  A device backend replaces `const_ptrs` (its copies of the
     constants) and extends `keepalive` (dataclasses.replace) before building its executable."""
@@ -164,7 +164,7 @@ class Backend(Protocol):
 
     def link(self, layout: ExecutableLayout, kernels: list):
         """The ExecutableLayout of a verified bytecode.Program (`layout.program`, checked by
-        link.py against its call layout) and its CompiledKernels (one per program kernel, in
+        program/link.py against its call layout) and its CompiledKernels (one per program kernel, in
         order) -> a _core.Executable."""
 
     def release(self) -> int:

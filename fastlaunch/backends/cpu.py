@@ -35,11 +35,11 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from .._version import __version__
-from ..cache import DiskCache, default_cache_dir, kernel_key
+from .cache import DiskCache, default_cache_dir, kernel_key
 from ..codegen.llvm import (MATH_ALIAS_PREFIX, MATH_FUNCTIONS, PLACEHOLDER_NAME, STREAM_MARK,
                             MathTarget, generate, mark_nontemporal)
 from .. import _core, env, forking
-from ..kernel import Kernel
+from ..ir.kernel import Kernel
 from . import cpu_schedule, elf
 from .base import HOST_MEMORY, CompiledKernel
 from .llvm_passes import Optimizer

@@ -20,11 +20,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..bytecode import blas_layout
-from ..ir import Op
-from ..kernel import (Compute, Index, Kernel, KernelArg, LibraryCall, Load, Loop, Reduction,
-                      accumulator_dtype, address, coalesce, idents, is_kernel, is_loop_step,
-                      ordered_product, set_extents, substitute, walk)
+from ..program.bytecode import blas_layout
+from ..ir.graph import Op
+from ..ir.kernel import Compute, Index, Kernel, KernelArg, LibraryCall, Load, Loop, Reduction
+from ..ir.kernel import accumulator_dtype, address, coalesce, idents, is_kernel, is_loop_step
+from ..ir.kernel import ordered_product, set_extents, substitute, walk
 from .base import derived_schedule
 
 # Full reductions of at least 2*REDUCE_CHUNK elements into fewer than SPLIT_MAX_OUTPUTS
@@ -106,7 +106,7 @@ def schedule(plan, reduce_chunk: int = REDUCE_CHUNK):
     out = plan.with_kernels([])
     for k in plan.kernels:
         if is_loop_step(k):
-            out.kernels.append(k)         # a loop's bounds: record.py's business
+            out.kernels.append(k)         # a loop's bounds: program/record.py's business
             continue
         if not is_kernel(k):
             # a library call the fused plan asked for (np.linalg): the host runs it as is

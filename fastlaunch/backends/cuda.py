@@ -16,7 +16,7 @@ the nvidia-nvvm / nvidia-cuda-nvcc wheels (`pip install 'fastlaunch[cuda]'`), CU
 PATH (ptxas) and /usr/local/cuda.
 
 Memory: every kernel buffer lives on the device (MemoryModel(SPACE_DEVICE)): NumPy arguments
-are copied in, results copied out (record.py emits the TO_DEVICE/TO_HOST shadows).  The
+are copied in, results copied out (program/record.py emits the TO_DEVICE/TO_HOST shadows).  The
 executable is _cuda.CUDAExecutable; without a usable driver it still links (lowering works
 on any machine) and raises BackendUnavailableError when called.
 """
@@ -40,12 +40,12 @@ import llvmlite.binding as llvm
 from .._launch import Space
 from .._version import __version__
 from .. import env, forking
-from ..cache import DiskCache, default_cache_dir, kernel_key
+from .cache import DiskCache, default_cache_dir, kernel_key
 from ..codegen.llvm_base import PLACEHOLDER_NAME
 from ..codegen.llvm_nvptx import (LIBDEVICE_PREFIX, TRIPLE, NVPTXLoweringError,
                                   check_lowerable, generate)
 from ..errors import BackendUnavailableError, CUDAError
-from ..kernel import Kernel
+from ..ir.kernel import Kernel
 from . import cuda_schedule
 from .base import CompiledKernel, MemoryModel
 from .llvm_passes import Optimizer
@@ -303,7 +303,7 @@ class CUDABackend:
         routines = program.library_routines()
         if routines:
             from .._launch import Routine
-            from ..bytecode import ROUTINES
+            from ..program.bytecode import ROUTINES
             names = ", ".join(sorted({ROUTINES[Routine(r)].name for r in routines}))
             raise LinkError(f"fastlaunch: the CUDA backend has no library calls: {names} via "
                             f"cuBLAS/cuSOLVER not implemented (matrix products run as compiled "

@@ -42,11 +42,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..ir import Op
-from ..kernel import (Compute, Folded, Index, IndexValue, Kernel, KernelArg, Load, Random,
-                      Reduction, Store, address, idents, index_picks, is_kernel,
-                      ordered_product, set_extents, substitute, walk)
-from ..leaves import contiguous_strides
+from ..ir.graph import Op
+from ..ir.kernel import Compute, Folded, Index, IndexValue, Kernel, KernelArg, Load, Random
+from ..ir.kernel import Reduction, Store, address, idents, index_picks, is_kernel, ordered_product
+from ..ir.kernel import set_extents, substitute, walk
+from ..ir.leaves import contiguous_strides
 
 # In the target key: a saved program's stored code is used only where the schedule that
 # runs it is the one it was built for (2: atomic scatters; a serial scatter's code run on

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from .._launch import Space
-from ..kernel import Kernel
+from ..ir.kernel import Kernel
 from . import cpu_schedule
 from .base import CompiledKernel, MemoryModel
 

@@ -28,7 +28,7 @@ import os
 from .. import env, forking
 
 from .._launch import Routine
-from ..bytecode import ROUTINES
+from ..program.bytecode import ROUTINES
 
 # the BLAS/LAPACK entry points the routines call (library.c's entry_names)
 _BLAS = ("sgemm", "dgemm", "sgemv", "dgemv")

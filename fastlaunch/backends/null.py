@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .. import _core
-from ..kernel import Kernel, is_kernel
+from ..ir.kernel import Kernel, is_kernel
 from .._launch import Routine
 from .base import HOST_MEMORY, CompiledKernel, derived_schedule
 

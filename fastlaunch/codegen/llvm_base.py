@@ -4,7 +4,7 @@ What a kernel computes is the same on every target: the LLVM types of dtypes, co
 conversions, each op's lowering (NumPy's semantics, step for step), index and address
 arithmetic, data-dependent picks with the error flag, stores and scatter modes, reduction
 init/combine, and the loop body run at each point of the kernel's space.  `LLVMEmitter`
-holds all of that and consumes only the fused kernel description (kernel.py).
+holds all of that and consumes only the fused kernel description (ir/kernel.py).
 
 A target is a subclass that says how that code is reached and what it calls:
 
@@ -34,10 +34,10 @@ import struct
 
 import numpy as np
 
-from ..ir import Op
-from ..kernel import (TRANSCENDENTAL, Compute, Const, DivMod, Folded, Index, IndexValue, Kernel,
-                      Load, Loop, Pick, Random, Reduced, Scalar, SMALL_SORT, sort_passes,
-                      KernelError, index_picks, walk)
+from ..ir.graph import Op
+from ..ir.kernel import TRANSCENDENTAL, Compute, Const, DivMod, Folded, Index, IndexValue, Kernel
+from ..ir.kernel import Load, Loop, Pick, Random, Reduced, Scalar, SMALL_SORT, sort_passes
+from ..ir.kernel import KernelError, index_picks, walk
 from .llvm_text import FunctionWriter
 
 # The entry name in generated text; backends replace it by the kernel's cache-key name.

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..kernel import Kernel, Loop
+from ..ir.kernel import Kernel, Loop
 from . import vmath
 from .llvm_base import PLACEHOLDER_NAME, LLVMEmitter, llvm_type, memory_type, word_type
 

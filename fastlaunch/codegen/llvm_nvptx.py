@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernel import Kernel
+from ..ir.kernel import Kernel
 from .llvm_base import PLACEHOLDER_NAME, LLVMEmitter, llvm_type, memory_type, word_type
 
 TRIPLE = "nvptx64-nvidia-cuda"

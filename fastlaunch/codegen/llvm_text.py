@@ -115,7 +115,7 @@ class FunctionWriter:
             rest = self.op(f"udiv i64 {rest}, {size}")
         # the outermost index is the rest as it is (positions stay below the space's size):
         # no code reads the outermost extent, so one kernel serves every size of it
-        # (symbolic.py)
+        # (program/symbolic.py)
         outer.append(rest)
         outer.reverse()
         vals = self.counted_loop(j0, jend, list(zip(types(carried), [p for p, _ in phis])),

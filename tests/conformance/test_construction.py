@@ -60,7 +60,8 @@ for _n in ("zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_li
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int64])
 def test_full_with_traced_fill_value(dtype):
-    """np.full(shape, traced_value) inside fn (creation.py intercepts it while tracing), and
+    """np.full(shape, traced_value) inside fn (frontend/numpy/trace_buffers.py intercepts it while
+    tracing), and
     np.full_like(x, value, shape=...)."""
     check(lambda x, s: np.full((2, 3), s) + x[0, 0], make((5, 7), dtype), make((1,), dtype)[0])
     check(lambda x, s: np.full((2, 3), s, dtype=np.float64) * x[0, 0], make((5, 7), dtype),

@@ -211,7 +211,7 @@ cover(ATCAST, SCATTER, ["bool", "int8", "int32", "uint8"], test="test_indexing.p
 
 def test_scatter_into_numpy_array_made_inside():
     """np.zeros(n) inside the function takes traced values as in NumPy (it becomes a traced
-    buffer once one is written: fastlaunch/creation.py)."""
+    buffer once one is written: fastlaunch/frontend/numpy/trace_buffers.py)."""
     check(lambda x, i: _set(np.zeros(6), i, x[:3]), make((6,), np.float64), np.array([0, 1, 1]))
     check(lambda x, i: _at(np.add, np.zeros(6), i, x[:3]), make((6,), np.float64),
           np.array([0, 1, 1]), tol="reduce")

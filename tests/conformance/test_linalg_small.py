@@ -1,5 +1,5 @@
 """np.linalg on small matrices written out as elementwise operations over the batch
-(fastlaunch/small_linalg.py): results against NumPy's (and their backward errors against
+(fastlaunch/frontend/small_linalg.py): results against NumPy's (and their backward errors against
 NumPy's own), dtypes, batches, broadcasting and layouts; singular and not positive definite
 matrices at replay with nothing written; NaN inputs; the fusion with neighbours (no library
 call); the size limit beyond which LAPACK is called."""
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch import small_linalg
-from fastlaunch.kernel import is_kernel
+from fastlaunch.frontend import small_linalg
+from fastlaunch.ir.kernel import is_kernel
 
 from .harness import Tol, check, make
 
@@ -341,7 +341,7 @@ def test_sizes_beyond_the_limit_call_lapack():
 
 def test_estimate_counts_the_operations():
     """estimate() is what the writer makes, within 15% (it decides the path)."""
-    from fastlaunch.ir import Graph, Op
+    from fastlaunch.ir.graph import Graph, Op
     for fn, n, k in [("inv", 4, 0), ("inv", 8, 0), ("solve", 6, 2), ("det", 9, 0),
                      ("cholesky", 12, 0)]:
         g = Graph()

@@ -1,5 +1,5 @@
 """SciPy functions that convert their arguments with np.asarray, traced through fastlaunch's
-own compositions (fastlaunch/scipy_funcs.py): scipy.linalg.inv/solve/cholesky/det and the
+own compositions (fastlaunch/frontend/scipy_funcs.py): scipy.linalg.inv/solve/cholesky/det and the
 densities of scipy.stats.norm and scipy.stats.multivariate_normal, checked against SciPy
 itself; the interception is only active while a thread traces and leaves SciPy's own calls
 unchanged."""

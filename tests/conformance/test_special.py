@@ -151,7 +151,7 @@ def test_special_functions_fuse_and_refuse():
 def test_special_functions_of_literals_fold():
     """erf, erfc and gammaln of traced constants are folded while tracing (Python's math
     module, lgamma's poles as +inf like C's): the same values as SciPy's."""
-    from fastlaunch import ops
+    from fastlaunch.ir import ops
     x = np.linspace(-3, 3, 7)
     folded = []
     original = ops._fold_elementwise

@@ -61,7 +61,7 @@ def first_call_seconds(payload, args):
 @fl.compile
 def soft_clip(x, lo):
     """Elementwise (no reduction over a chunk's size): a short last chunk is another size of
-    the same size class, so its sizes become symbolic (symbolic.py)."""
+    the same size class, so its sizes become symbolic (program/symbolic.py)."""
     return np.where(x > lo, np.tanh(x) * 2.0 + 1.0, lo * np.exp(x - lo))
 
 

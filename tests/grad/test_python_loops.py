@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch import roll
+from fastlaunch.frontend import roll
 
 from .fd import check_gradient
 

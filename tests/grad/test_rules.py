@@ -10,8 +10,8 @@ import pytest
 import scipy.special as sp
 
 import fastlaunch as fl
-from fastlaunch import adjoint
-from fastlaunch.ir import Op
+from fastlaunch.ir import adjoint
+from fastlaunch.ir.graph import Op
 
 from .fd import check_gradient
 

@@ -1,5 +1,5 @@
 """Arrays created inside fn (issue 11): np.zeros & co. are constants until a traced value is
-written into them, then traced buffers (fastlaunch/creation.py)."""
+written into them, then traced buffers (fastlaunch/frontend/numpy/trace_buffers.py)."""
 import copy
 import pickle
 import sys
@@ -12,7 +12,7 @@ import scipy.linalg
 import scipy.stats
 
 import fastlaunch as fl
-from fastlaunch import creation, rng
+from fastlaunch.frontend.numpy import trace_buffers as creation, random as rng
 
 
 def same(a, b):

@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch import _core, _devsim, bytecode
+from fastlaunch import _core, _devsim
+from fastlaunch.program import bytecode
 from fastlaunch.__main__ import step
 from fastlaunch._launch import Opcode, Space
-from fastlaunch.bytecode import VerifyError
+from fastlaunch.program.bytecode import VerifyError
 
 DEVICE = int(Space.SPACE_DEVICE)
 HOST = int(Space.SPACE_HOST)

@@ -9,7 +9,7 @@ import pytest
 
 import fastlaunch as fl
 from fastlaunch.__main__ import step as _step   # the README's optimisation step
-from fastlaunch import fuse
+from fastlaunch.ir import fuse
 
 rng = np.random.default_rng(7)
 

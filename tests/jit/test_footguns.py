@@ -208,7 +208,8 @@ def test_indexing_a_numpy_constant_by_a_traced_index_needs_fl_asarray():
 
 def test_writing_traced_values_into_a_numpy_array_made_outside_is_refused():
     """An array made inside fn with np.zeros(...) takes traced values (it becomes a traced
-    buffer, see fastlaunch/creation.py); one made outside fn, or through a function imported
+    buffer, see fastlaunch/frontend/numpy/trace_buffers.py); one made outside fn, or through a
+    function imported
     directly (`from numpy import zeros`), is a NumPy constant that NumPy cannot store a traced
     value into.  NumPy catches our TracingError and raises its own "setting an array element
     with a sequence"."""
@@ -324,7 +325,7 @@ def test_a_python_loop_over_many_steps_inside_fn_names_fl_iterate():
     """A Python loop of many iterations that differ (each reads its own row: no loop body
     can stand for them) is unrolled into the program (each iteration traced, fused and
     compiled): an UnrolledLoopWarning names fl.iterate.  A loop of identical iterations is
-    rolled into one loop body (roll.py) and does not warn; nor does one call making many
+    rolled into one loop body (frontend/roll.py) and does not warn; nor does one call making many
     nodes (a small matrix inverse written out)."""
     def descend(p, target):
         for k in range(200):

@@ -23,9 +23,11 @@ import gc, sys, traceback
 import llvmlite.binding as llvm
 import numpy as np
 import fastlaunch as fl
-from fastlaunch import _core, bytecode, fuse, jit, record
+from fastlaunch import _core, jit
+from fastlaunch.program import bytecode, record
+from fastlaunch.ir import fuse
 from fastlaunch.backends import get_backend
-from fastlaunch.trace import tracing
+from fastlaunch.frontend.trace import tracing
 
 STAGE = sys.argv[1]
 backend = get_backend("cpu")

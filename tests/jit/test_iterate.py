@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch import bytecode
+from fastlaunch.program import bytecode
 from fastlaunch._launch import Opcode
 
 POSIX = pytest.mark.skipif(sys.platform != "linux", reason="POSIX signals (Linux)")

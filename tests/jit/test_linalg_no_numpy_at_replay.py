@@ -63,7 +63,7 @@ def test_replay_makes_no_numpy_calls(monkeypatch, dtype):
 
 def _small_filter(x, P, F, H, R, z):
     """A batch of small Kalman updates: every np.linalg function that small matrices run as
-    elementwise kernels (fastlaunch/small_linalg.py), no LAPACK call (the products are
+    elementwise kernels (fastlaunch/frontend/small_linalg.py), no LAPACK call (the products are
     gemm calls)."""
     xp = np.einsum("ij,bj->bi", F, x)
     Pp = F @ P @ F.T

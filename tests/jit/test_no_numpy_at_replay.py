@@ -1,5 +1,5 @@
 """Nothing falls back to NumPy at replay time (issue 12, acceptance 5): for each function the
-tracer implements in numpy_funcs.py / special.py, a replayed call makes no call into NumPy or
+tracer implements in frontend/numpy/ / frontend/special.py, a replayed call makes no call into NumPy or
 SciPy (their functions and ufuncs are swapped for counting wrappers, and a profiler sees every
 Python-level and builtin call), never runs the traced body again and never enters
 fastlaunch's Python code (the Cython dispatcher runs the recorded bytecode)."""
@@ -112,9 +112,9 @@ class _Counting:
             setattr(mod, name, obj)
 
 
-# fastlaunch's pytree.py is allowed: it builds nested result containers (lists of arrays)
+# fastlaunch's frontend/pytree.py is allowed: it builds nested result containers (lists of arrays)
 _WATCHED = tuple(os.path.dirname(m.__file__) for m in (np, sp, fl))
-_ALLOWED = os.path.join(os.path.dirname(fl.__file__), "pytree.py")
+_ALLOWED = os.path.join(os.path.dirname(fl.__file__), "frontend/pytree.py")
 
 
 def _replay_observed(c, args):

@@ -296,7 +296,7 @@ def test_a_shipped_program_that_its_plan_does_not_record_is_refused():
     """The rebuilt plan must record the shipped program exactly: bytes whose code differs
     from what their kernels' plan records are refused, not given a plan that lies."""
     import json
-    from fastlaunch import saved
+    from fastlaunch.program import saved
     f = fl.compile(shipped_step, backend="cpu").with_programs(*shipped_args())
     data = f.__reduce__()[1][2][0]
     meta, program, objects = saved._parse(data, "shipped")

@@ -161,7 +161,10 @@ FORK_WHILE_A_LOCK_IS_HELD = r"""
 import os, pickle, signal, sys, threading, time
 import numpy as np
 import fastlaunch as fl
-from fastlaunch import adjoint, backends, creation, jit, pytree, trace
+from fastlaunch.ir import adjoint
+from fastlaunch import backends, jit
+from fastlaunch.frontend.numpy import trace_buffers as creation
+from fastlaunch.frontend import pytree, trace
 from fastlaunch.backends import get_backend, library
 import llvmlite.binding
 iterate = sys.modules["fastlaunch.iterate"]         # (fl.iterate is the function)

@@ -1,5 +1,5 @@
 """Random numbers drawn inside a traced function (issue 11): fresh on every call, with the
-right distributions (fastlaunch/rng.py; Philox4x32-10 in the kernels)."""
+right distributions (fastlaunch/frontend/numpy/random.py; Philox4x32-10 in the kernels)."""
 import os
 import subprocess
 import sys

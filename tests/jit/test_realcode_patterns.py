@@ -60,8 +60,8 @@ def _message(fn, *args):
 
 
 def test_submodule_function_named_with_its_submodule(monkeypatch):
-    from fastlaunch import numpy_api
-    monkeypatch.delitem(numpy_api.FUNCTIONS, np.linalg.eig, raising=False)
+    from fastlaunch.frontend.numpy import registry
+    monkeypatch.delitem(registry.FUNCTIONS, np.linalg.eig, raising=False)
     text = _message(lambda a: np.linalg.eig(a), np.eye(3))
     assert text.startswith("np.linalg.eig is not supported"), text
     text = _message(lambda a: np.fft.rfft(a), np.ones(8))
@@ -70,15 +70,15 @@ def test_submodule_function_named_with_its_submodule(monkeypatch):
 
 def test_scipy_ufunc_named_as_scipy_special(monkeypatch):
     special = pytest.importorskip("scipy.special")
-    # a SciPy ufunc fastlaunch does not trace (erf and others are supported: special.py)
+    # a SciPy ufunc fastlaunch does not trace (erf and others are supported: frontend/special.py)
     text = _message(lambda x: special.dawsn(x) * 2, np.linspace(-1, 1, 5))
     assert text.startswith("scipy.special.dawsn is not supported"), text
     assert "np.dawsn" not in text
 
 
 def test_unsupported_function_suggests_a_traced_equivalent(monkeypatch):
-    from fastlaunch import numpy_api
-    monkeypatch.delitem(numpy_api.FUNCTIONS, np.flip, raising=False)
+    from fastlaunch.frontend.numpy import registry
+    monkeypatch.delitem(registry.FUNCTIONS, np.flip, raising=False)
     text = _message(lambda x: np.flip(x) * 2, np.arange(5.0))
     assert text.startswith("np.flip is not supported") and "instead, use x[::-1]" in text
     # and the suggestion is right
@@ -87,11 +87,11 @@ def test_unsupported_function_suggests_a_traced_equivalent(monkeypatch):
 
 
 def test_suggestion_only_when_the_equivalent_is_traced(monkeypatch):
-    from fastlaunch import numpy_api
-    monkeypatch.delitem(numpy_api.FUNCTIONS, np.average, raising=False)
+    from fastlaunch.frontend.numpy import registry
+    monkeypatch.delitem(registry.FUNCTIONS, np.average, raising=False)
     text = _message(lambda x: np.average(x), np.ones(4))
     assert "instead, use np.mean" in text
-    monkeypatch.delitem(numpy_api.FUNCTIONS, np.mean)      # the equivalent gone too
+    monkeypatch.delitem(registry.FUNCTIONS, np.mean)      # the equivalent gone too
     text = _message(lambda x: np.average(x), np.ones(4))
     assert text.startswith("np.average is not supported") and "instead" not in text
 
@@ -124,7 +124,7 @@ def test_library_function_that_converts_its_arguments_is_named():
     # (SciPy wraps pinvh in a batching decorator: the message names pinvh, not the wrapper)
     assert text.startswith("scipy.linalg.pinvh (called at "), text
     assert f"test_realcode_patterns.py:{line})" in text
-    # scipy.linalg.inv and a few others are traced (fastlaunch/scipy_funcs.py)
+    # scipy.linalg.inv and a few others are traced (fastlaunch/frontend/scipy_funcs.py)
     np.testing.assert_array_equal(fl.compile(lambda c: linalg.inv(c))(np.eye(2) * 2),
                                   np.eye(2) / 2)
 

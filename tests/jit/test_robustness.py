@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch.pytree import NestingError
+from fastlaunch.frontend.pytree import NestingError
 
 
 def run_child(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -49,7 +49,7 @@ def test_long_chain_of_reductions():
 def test_self_referencing_argument_is_a_clear_error_not_a_crash():
     r = run_child("""
         import numpy as np, fastlaunch as fl
-        from fastlaunch.pytree import NestingError
+        from fastlaunch.frontend.pytree import NestingError
         f = fl.compile(lambda a: a[0] + 1)
         f([np.ones(3)])                        # a cached entry: the fast path is armed
         a = [np.ones(3)]

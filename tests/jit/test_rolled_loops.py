@@ -1,4 +1,4 @@
-"""Python loops inside a traced function rolled into one loop body (roll.py): results
+"""Python loops inside a traced function rolled into one loop body (frontend/roll.py): results
 bit-identical to the unrolled program, the first call's work independent of the step count,
 and every loop that is not a repetition left unrolled."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch import roll
+from fastlaunch.frontend import roll
 
 
 @pytest.fixture

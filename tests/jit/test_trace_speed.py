@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch import trace
+from fastlaunch.frontend import trace
 
 
 def heat1d(u, k, steps):
@@ -32,7 +32,7 @@ def _first_call_counts(steps: int, u) -> tuple[int, int]:
         prof.disable()
     stats = pstats.Stats(prof)
     adds = sum(v[1] for k, v in stats.stats.items()
-               if k[0].endswith("ir.py") and k[2] == "add")
+               if k[0].endswith("ir/graph.py") and k[2] == "add")
     return stats.total_calls, adds
 
 
@@ -55,7 +55,7 @@ def test_tracing_work_per_loop_step_is_small_and_constant():
 
 @pytest.mark.parametrize("n", [0, 1, 5, 16])
 def test_roll_of_a_vector_builds_the_general_paths_nodes(n):
-    """np.roll(x, int) of a 1-D x takes a short path (numpy_funcs._roll_1d): the same graph
+    """np.roll(x, int) of a 1-D x takes a short path (shaping._roll_1d): the same graph
     as the general one (taken for a NumPy integer shift or a tuple of axes)."""
     x = np.arange(n, dtype=np.float32) * 1.5
     for shift in (-40, -5, -1, 0, 1, 3, 16, 17, 40):

@@ -160,7 +160,7 @@ def test_many_leaves_fall_back_to_the_general_path():
 def test_unflatten_builds_every_node_kind():
     from collections import namedtuple
 
-    from fastlaunch import pytree
+    from fastlaunch.frontend import pytree
     P = namedtuple("P", "a b")
     tree = {"x": (1.0, [2.0, None]), 3: P(4.0, "s"), ("t", 1): 5 + 6j, "e": (), "l": []}
     leaves, td = pytree.flatten(tree)

@@ -436,7 +436,7 @@ def guarded_call(name: str):
 
 def leaf_guards(call, static, guards):
     """The guard of each flattened leaf (None for scalars), in the program's leaf order."""
-    from fastlaunch.pytree import flatten
+    from fastlaunch.frontend.pytree import flatten
     by_id = {id(g.array): g for g in guards}
     out = []
     for i, a in enumerate(call):

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from fastlaunch import cache
+from fastlaunch.backends import cache
 from fastlaunch.backends.cpu import CPUBackend
 
 ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -17,8 +17,8 @@ UID = os.geteuid()
 
 def _kernels():
     """Two small kernels of one shape (sqrt and exp): one's code can stand in for the other's."""
-    from fastlaunch import fuse
-    from fastlaunch.ir import Graph, Op
+    from fastlaunch.ir import fuse
+    from fastlaunch.ir.graph import Graph, Op
     out = []
     for op in (Op.SQRT, Op.EXP):
         g = Graph()

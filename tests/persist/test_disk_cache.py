@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch import cache
+from fastlaunch.backends import cache
 from fastlaunch.backends.cpu import CPUBackend
 
 STEP_SCRIPT = textwrap.dedent("""
@@ -53,8 +53,8 @@ def test_disabled_with_empty_variable(monkeypatch):
 
 
 def _one_kernel_backend(tmp_path):
-    from fastlaunch import fuse
-    from fastlaunch.ir import Graph, Op
+    from fastlaunch.ir import fuse
+    from fastlaunch.ir.graph import Graph, Op
     g = Graph()
     x = g.add(Op.ARG, np.float32, (64,), position=0)
     g.outputs.append(g.add(Op.SQRT, np.float32, (64,), (x,)))

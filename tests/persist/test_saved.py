@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch import saved
+from fastlaunch.program import saved
 
 SAVE = textwrap.dedent("""
     import sys

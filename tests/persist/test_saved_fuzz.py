@@ -178,7 +178,8 @@ import sys
 import numpy as np
 import fastlaunch as fl
 import savedfuzz
-from fastlaunch import _launch, bytecode
+from fastlaunch import _launch
+from fastlaunch.program import bytecode
 bytecode.verify = lambda *a, **k: None   # the verifier switched off: the attack gets through
 path = sys.argv[1]
 fl.compile(lambda x: x + 1.0).save(path, np.zeros(1000))

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch import bytecode as bc
+from fastlaunch.program import bytecode as bc
 from fastlaunch._launch import Opcode
 from fastlaunch.backends import get_backend
-from fastlaunch.kernel_json import KernelFormatError, kernel_from_json, kernel_to_json
-from fastlaunch.link import LinkError, link
+from fastlaunch.program.kernel_json import KernelFormatError, kernel_from_json, kernel_to_json
+from fastlaunch.program.link import LinkError, link
 
 import savedfuzz
 
@@ -244,7 +244,7 @@ def test_divmod_bound_is_raised_to_what_the_loops_allow(gather_desc):
     d["space"] = [2]
     _set_first_index(d, [0, [[["divmod", [0, [[["loop", 0], 100]]], 1, 8, 1], 1]]])
     k = kernel_from_json(d)
-    load = next(e for e in __import__("fastlaunch").kernel.walk(k._roots())
+    load = next(e for e in __import__("fastlaunch.ir.kernel", fromlist=["walk"]).walk(k._roots())
                 if type(e).__name__ == "Load")
     atom = load.index.terms[0][0]
     assert atom.bound == 101 and atom.div * atom.mod < atom.bound

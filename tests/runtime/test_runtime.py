@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch import _core, fuse
+from fastlaunch import _core
+from fastlaunch.ir import fuse
 from fastlaunch.__main__ import step
 from fastlaunch.backends import get_backend
-from fastlaunch.ir import Graph, Op
+from fastlaunch.ir.graph import Graph, Op
 
 HOST = get_backend("cpu")
 

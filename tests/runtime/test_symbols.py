@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from fastlaunch.backends import elf
 from fastlaunch.backends.cpu import CPUBackend, UnresolvedSymbolError
-from fastlaunch.cache import kernel_key
+from fastlaunch.backends.cache import kernel_key
 from fastlaunch.codegen.llvm import PLACEHOLDER_NAME
 
 def kernel(callee):

@@ -1,4 +1,4 @@
-"""Symbolic sizes (fastlaunch/symbolic.py): one template per size class, instances at new
+"""Symbolic sizes (fastlaunch/program/symbolic.py): one template per size class, instances at new
 sizes without tracing, every result equal to NumPy's, relations checked on every call."""
 import dataclasses
 import pickle
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import fastlaunch as fl
-from fastlaunch import bytecode, symbolic
+from fastlaunch.program import bytecode, symbolic
 
 DTYPES = [np.float32, np.float64]
 
@@ -238,7 +238,8 @@ def test_shipped_template_from_with_programs():
 
 
 def test_tampered_shipped_template_is_refused():
-    from fastlaunch import jit, saved
+    from fastlaunch import jit
+    from fastlaunch.program import saved
     c = fl.compile(ew, pickle_programs=True, dynamic=True)
     _check(c, ew, _rand(10, np.float64), _rand(10, np.float64, 1))
     fn, options, programs, templates = c.__reduce__()[1]
@@ -373,7 +374,7 @@ def test_slice_bounds_past_the_probes_are_guarded(fn):
 
 
 def test_index_guards_recorded():
-    from fastlaunch import trace
+    from fastlaunch.frontend import trace
     with trace.watch_sizes() as w:
         trace.note_index_guards(10, slice(2, 100))
         trace.note_index_guards(10, slice(-3, None))

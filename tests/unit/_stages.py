@@ -11,9 +11,9 @@ import difflib
 import os
 from pathlib import Path
 
-from fastlaunch import fuse
-from fastlaunch.arguments import describe_leaf as _describe_leaf
-from fastlaunch.trace import trace_function
+from fastlaunch.ir import fuse
+from fastlaunch.frontend.arguments import describe_leaf as _describe_leaf
+from fastlaunch.frontend.trace import trace_function
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 UPDATE_ENV = "FASTLAUNCH_UPDATE_GOLDEN"

@@ -6,7 +6,8 @@ Run as a script to print the generated columns of the opcode table."""
 import os
 import re
 
-from fastlaunch import _launch, bytecode
+from fastlaunch import _launch
+from fastlaunch.program import bytecode
 
 import fastlaunch
 

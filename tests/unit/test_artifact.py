@@ -1,4 +1,4 @@
-"""The artifact boundary (artifact.py): every way to make an artifact, on every backend, and
+"""The artifact boundary (program/artifact.py): every way to make an artifact, on every backend, and
 the rule that the front ends read artifacts, not `Compiled`'s private members.
 
 Ways: a trace (fl.compile), a loop (fl.iterate), saved bytes (fl.save / fl.load and
@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch import _core, bytecode, jit, saved
-from fastlaunch.artifact import Artifact, Lowered
+from fastlaunch import _core, jit
+from fastlaunch.program import bytecode, saved
+from fastlaunch.program.artifact import Artifact, Lowered
 from fastlaunch.backends import available_backends, get_backend
 from fastlaunch.errors import BackendUnavailableError
-from fastlaunch.link import link
+from fastlaunch.program.link import link
 
 PACKAGE = os.path.dirname(fl.__file__)
 BACKENDS = available_backends()
@@ -206,8 +207,8 @@ def _private_members() -> set:
     return names
 
 
-@pytest.mark.parametrize("module", ["iterate.py", "saved.py", "grad.py", "artifact.py",
-                                    "link.py"])
+@pytest.mark.parametrize("module", ["iterate.py", "program/saved.py", "grad.py", "program/artifact.py",
+                                    "program/link.py"])
 def test_front_ends_touch_no_private_member_of_compiled(module):
     """Before: iterate.py read step._static, _entry_for, _normalize, _reversed_leaf,
     _param_names, _arg_name and entry.info's _EntryInfo; pickling installed entries through

@@ -14,17 +14,19 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch import _core, _launch, bytecode, fuse, record
+from fastlaunch import _core, _launch
+from fastlaunch.program import bytecode, record
+from fastlaunch.ir import fuse
 from fastlaunch.__main__ import step
 from fastlaunch.backends import available_backends, base, get_backend
 from fastlaunch.backends.base import (Backend, CallLayout, CompiledKernel, DeviceBackend,
                                      MemoryModel)
 from fastlaunch.backends.null import NullSchedule
 from fastlaunch.errors import BackendUnavailableError
-from fastlaunch.ir import Op
-from fastlaunch.artifact import result_specs
-from fastlaunch.link import executable_layout
-from fastlaunch.pytree import flatten
+from fastlaunch.ir.graph import Op
+from fastlaunch.program.artifact import result_specs
+from fastlaunch.program.link import executable_layout
+from fastlaunch.frontend.pytree import flatten
 
 from _stages import fused, layouts, plan_text, trace
 
@@ -90,13 +92,13 @@ def test_the_interface_declares_every_member_the_pipeline_uses():
     undeclared = {m: where for m, where in uses.items() if m not in declared}
     assert not undeclared, f"backend members used but not declared in base.py: {undeclared}"
     # source(kernel) (a kernel's text without compiling it) is also what a symbolic build
-    # compares between its probe traces (symbolic.py)
+    # compares between its probe traces (program/symbolic.py)
     assert declared - set(uses) == set(), sorted(declared - set(uses))
 
 
 def test_backends_do_not_call_back_into_link():
-    """One link step: link.py builds the executable's layout and hands it to backend.link;
-    no backend imports link.py (or anything above it in the pipeline)."""
+    """One link step: program/link.py builds the executable's layout and hands it to backend.link;
+    no backend imports program/link.py (or anything above it in the pipeline)."""
     above = {"link", "jit", "artifact", "saved", "iterate", "record", "fuse", "grad"}
     bad = []
     folder = os.path.join(PACKAGE, "backends")

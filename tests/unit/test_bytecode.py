@@ -1,11 +1,11 @@
-"""fastlaunch.bytecode: assembler, disassembler, verifier and (de)serialiser."""
+"""fastlaunch.program.bytecode: assembler, disassembler, verifier and (de)serialiser."""
 import dataclasses
 
 import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch import bytecode as bc
+from fastlaunch.program import bytecode as bc
 from fastlaunch._launch import Opcode
 from fastlaunch.__main__ import step
 
@@ -621,10 +621,10 @@ def test_null_backend_runs_library_calls_as_no_ops():
 
 def _checked_program():
     # a runtime check, as an `assert` on traced values or np.average's weights test make one
-    from fastlaunch import numpy_funcs
+    from fastlaunch.frontend.numpy import common
 
     def traced(x):
-        numpy_funcs.require(x.sum() > 0, AssertionError, "x.sum() > 0 failed")
+        common.require(x.sum() > 0, AssertionError, "x.sum() > 0 failed")
         return x * 2
     return fl.compile(traced).lower(np.ones(4)).program
 

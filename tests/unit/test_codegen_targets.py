@@ -14,8 +14,8 @@ import fastlaunch as fl
 from fastlaunch.backends.cpu_schedule import CPUSchedule, schedule
 from fastlaunch.codegen.llvm import MathTarget, generate
 from fastlaunch.codegen.llvm_base import LLVMEmitter, llvm_type, word_type
-from fastlaunch.ir import Op
-from fastlaunch.kernel import (Compute, Const, Index, Kernel, KernelArg, KernelError, Load, Loop,
+from fastlaunch.ir.graph import Op
+from fastlaunch.ir.kernel import (Compute, Const, Index, Kernel, KernelArg, KernelError, Load, Loop,
                                Pick, Reduction, Scalar, Store)
 
 F32, F64, I64 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64)

@@ -16,7 +16,7 @@ import pytest
 
 import fastlaunch as fl
 from fastlaunch.backends import get_backend
-from fastlaunch.bytecode import SlotRole
+from fastlaunch.program.bytecode import SlotRole
 from fastlaunch.codegen.llvm_nvptx import HostSimEmitter
 from fastlaunch._launch import Opcode
 
@@ -261,7 +261,7 @@ def test_the_block_tree_is_what_runs(engine):
 def test_epilogues_on_the_gpu_give_the_bits_of_a_map_over_the_stored_result(engine, monkeypatch):
     """A mean's division as the epilogue of a block reduction (one block per output) and of a
     split reduction's combine: the same bits as the plain reduction followed by a map."""
-    from fastlaunch import fuse
+    from fastlaunch.ir import fuse
     fn = lambda a: (a.mean(axis=1), a.mean())                       # noqa: E731
     args = [np.random.default_rng(8).standard_normal((3, 3000)).astype(np.float32)]
 

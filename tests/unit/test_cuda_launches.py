@@ -23,7 +23,7 @@ from fastlaunch.backends import cuda as cuda_backend
 from fastlaunch.backends import cuda_schedule
 from fastlaunch.backends.cuda_schedule import LaunchLimitError, launch_block, order_free
 from fastlaunch.errors import CUDAError
-from fastlaunch.kernel import Index, Kernel, KernelArg, Load, Pick, Store
+from fastlaunch.ir.kernel import Index, Kernel, KernelArg, Load, Pick, Store
 
 from test_cuda_offline import _arch_backend, needs_libdevice, needs_ptxas
 

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch import _core, bytecode
+from fastlaunch import _core
+from fastlaunch.program import bytecode
 from fastlaunch._launch import Space
 from fastlaunch.backends import get_backend
 from fastlaunch.backends.cuda import CUDABackend, find_libdevice, find_ptxas
@@ -396,7 +397,7 @@ def test_a_program_saved_for_cuda_loads_for_cuda(tmp_path):
     schedule_kernel"): the CUDA backend could not schedule a saved kernel again.  A split
     reduction's partials come back with their split (the description alone reads as a whole
     reduction per point), so the kernels regenerated from the descriptions are the ones saved."""
-    from fastlaunch import saved
+    from fastlaunch.program import saved
     x, y = np.linspace(0.0, 1.0, 3 * 20000).reshape(3, 20000), np.ones(100000)
     f = fl.compile(split_sum, backend="cuda")
     lowered = f.lower(x, y)
@@ -422,7 +423,7 @@ def test_a_cuda_split_is_refused_where_it_would_be_misread(tmp_path):
     """The CPU reads a CUDA split's partials as whole reductions (each partial the whole sum):
     loading such a program for the CPU is refused; a forged split count is refused too."""
     import json
-    from fastlaunch import saved
+    from fastlaunch.program import saved
     x, y = np.ones((3, 20000)), np.ones(100000)
     f = fl.compile(split_sum, backend="cuda")
     path = tmp_path / "split.flp"
@@ -441,7 +442,7 @@ def test_a_cuda_split_is_refused_where_it_would_be_misread(tmp_path):
 def _saved_bytes(blobs) -> bytes:
     import hashlib
     import struct
-    from fastlaunch import saved
+    from fastlaunch.program import saved
     payload = b"".join(struct.pack("<Q", len(b)) + b for b in blobs)
     return saved._HEADER.pack(saved.MAGIC, saved.FORMAT_VERSION, 0, len(payload),
                               hashlib.sha256(payload).digest()) + payload

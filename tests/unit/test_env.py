@@ -49,7 +49,7 @@ def _python_reads(path: str) -> list:
 
 def test_no_module_but_env_reads_a_fastlaunch_variable():
     """Before: FASTLAUNCH_NO_LIBMVEC (cpu.py), FASTLAUNCH_LIBDEVICE, FASTLAUNCH_PTXAS,
-    FASTLAUNCH_CUDA_ARCH (cuda.py), FASTLAUNCH_CACHE_DIR, FASTLAUNCH_CACHE_TRUST (cache.py),
+    FASTLAUNCH_CUDA_ARCH (cuda.py), FASTLAUNCH_CACHE_DIR, FASTLAUNCH_CACHE_TRUST (backends/cache.py),
     FASTLAUNCH_BACKEND (device.py) and FASTLAUNCH_LIBCUDA (cuda_driver.c) were read outside
     env.py, unchecked."""
     found = []

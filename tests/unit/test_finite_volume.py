@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import fastlaunch as fl
-from fastlaunch.kernel import Kernel
+from fastlaunch.ir.kernel import Kernel
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from _stages import fused  # noqa: E402

@@ -11,8 +11,8 @@ import pytest
 import fastlaunch as fl
 from fastlaunch.__main__ import step
 from fastlaunch.backends import cuda_schedule
-from fastlaunch.ir import Op
-from fastlaunch.kernel import Compute, Load, walk
+from fastlaunch.ir.graph import Op
+from fastlaunch.ir.kernel import Compute, Load, walk
 
 from _stages import fused
 
@@ -174,8 +174,8 @@ def mlp_args(m=64, k=128):
 
 
 def test_op_costs():
-    from fastlaunch import fuse
-    from fastlaunch.ir import Graph
+    from fastlaunch.ir import fuse
+    from fastlaunch.ir.graph import Graph
     g = Graph()
     x = g.add(Op.ARG, np.float32, (4,), position=0)
     assert fuse.op_cost(g.add(Op.ADD, np.float32, (4,), (x, x))) == 1
@@ -350,7 +350,7 @@ def test_saved_prelude_is_checked():
     """A kernel description whose phase reads its own or a later phase is refused, never
     handed to the code generator."""
     import copy
-    from fastlaunch.kernel_json import KernelFormatError, kernel_from_json, kernel_to_json
+    from fastlaunch.program.kernel_json import KernelFormatError, kernel_from_json, kernel_to_json
     _, _, plan = fused(softmax, f32(8, 16))
     (k,) = plan.kernels
     j = kernel_to_json(k)
@@ -576,7 +576,7 @@ def test_expensive_operand_of_small_reductions_is_computed_once():
 
 
 def test_unrolling_leaves_the_traced_graph_alone():
-    from fastlaunch import fuse
+    from fastlaunch.ir import fuse
     traced, leaves, plan = fused(kmeans_labels, f64(100, 3), f64(8, 3, seed=1))
     marked = [n for n in traced.graph.live_nodes() if n.attrs.get("unroll")]
     assert [n.op for n in marked] == [Op.SUM]         # still the REDUCE the trace made

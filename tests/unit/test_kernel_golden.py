@@ -78,7 +78,7 @@ def row_softmax(x):
 
 
 def small_solve(a, b):
-    """np.linalg.solve of 2 x 2 matrices written out over the batch (small_linalg.py): the
+    """np.linalg.solve of 2 x 2 matrices written out over the batch (frontend/small_linalg.py): the
     elimination, the substitution and the arithmetic around it in one kernel, which unrolls
     the result's matrix dims (its stores read the pack's entries); then the singular-matrix
     check (a reduction and its status word)."""

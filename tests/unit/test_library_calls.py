@@ -10,8 +10,8 @@ import pytest
 import fastlaunch as fl
 from fastlaunch import env
 from fastlaunch.backends import cpu_schedule, get_backend
-from fastlaunch.kernel import LibraryCall, is_kernel
-from fastlaunch.link import LinkError
+from fastlaunch.ir.kernel import LibraryCall, is_kernel
+from fastlaunch.program.link import LinkError
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _stages import fused as _fused          # noqa: E402
@@ -67,7 +67,7 @@ def test_the_fused_plan_knows_no_blas():
 def test_cuda_refuses_library_calls_by_name_and_keeps_compiled_products():
     with pytest.raises(LinkError, match=r"inv via cuBLAS/cuSOLVER not implemented"):
         fl.compile(np.linalg.inv, backend="cuda").lower(np.eye(20))
-    # small matrices are elementwise kernels (small_linalg.py), which the GPU runs too
+    # small matrices are elementwise kernels (frontend/small_linalg.py), which the GPU runs too
     text = fl.compile(np.linalg.inv, backend="cuda").lower(np.eye(3)).program.disassemble()
     assert "LIBCALL" not in text and "LAUNCH" in text
     with pytest.raises(LinkError, match=r"lstsq, svd via cuBLAS/cuSOLVER not implemented"):

@@ -5,9 +5,10 @@ import json
 
 import numpy as np
 
-from fastlaunch import bytecode, fuse
-from fastlaunch.kernel import ArgKind, KernelArg
-from fastlaunch.trace import ResultSource
+from fastlaunch.program import bytecode
+from fastlaunch.ir import fuse
+from fastlaunch.ir.kernel import ArgKind, KernelArg
+from fastlaunch.frontend.trace import ResultSource
 
 from _stages import fused
 
