@@ -601,6 +601,8 @@ _REDUCE_UFUNC = {Op.SUM: np.add, Op.PROD: np.multiply, Op.MAX: np.maximum, Op.MI
 def normalize_axes(axis, ndim: int) -> tuple:
     if axis is None:
         return tuple(range(ndim))
+    if isinstance(axis, np.ndarray) and axis.ndim == 0:
+        axis = axis.item()              # a 0-d array of an axis, as NumPy's operator.index
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
     out = []
     for a in axes:
