@@ -156,11 +156,25 @@ def converting_function(frame) -> tuple[str, str]:
 _FOREIGN = ("scipy", "sklearn", "pandas", "skimage", "statsmodels")
 
 
+def _raised_in_library(err: BaseException) -> bool:
+    tb = err.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__", "").split(".")[0] in _FOREIGN:
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def library_failure(err: BaseException) -> str:
     """For an exception raised inside such a library's code called from the user's traced
     function: a message naming the library function as the user called it; else ''."""
     if any(f"{lib}." in str(err) for lib in _FOREIGN):
-        return ""                 # our own message names the library function already
+        # our own message names the library function already; an attribute a tracer lacks
+        # (x.flags read inside SciPy) still becomes a TracingError, not SciPy's AttributeError
+        if isinstance(err, AttributeError) and "not supported by fastlaunch" in str(err) and \
+                _raised_in_library(err):
+            return str(err)
+        return ""
     tb = err.__traceback__
     frames = []
     while tb is not None:

@@ -204,3 +204,17 @@ def test_scipy_failing_inside_its_own_code_raises_naming_it():
         return sl.lu_factor(a)[0]
     with pytest.raises(fl.TracingError, match=r"^scipy\.linalg\.lu_factor \(called at"):
         fl.compile(lu)(np.eye(3))
+
+
+def test_scipy_reading_an_attribute_a_tracer_lacks_raises_a_tracing_error():
+    """scipy.ndimage.convolve reads x.flags, which a tracer does not have: a TracingError naming
+    the attribute and the SciPy function (it was the tracer's AttributeError); user code that
+    reads the attribute itself still gets the AttributeError (hasattr keeps working)."""
+    ndimage = pytest.importorskip("scipy.ndimage")
+
+    def blur(pdf, k):
+        return ndimage.convolve(np.roll(pdf, 2), k, mode="wrap")
+    with pytest.raises(fl.TracingError, match=r"x\.flags .*scipy\.ndimage\.convolve"):
+        fl.compile(blur)(np.random.default_rng(0).random(10), np.array([0.1, 0.8, 0.1]))
+    with pytest.raises(AttributeError, match="flags"):
+        fl.compile(lambda x: x.flags)(np.ones(3))
