@@ -1377,9 +1377,17 @@ def _float_divmod(em, op, dt, a, b) -> str:
     ty = llvm_type(dt)
     c = lambda x: const_text(x, dt)  # noqa: E731
     mod = em.float_remainder(dt, a, b)
+    # an invalid fmod (b zero or a infinite, neither a NaN) gives x86-64's default NaN, sign
+    # bit set, in NumPy's C loop; LLVM's constant folding (a bool divisor known to be 0 or 1)
+    # and NVPTX's fmod give +NaN: select NumPy's bits
+    b_zero = fw.op(f"fcmp oeq {ty} {b}, {c(0)}")
+    a_inf = fw.op(f"fcmp oeq {ty} {em.mod.intrinsic(fw, f'llvm.fabs.{_suffix(dt)}', ty, [(ty, a)])}"
+                  f", {c(np.inf)}")
+    invalid = fw.op(f"and i1 {fw.op(f'or i1 {b_zero}, {a_inf}')}, "
+                    f"{fw.op(f'fcmp ord {ty} {a}, {b}')}")
+    mod = fw.op(f"select i1 {invalid}, {ty} {c(-np.nan)}, {ty} {mod}")
     if op is Op.FMOD:
         return mod
-    b_zero = fw.op(f"fcmp oeq {ty} {b}, {c(0)}")
     mod_nonzero = fw.op(f"fcmp une {ty} {mod}, {c(0)}")
     b_neg = fw.op(f"fcmp olt {ty} {b}, {c(0)}")
     mod_neg = fw.op(f"fcmp olt {ty} {mod}, {c(0)}")
@@ -1400,6 +1408,9 @@ def _float_divmod(em, op, dt, a, b) -> str:
     over_half = fw.op(f"fcmp ogt {ty} {fw.op(f'fsub {ty} {div}, {floor}')}, {c(0.5)}")
     floor = fw.op(f"select i1 {over_half}, {ty} {fw.op(f'fadd {ty} {floor}, {c(1)}')}, {ty} {floor}")
     quotient = fw.op(f"fdiv {ty} {a}, {b}")
+    # 0 / 0 (and NaN-free invalid divisions) as x86-64 gives it: the default NaN, sign set
+    zero_by_zero = fw.op(f"and i1 {b_zero}, {fw.op(f'fcmp oeq {ty} {a}, {c(0)}')}")
+    quotient = fw.op(f"select i1 {zero_by_zero}, {ty} {c(-np.nan)}, {ty} {quotient}")
     zero = em.mod.intrinsic(fw, f"llvm.copysign.{_suffix(dt)}", ty, [(ty, c(0)), (ty, quotient)])
     # div is NaN when a is inf or NaN: une is true for NaN, so floor(NaN) = NaN flows through
     r = fw.op(f"select i1 {div_nonzero}, {ty} {floor}, {ty} {zero}")

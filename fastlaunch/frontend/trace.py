@@ -394,7 +394,7 @@ class Tracer:
     """An array inside a traced function.  See frontend/numpy/ for what it supports."""
 
     __slots__ = ("_storage", "_view", "_reshape", "_post", "_node", "_version", "_graph", "weak",
-                 "scalar", "__weakref__")
+                 "scalar", "python", "__weakref__")
     __array_priority__ = 1000
 
     def __init__(self, storage: Storage, view: ViewMap | None = None, reshape: tuple | None = None,
@@ -410,6 +410,7 @@ class Tracer:
         self._graph = None
         self.weak = weak          # Python type of a NEP 50 weak scalar, else None
         self.scalar = scalar      # NumPy would hand this back as a scalar, not a 0-d array
+        self.python = weak is not None    # a Python scalar: its views are 0-d arrays
 
     @property
     def node(self) -> Node:
@@ -860,7 +861,9 @@ def trace_function(fn, build_args, leaves: list, roll: bool = True) -> tuple[Tra
             else:
                 node = g.add(Op.PARAM, leaf.dtype, (), position=pos)
                 weak = leaf.weak if leaf.weak is not bool else None   # see ops.weak_literal
-                tracers.append(Tracer(Storage(node, position=pos), weak=weak, scalar=True))
+                t = Tracer(Storage(node, position=pos), weak=weak, scalar=True)
+                t.python = leaf.weak is not None      # a Python bool too (not weak)
+                tracers.append(t)
         args, kwargs = build_args(tracers)
         containers = _containers((args, kwargs))
         bound = _bound_object_state(fn)

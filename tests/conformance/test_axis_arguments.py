@@ -28,3 +28,21 @@ def test_axis_as_a_0d_array(name, axis, dtype):
     for _ in range(2):                       # the trace, then a replay with new values
         x = rng.standard_normal((4, 5)).astype(dtype)
         np.testing.assert_allclose(f(x), fn(x, axis), rtol=1e-6)
+
+
+VIEWS = {"transpose": lambda v: np.transpose(v), "transpose_empty": lambda v: np.transpose(v, ()),
+         "reshape": lambda v: np.reshape(v, ()), "squeeze": lambda v: np.squeeze(v),
+         "ravel": lambda v: np.ravel(v), "expand_dims": lambda v: np.expand_dims(v, 0)}
+
+
+@pytest.mark.parametrize("name", sorted(VIEWS))
+@pytest.mark.parametrize("value", [2.5, 3, True, np.float64(2.5), np.int32(3), np.bool_(True),
+                                   np.array(2.5)], ids=repr)
+def test_views_of_scalars_are_what_numpy_returns(name, value):
+    """A Python scalar's views are 0-d arrays (NumPy takes np.asarray first); a NumPy
+    scalar's stay NumPy scalars (found by the slow random-DAG test: np.transpose(2.5, ()))."""
+    fn = VIEWS[name]
+    want, got = fn(value), fl.compile(fn)(value)
+    assert type(got) is type(want), (type(got), type(want))
+    assert np.asarray(got).dtype == np.asarray(want).dtype
+    assert np.shape(got) == np.shape(want) and np.array_equal(got, want)

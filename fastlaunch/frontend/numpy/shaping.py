@@ -48,7 +48,8 @@ def reshape(a, *shape, order="C", newshape=None, copy=None):
     if order == "F" and t.ndim > 1 or order == "F" and len(new_shape) > 1:
         # Fortran order: the reversed axes reshaped in C order, reversed back
         return transpose(reshape(transpose(t), new_shape[::-1]))
-    scalar = t.scalar and not new_shape        # views of a NumPy scalar stay scalars
+    # views of a NumPy scalar stay scalars; of a Python scalar, 0-d arrays (np.asarray first)
+    scalar = t.scalar and not new_shape and not t.python
     vm = frame(t).squeeze_expand(new_shape)
     if vm is not None:
         return view_of(t, vm, scalar=scalar)
@@ -72,7 +73,9 @@ def transpose(a, axes=None):
     axes = tuple(int(ax) % max(t.ndim, 1) for ax in axes)
     if sorted(axes) != list(range(t.ndim)):
         raise ValueError("axes don't match array")
-    return view_of(t, frame(t).transpose(axes), scalar=t.scalar and t.ndim == 0)
+    # a NumPy scalar's views stay scalars; a Python scalar's are 0-d arrays (np.asarray first)
+    return view_of(t, frame(t).transpose(axes), scalar=t.scalar and t.ndim == 0 and
+                   not t.python)
 
 
 @implements(np.swapaxes)
