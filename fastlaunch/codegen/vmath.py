@@ -281,7 +281,10 @@ class InlineMath:
         r = b.fma(k, b.c(ln2_hi), b.sub(f, b.sub(hfsq, inner)))
         r = b.sel(b.cmp("oeq", x, b.c(np.inf)), b.c(np.inf), r)
         r = b.sel(b.cmp("oeq", x, b.c(0.0)), b.c(-np.inf), r)
-        return b.sel(b.cmp("ult", x, b.c(0.0)), b.c(np.nan), r)   # negative or NaN
+        # a negative x: the default NaN of x86-64 (sign set), as NumPy's log returns it; a
+        # NaN x: itself in NumPy's double loop, the positive quiet NaN in its float32 one
+        r = b.sel(b.cmp("olt", x, b.c(0.0)), b.c(-np.nan), r)
+        return b.sel(b.isnan(x), b.c(np.nan) if b.dt == F32 else x, r)
 
     # ---- sin, cos ------------------------------------------------------------------------
     def _sincos_f32(self, b: _Builder, x: str, cos: bool) -> str:
