@@ -49,6 +49,20 @@ def kernel_info(k, name: str) -> KernelInfo:
         launch_size=k.launch_size)
 
 
+def argument_slots(leaves) -> list[SlotInfo]:
+    """The first slots of every program, one per argument leaf: an array's input slot with
+    the element range its strides reach, a scalar's parameter slot."""
+    slots: list[SlotInfo] = []
+    for i, leaf in enumerate(leaves):
+        if leaf.is_array:
+            lo, hi = element_range(leaf.shape, leaf.strides)
+            slots.append(SlotInfo(SlotRole.INPUT, leaf.dtype.str, lo, hi, label=f"in{i}",
+                                  space=leaf.space))
+        else:
+            slots.append(SlotInfo(SlotRole.PARAM, leaf.dtype.str, label=f"in{i}"))
+    return slots
+
+
 def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: list,
            mutated_leaves: list[int], memory: MemoryModel = HOST_MEMORY,
            device_results: bool = False) -> Program:
@@ -58,14 +72,7 @@ def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: 
     kspace = int(memory.kernel_space)
     if device_results and kspace == Space.SPACE_HOST:
         raise ValueError("device results need a backend whose kernels use device memory")
-    slots: list[SlotInfo] = []
-    for i, leaf in enumerate(leaves):
-        if leaf.is_array:
-            lo, hi = element_range(leaf.shape, leaf.strides)
-            slots.append(SlotInfo(SlotRole.INPUT, leaf.dtype.str, lo, hi, label=f"in{i}",
-                                  space=leaf.space))
-        else:
-            slots.append(SlotInfo(SlotRole.PARAM, leaf.dtype.str, label=f"in{i}"))
+    slots = argument_slots(leaves)
     slot_of: dict[int, int] = {}          # buffer id -> the slot kernels use
     shadow_in: dict[int, int] = {}        # kernel-space shadow slot -> argument slot
     shadow_out: dict[int, int] = {}       # kernel-space shadow slot -> host output slot
@@ -129,8 +136,8 @@ def record(plan: Plan, kernel_names: list[str], leaves: list[LeafSpec], consts: 
 
     # loops: a counter slot each; a slot used inside a loop is live from before the
     # outermost loop around the use to after it (no ALLOC or FREE inside a loop)
-    region = list(range(len(plan.kernels)))       # step -> (first, last) step of its region
-    region = [(i, i) for i in region]
+    # step -> (first, last) step of its region
+    region: list[tuple[int, int]] = [(i, i) for i in range(len(plan.kernels))]
     counters: dict[int, int] = {}          # LoopBegin step -> its counter slot
     spare_alias: dict[int, list] = {}      # per loop, per carried value: ROTATE's third alias
     open_loops: list = []
@@ -390,14 +397,7 @@ def record_loop(loop: Loop, leaves: list[LeafSpec], mutated_leaves: list[int],
     n = loop.n
     if n < 1:
         raise ValueError(f"a loop runs at least once, not {n} times")
-    slots: list[SlotInfo] = []
-    for i, leaf in enumerate(leaves):
-        if leaf.is_array:
-            lo, hi = element_range(leaf.shape, leaf.strides)
-            slots.append(SlotInfo(SlotRole.INPUT, leaf.dtype.str, lo, hi, label=f"in{i}",
-                                  space=leaf.space))
-        else:
-            slots.append(SlotInfo(SlotRole.PARAM, leaf.dtype.str, label=f"in{i}"))
+    slots = argument_slots(leaves)
     temps: list[int] = []
     const_slots, outputs = [], []
 
