@@ -254,13 +254,12 @@ class Compiled(_core.Dispatcher, Generic[P, R]):
         with watch_sizes() as watch:
             entry = self._trace(call, enc, has_kwargs, install=True)
         try:
-            template = symbolic.build(self, call, enc, has_kwargs, entry, watch)
+            template = symbolic.build(self, call, enc, has_kwargs, entry, watch, key)
         except symbolic.Refused as err:
             why = str(err)
         except Exception as err:        # noqa: BLE001 - a failed build leaves sizes static
             why = f"symbolic build failed: {type(err).__name__}: {err}"
         else:
-            template.key = key          # the dispatcher's class key (what a receiver looks up)
             templates.append(template)
             self._templates[key] = templates
             self.traces[-1].reason += f"; {template.description}"

@@ -337,15 +337,13 @@ def _stream_bytes(backend):
     return cpu_schedule.STREAM_BYTES
 
 
-def build(compiled, call, enc, has_kwargs: bool, base_entry, base_watch):
-    """A Template for the class of `call`, whose trace gave `base_entry` (base_watch: the
-    trace.watch_sizes of that trace: the sizes it read in Python, its indexing guards), or
-    raise Refused saying why not."""
+def build(compiled, call, enc, has_kwargs: bool, base_entry, base_watch, key):
+    """A Template for the class of `call` (key: the dispatcher's class key, class_key and
+    class_signature, which a shipped template's receiver looks up), whose trace gave
+    `base_entry` (base_watch: the trace.watch_sizes of that trace: the sizes it read in
+    Python, its indexing guards), or raise Refused saying why not."""
     from ..frontend.trace import watch_sizes
     _, leaf_objs, keys, statics = enc
-    key = class_key(leaf_objs, keys, statics)
-    if key is None:
-        raise Refused("an argument that is not a C-contiguous host array or a scalar")
     if base_entry.post is not None:
         raise Refused("the function changes its container arguments")
     syms = symbols_of(leaf_objs)
