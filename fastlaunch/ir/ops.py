@@ -598,12 +598,18 @@ _REDUCE_UFUNC = {Op.SUM: np.add, Op.PROD: np.multiply, Op.MAX: np.maximum, Op.MI
                  Op.ANY: np.logical_or, Op.ALL: np.logical_and}
 
 
+def axis_items(axis) -> tuple:
+    """An axis argument as the tuple of its items: one int (a 0-d integer array too, as
+    NumPy's operator.index takes it) or a sequence."""
+    if isinstance(axis, np.ndarray) and axis.ndim == 0:
+        axis = axis.item()
+    return (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+
+
 def normalize_axes(axis, ndim: int) -> tuple:
     if axis is None:
         return tuple(range(ndim))
-    if isinstance(axis, np.ndarray) and axis.ndim == 0:
-        axis = axis.item()              # a 0-d array of an axis, as NumPy's operator.index
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    axes = axis_items(axis)
     out = []
     for a in axes:
         a = int(a)

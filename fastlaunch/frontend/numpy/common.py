@@ -34,10 +34,7 @@ def _axis(axis, ndim: int) -> int:
 
 def _axes(axis, ndim: int, allow_duplicate=False) -> tuple:
     """NumPy's normalize_axis_tuple."""
-    if isinstance(axis, np.ndarray) and axis.ndim == 0:
-        axis = axis.item()              # a 0-d array of an axis, as NumPy's operator.index
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
-    out = tuple(_axis(a, ndim) for a in axes)
+    out = tuple(_axis(a, ndim) for a in ops.axis_items(axis))
     if not allow_duplicate and len(set(out)) != len(out):
         raise ValueError("repeated axis")
     return out
