@@ -33,21 +33,28 @@ class TreeDef:
         return sum(c.num_leaves for c in self.children)
 
     def unflatten(self, leaves):
-        # a replay returning a dict or list rebuilds it on every call: one generated
-        # function (a display of the leaves) instead of a recursive walk
         builder = self._builder
         if builder is None:
             if self.kind == "leaf":
                 return next(iter(leaves))
             # generated at the second use: a tree unflattened once (a call's arguments
             # rebuilt by the slow path) is not worth compiling an expression for
-            self._builder = _walk
+            self._builder = _USED_ONCE
             return self._build(iter(leaves))
-        if builder is _walk:
-            builder = self._builder = _make_builder(self)
+        if builder is _USED_ONCE:
+            builder = self.builder()
         if type(leaves) is not list:
             leaves = list(leaves)
         return builder(leaves)
+
+    def builder(self):
+        """The function (a list of leaves) -> the tree, generated once: a replay returning a
+        dict or list rebuilds it on every call with one generated expression (a display of
+        the leaves) instead of a recursive walk (link.py hands it to the executable)."""
+        builder = self._builder
+        if builder is None or builder is _USED_ONCE:
+            builder = self._builder = _make_builder(self)
+        return builder
 
     def __getstate__(self):
         return (self.kind, self.children, self.meta)      # not the generated builder
@@ -138,9 +145,7 @@ _BUILDER_MAX_NODES = 512
 _BUILDER_MAX_DEPTH = 32
 
 
-def _walk(leaves):
-    """The builder of a tree unflattened once so far (TreeDef.unflatten)."""
-    raise AssertionError("a placeholder, never called")
+_USED_ONCE = object()       # TreeDef._builder of a tree unflattened once so far (by a walk)
 
 
 def _make_builder(tree: TreeDef):

@@ -71,7 +71,7 @@ def executable_layout(program: Program, call: CallLayout, keepalive=None,
     elif out_tree.kind == "tuple" and all(c.kind == "leaf" for c in out_tree.children):
         structure, unflatten = ResultStructure.STRUCT_TUPLE, None
     else:
-        structure, unflatten = ResultStructure.STRUCT_TREE, out_tree.unflatten
+        structure, unflatten = ResultStructure.STRUCT_TREE, out_tree.builder()
     int_checks = []
     for leaf, (lo, hi) in sorted(call.int_bounds.items()):
         if type(leaf) is not int or not 0 <= leaf < nleaves or \
